@@ -1,0 +1,407 @@
+#include "store/rocksdb_event_log.hpp"
+
+#include <chrono>
+#include <filesystem>
+
+#include <flatbuffers/flatbuffers.h>
+#include <rocksdb/db.h>
+#include <rocksdb/options.h>
+#include <rocksdb/write_batch.h>
+
+namespace infrarsi::store {
+
+namespace {
+
+constexpr const char* events_cf_name = "events";
+constexpr const char* streams_cf_name = "streams";
+constexpr const char* runs_cf_name = "runs";
+constexpr const char* format_key = "format";
+
+// -- key encoding (FORMAT.md) ------------------------------------------------------------------
+
+void put_be64(std::string& out, std::uint64_t v) {
+  for (int shift = 56; shift >= 0; shift -= 8)
+    out.push_back(static_cast<char>((v >> shift) & 0xFF));
+}
+
+std::uint64_t get_be64(std::string_view in) {
+  std::uint64_t v = 0;
+  for (std::size_t i = 0; i < 8; ++i)
+    v = (v << 8) | static_cast<unsigned char>(in[i]);
+  return v;
+}
+
+std::string position_key(std::uint64_t position) {
+  std::string key;
+  put_be64(key, position);
+  return key;
+}
+
+std::string stream_prefix(std::string_view run_id) {
+  std::string key{run_id};
+  key.push_back('\0');
+  return key;
+}
+
+std::string stream_key(std::string_view run_id, std::uint64_t sequence) {
+  auto key = stream_prefix(run_id);
+  put_be64(key, sequence);
+  return key;
+}
+
+std::string run_meta_value(std::uint64_t count, std::uint64_t first, std::uint64_t last) {
+  std::string v;
+  put_be64(v, count);
+  put_be64(v, first);
+  put_be64(v, last);
+  return v;
+}
+
+std::string_view as_view(const rocksdb::Slice& s) {
+  return {s.data(), s.size()};
+}
+
+// -- rocksdb::Status -> errc at the border ------------------------------------------------------
+
+caf::error from_status(const rocksdb::Status& st, const std::string& dir, const char* op) {
+  auto text = "event log '" + dir + "': " + op + ": " + st.ToString();
+  if (st.IsCorruption())
+    return make_error(errc::corrupt_data, std::move(text));
+  if (st.IsNotSupported())
+    return make_error(errc::unsupported_format, std::move(text));
+  if (st.IsBusy() || st.IsTimedOut() || st.ToString().find("lock") != std::string::npos)
+    return make_error(errc::store_locked,
+                      std::move(text) + " (another process has it open for writing)");
+  if (st.IsInvalidArgument() && st.ToString().find("does not exist") != std::string::npos)
+    return make_error(errc::not_found, std::move(text));
+  if (st.IsPathNotFound() || st.IsNotFound())
+    return make_error(errc::not_found, std::move(text));
+  return make_error(errc::io_error, std::move(text));
+}
+
+} // namespace
+
+rocksdb_event_log::rocksdb_event_log(std::string dir, rocksdb_event_log_options options)
+  : dir_(std::move(dir)), options_(options) {
+}
+
+rocksdb_event_log::~rocksdb_event_log() {
+  if (!db_)
+    return;
+  for (auto* cf : {events_cf_, streams_cf_, runs_cf_, meta_cf_})
+    if (cf != nullptr)
+      static_cast<void>(db_->DestroyColumnFamilyHandle(cf)); // swallowed: nothing to do on close
+  static_cast<void>(db_->Close()); // swallowed: every acknowledged write is already in the WAL
+}
+
+caf::expected<std::unique_ptr<rocksdb_event_log>>
+rocksdb_event_log::open(const std::string& dir, const rocksdb_event_log_options& options) {
+  std::unique_ptr<rocksdb_event_log> log{new rocksdb_event_log(dir, options)};
+  namespace fs = std::filesystem;
+
+  rocksdb::Options db_opts;
+  db_opts.create_if_missing = options.create_if_missing && !options.read_only;
+  db_opts.paranoid_checks = true;
+  db_opts.keep_log_file_num = 4;
+  db_opts.max_file_opening_threads = 1;
+
+  // Does a database exist here? If so it must hold exactly our column families.
+  std::vector<std::string> existing;
+  auto list = rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions{db_opts}, dir, &existing);
+  bool exists = list.ok();
+  if (!exists) {
+    std::error_code ec;
+    if (options.read_only || !options.create_if_missing)
+      return make_error(errc::not_found, "event log '" + dir + "': no event log in this directory");
+    if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+      return make_error(errc::invalid_argument,
+                        "event log '" + dir + "': exists and is not a directory");
+    if (fs::exists(dir, ec) && !fs::is_empty(dir, ec))
+      return make_error(errc::unsupported_format,
+                        "event log '" + dir
+                          + "': directory is not empty and holds no RocksDB database; refusing "
+                            "to create an event log there");
+    db_opts.create_missing_column_families = true;
+  } else {
+    for (const char* name : {events_cf_name, streams_cf_name, runs_cf_name}) {
+      if (std::find(existing.begin(), existing.end(), name) == existing.end())
+        return make_error(errc::unsupported_format,
+                          "event log '" + dir
+                            + "': a RocksDB database but not an infrarsi event log (no column "
+                              "family '"
+                            + name + "')");
+    }
+  }
+
+  std::vector<rocksdb::ColumnFamilyDescriptor> cfs{
+    {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions{}},
+    {events_cf_name, rocksdb::ColumnFamilyOptions{}},
+    {streams_cf_name, rocksdb::ColumnFamilyOptions{}},
+    {runs_cf_name, rocksdb::ColumnFamilyOptions{}},
+  };
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status st;
+  if (options.read_only)
+    st = rocksdb::DB::OpenForReadOnly(rocksdb::DBOptions{db_opts}, dir, cfs, &handles, &raw);
+  else
+    st = rocksdb::DB::Open(rocksdb::DBOptions{db_opts}, dir, cfs, &handles, &raw);
+  if (!st.ok())
+    return from_status(st, dir, "open");
+  log->db_.reset(raw);
+  log->meta_cf_ = handles[0];
+  log->events_cf_ = handles[1];
+  log->streams_cf_ = handles[2];
+  log->runs_cf_ = handles[3];
+
+  // Format tag: written on creation, checked on every open.
+  std::string tag;
+  st = log->db_->Get(rocksdb::ReadOptions{}, log->meta_cf_, format_key, &tag);
+  if (st.IsNotFound()) {
+    if (exists)
+      return make_error(errc::unsupported_format,
+                        "event log '" + dir + "': no format tag (not an infrarsi event log)");
+    rocksdb::WriteOptions wo;
+    wo.sync = true;
+    st = log->db_->Put(wo, log->meta_cf_, format_key, format_tag);
+    if (!st.ok())
+      return from_status(st, dir, "write format tag");
+  } else if (!st.ok()) {
+    return from_status(st, dir, "read format tag");
+  } else if (tag != format_tag) {
+    return make_error(errc::unsupported_format, "event log '" + dir + "': format '" + tag
+                                                  + "', this build reads '" + format_tag + "'");
+  }
+
+  // Head: one past the last global position.
+  std::unique_ptr<rocksdb::Iterator> it{log->db_->NewIterator(rocksdb::ReadOptions{},
+                                                              log->events_cf_)};
+  it->SeekToLast();
+  if (it->Valid()) {
+    if (it->key().size() != 8)
+      return make_error(errc::corrupt_data, "event log '" + dir + "': malformed event key of "
+                                              + std::to_string(it->key().size()) + " bytes");
+    log->head_ = get_be64(as_view(it->key())) + 1;
+  } else if (!it->status().ok()) {
+    return from_status(it->status(), dir, "find head");
+  }
+  return log;
+}
+
+caf::error rocksdb_event_log::read_run_meta(std::string_view run_id, run_info& out,
+                                            bool& found) const {
+  std::string value;
+  auto st = db_->Get(rocksdb::ReadOptions{}, runs_cf_, rocksdb::Slice{run_id.data(), run_id.size()},
+                     &value);
+  if (st.IsNotFound()) {
+    found = false;
+    return caf::none;
+  }
+  if (!st.ok())
+    return from_status(st, dir_, "read run");
+  if (value.size() != 24)
+    return make_error(errc::corrupt_data, "event log '" + dir_ + "': run '" + std::string{run_id}
+                                            + "': metadata of " + std::to_string(value.size())
+                                            + " bytes, expected 24");
+  found = true;
+  out.run_id = std::string{run_id};
+  out.event_count = get_be64(std::string_view{value}.substr(0, 8));
+  out.first_global_position = get_be64(std::string_view{value}.substr(8, 8));
+  out.last_global_position = get_be64(std::string_view{value}.substr(16, 8));
+  return caf::none;
+}
+
+caf::expected<append_result> rocksdb_event_log::append(std::string_view run_id,
+                                                       std::uint64_t expected_version,
+                                                       const std::vector<new_event>& events) {
+  if (options_.read_only)
+    return make_error(errc::not_permitted, "event log '" + dir_ + "' is open read-only");
+  if (auto err = validate_batch(run_id, events))
+    return err;
+  auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+               .count();
+
+  std::lock_guard<std::mutex> guard{append_mtx_};
+  run_info meta;
+  bool found = false;
+  if (auto err = read_run_meta(run_id, meta, found))
+    return err;
+  std::uint64_t current = found ? meta.event_count : 0;
+  if (expected_version != any_version && expected_version != current)
+    return make_error(errc::version_conflict,
+                      "run '" + std::string{run_id} + "': expected version "
+                        + std::to_string(expected_version) + ", stream is at version "
+                        + std::to_string(current));
+
+  rocksdb::WriteBatch batch;
+  flatbuffers::FlatBufferBuilder fbb(1024);
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const auto& ev = events[i];
+    auto seq = current + i;
+    auto pos = head_ + i;
+    fbb.Clear();
+    auto run = fbb.CreateString(run_id.data(), run_id.size());
+    fbb.ForceVectorAlignment(ev.payload.size(), 1, 8);
+    auto payload = fbb.CreateVector(ev.payload.data(), ev.payload.size());
+    auto record = wire::CreateEventRecord(fbb, ev.kind, run, seq, pos, now, payload,
+                                                    messages::crc32_of(ev.payload.view()));
+    fbb.FinishSizePrefixed(record, messages::table_traits<wire::EventRecord>::identifier);
+    auto key = position_key(pos);
+    batch.Put(events_cf_, key,
+              rocksdb::Slice{reinterpret_cast<const char*>(fbb.GetBufferPointer()), fbb.GetSize()});
+    batch.Put(streams_cf_, stream_key(run_id, seq), key);
+  }
+  auto first = found ? meta.first_global_position : head_;
+  auto last = head_ + events.size() - 1;
+  batch.Put(runs_cf_, rocksdb::Slice{run_id.data(), run_id.size()},
+            run_meta_value(current + events.size(), first, last));
+
+  rocksdb::WriteOptions wo;
+  wo.sync = options_.sync_writes;
+  auto st = db_->Write(wo, &batch);
+  if (!st.ok())
+    return from_status(st, dir_, "append");
+  append_result result{current, head_, current + events.size()};
+  head_ += events.size();
+  return result;
+}
+
+caf::expected<std::uint64_t> rocksdb_event_log::version(std::string_view run_id) const {
+  run_info meta;
+  bool found = false;
+  if (auto err = read_run_meta(run_id, meta, found))
+    return err;
+  return found ? meta.event_count : std::uint64_t{0};
+}
+
+caf::expected<recorded_event>
+rocksdb_event_log::decode_record(std::uint64_t position, std::string_view key_note,
+                                 std::string_view value) const {
+  auto where = [&] {
+    return "event log '" + dir_ + "': event at global position " + std::to_string(position)
+           + std::string{key_note} + ": ";
+  };
+  auto msg = messages::event_record_msg::decode(value.data(), value.size());
+  if (!msg)
+    return make_error(errc::corrupt_data, where() + describe(msg.error()));
+  const auto& rec = *msg->get();
+  if (rec.global_position() != position)
+    return make_error(errc::corrupt_data, where() + "record says global position "
+                                            + std::to_string(rec.global_position()));
+  recorded_event ev;
+  ev.kind = rec.kind();
+  ev.run_id = rec.run_id()->str();
+  ev.sequence = rec.sequence();
+  ev.global_position = position;
+  ev.recorded_at_ns = rec.recorded_at_ns();
+  if (const auto* p = rec.payload(); p != nullptr && p->size() > 0)
+    ev.payload = messages::byte_buffer::copy_of(p->data(), p->size());
+  return ev;
+}
+
+caf::error rocksdb_event_log::for_each(std::uint64_t from_position,
+                                       const event_visitor& visit) const {
+  rocksdb::ReadOptions ro;
+  ro.verify_checksums = true;
+  std::unique_ptr<rocksdb::Iterator> it{db_->NewIterator(ro, events_cf_)};
+  auto expected_pos = from_position;
+  for (it->Seek(position_key(from_position)); it->Valid(); it->Next()) {
+    if (it->key().size() != 8)
+      return make_error(errc::corrupt_data, "event log '" + dir_ + "': malformed event key after "
+                                              "global position "
+                                              + std::to_string(expected_pos));
+    auto pos = get_be64(as_view(it->key()));
+    if (pos != expected_pos)
+      return make_error(errc::corrupt_data, "event log '" + dir_ + "': gap in the global order: "
+                                              "expected position "
+                                              + std::to_string(expected_pos) + ", found "
+                                              + std::to_string(pos));
+    auto ev = decode_record(pos, "", as_view(it->value()));
+    if (!ev)
+      return std::move(ev.error());
+    if (!visit(*ev))
+      return caf::none;
+    ++expected_pos;
+  }
+  if (!it->status().ok())
+    return from_status(it->status(), dir_, "iterate");
+  return caf::none;
+}
+
+caf::error rocksdb_event_log::for_each_in_stream(std::string_view run_id,
+                                                 std::uint64_t from_sequence,
+                                                 const event_visitor& visit) const {
+  if (auto err = validate_run_id(run_id))
+    return err;
+  rocksdb::ReadOptions ro;
+  ro.verify_checksums = true;
+  // One snapshot for the index scan and the point reads, so a concurrent append is either
+  // wholly visible or not at all.
+  const rocksdb::Snapshot* snap = db_->GetSnapshot();
+  ro.snapshot = snap;
+  struct release {
+    rocksdb::DB* db;
+    const rocksdb::Snapshot* s;
+    ~release() { db->ReleaseSnapshot(s); }
+  } releaser{db_.get(), snap};
+
+  auto prefix = stream_prefix(run_id);
+  std::unique_ptr<rocksdb::Iterator> it{db_->NewIterator(ro, streams_cf_)};
+  auto expected_seq = from_sequence;
+  std::string value;
+  for (it->Seek(stream_key(run_id, from_sequence)); it->Valid(); it->Next()) {
+    auto key = as_view(it->key());
+    if (key.size() != prefix.size() + 8 || key.substr(0, prefix.size()) != prefix)
+      break;
+    auto seq = get_be64(key.substr(prefix.size()));
+    auto note = " (run '" + std::string{run_id} + "' sequence " + std::to_string(seq) + ")";
+    if (seq != expected_seq || it->value().size() != 8)
+      return make_error(errc::corrupt_data, "event log '" + dir_ + "': stream index broken at"
+                                              + note + ", expected sequence "
+                                              + std::to_string(expected_seq));
+    auto pos = get_be64(as_view(it->value()));
+    auto st = db_->Get(ro, events_cf_, position_key(pos), &value);
+    if (!st.ok())
+      return st.IsNotFound()
+               ? make_error(errc::corrupt_data, "event log '" + dir_ + "': index points to missing"
+                                                  " event at global position "
+                                                  + std::to_string(pos) + note)
+               : from_status(st, dir_, "read event");
+    auto ev = decode_record(pos, note, value);
+    if (!ev)
+      return std::move(ev.error());
+    if (ev->run_id != run_id || ev->sequence != seq)
+      return make_error(errc::corrupt_data, "event log '" + dir_ + "': index mismatch at" + note);
+    if (!visit(*ev))
+      return caf::none;
+    ++expected_seq;
+  }
+  if (!it->status().ok())
+    return from_status(it->status(), dir_, "iterate stream");
+  return caf::none;
+}
+
+caf::expected<std::vector<run_info>> rocksdb_event_log::list_runs() const {
+  std::vector<run_info> result;
+  std::unique_ptr<rocksdb::Iterator> it{db_->NewIterator(rocksdb::ReadOptions{}, runs_cf_)};
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    auto value = as_view(it->value());
+    if (value.size() != 24)
+      return make_error(errc::corrupt_data, "event log '" + dir_ + "': run '"
+                                              + std::string{as_view(it->key())}
+                                              + "': malformed metadata");
+    result.push_back({std::string{as_view(it->key())}, get_be64(value.substr(0, 8)),
+                      get_be64(value.substr(8, 8)), get_be64(value.substr(16, 8))});
+  }
+  if (!it->status().ok())
+    return from_status(it->status(), dir_, "list runs");
+  return result;
+}
+
+std::uint64_t rocksdb_event_log::head() const {
+  std::lock_guard<std::mutex> guard{append_mtx_};
+  return head_;
+}
+
+} // namespace infrarsi::store
