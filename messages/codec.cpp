@@ -18,6 +18,14 @@ std::string bytes_text(std::size_t n) {
   return std::to_string(n) + (n == 1 ? " byte" : " bytes");
 }
 
+/// The error of an expected, or no error (caf::expected::error() is undefined on success).
+template <class T>
+caf::error error_of(caf::expected<T>&& x) {
+  if (x)
+    return caf::none;
+  return std::move(x.error());
+}
+
 caf::error corrupt(const char* what, std::string detail) {
   return make_error(errc::corrupt_data, std::string{what} + ": " + std::move(detail));
 }
@@ -129,11 +137,11 @@ caf::error check(const wire::Envelope& env, const verify_limits& limits) {
                                  + ", computed " + std::to_string(sum) + ")");
   switch (env.kind()) {
     case wire::MessageKind::TrialSpec:
-      return trial_spec_msg::decode(payload.data(), payload.size(), limits).error();
+      return error_of(trial_spec_msg::decode(payload.data(), payload.size(), limits));
     case wire::MessageKind::TrialResult:
-      return trial_result_msg::decode(payload.data(), payload.size(), limits).error();
+      return error_of(trial_result_msg::decode(payload.data(), payload.size(), limits));
     case wire::MessageKind::EventRecord:
-      return event_record_msg::decode(payload.data(), payload.size(), limits).error();
+      return error_of(event_record_msg::decode(payload.data(), payload.size(), limits));
     default:
       return make_error(errc::unknown_kind,
                         "Envelope: message kind " + std::to_string(static_cast<int>(env.kind()))
@@ -273,16 +281,16 @@ caf::error verify_event_payload(std::uint16_t kind, const void* payload, std::si
     return caf::none;
   switch (static_cast<wire::EventKind>(kind)) {
     case wire::EventKind::RunCreated:
-      return run_created_msg::decode(payload, size).error();
+      return error_of(run_created_msg::decode(payload, size));
     case wire::EventKind::StageStarted:
     case wire::EventKind::StageCompleted:
-      return stage_event_msg::decode(payload, size).error();
+      return error_of(stage_event_msg::decode(payload, size));
     case wire::EventKind::TrialProposed:
     case wire::EventKind::TrialDispatched:
     case wire::EventKind::TrialLost:
-      return trial_spec_msg::decode(payload, size).error();
+      return error_of(trial_spec_msg::decode(payload, size));
     case wire::EventKind::TrialCompleted:
-      return trial_result_msg::decode(payload, size).error();
+      return error_of(trial_result_msg::decode(payload, size));
     default:
       return caf::none; // unknown kinds are skipped and counted by readers, not rejected here
   }

@@ -1,0 +1,198 @@
+// Tests for runtime/cli.cpp: `infrarsi runs` and `infrarsi log dump` on logs written by the test,
+// driven in-process and through the real binary.
+
+#include "runtime/cli.hpp"
+
+#include <array>
+#include <cstdio>
+#include <sstream>
+#include <sys/wait.h>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "store/rocksdb_event_log.hpp"
+#include "test_util.hpp"
+
+namespace infrarsi::runtime {
+namespace {
+
+using store::new_event;
+
+struct cli_result {
+  int status = -1;
+  std::string out;
+  std::string err;
+};
+
+cli_result run(std::vector<std::string> args) {
+  args.insert(args.begin(), "infrarsi");
+  std::vector<const char*> argv;
+  for (const auto& a : args)
+    argv.push_back(a.c_str());
+  std::ostringstream out;
+  std::ostringstream err;
+  cli_result r;
+  r.status = run_cli(static_cast<int>(argv.size()), argv.data(), out, err);
+  r.out = out.str();
+  r.err = err.str();
+  return r;
+}
+
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> result;
+  std::istringstream in{text};
+  for (std::string line; std::getline(in, line);)
+    result.push_back(line);
+  return result;
+}
+
+class CliTest : public ::testing::Test {
+protected:
+  test::temp_dir dir;
+  std::string store = dir.sub("events");
+
+  void SetUp() override {
+    auto log = store::rocksdb_event_log::open(store);
+    ASSERT_TRUE(log) << describe(log.error());
+    wire::RunCreatedT rc;
+    rc.task = "config/tasks/smoke.toml";
+    rc.seed = 42;
+    rc.tool_version = "0.1.0";
+    wire::StageEventT st;
+    st.stage = wire::Stage::Doctor;
+    st.detail = "baseline x3";
+    std::vector<new_event> batch{
+      new_event::of(wire::EventKind::RunCreated, messages::run_created_msg::pack(rc)),
+      new_event::of(wire::EventKind::StageStarted, messages::stage_event_msg::pack(st)),
+      new_event::of(wire::EventKind::TrialProposed, test::sample_spec(0)),
+      new_event::of(wire::EventKind::TrialDispatched, test::sample_spec(0)),
+      new_event::of(wire::EventKind::TrialCompleted, test::sample_result(0, 3)),
+      new_event{4242, messages::byte_buffer::copy_of("future")},
+      new_event::of(wire::EventKind::TrialLost, test::sample_spec(1)),
+    };
+    ASSERT_TRUE((*log)->append("run-1", 0, batch));
+    ASSERT_TRUE((*log)->append("run-2", 0, {batch[0]}));
+  }
+};
+
+TEST_F(CliTest, RunsListsEveryRunWithItsEventCount) {
+  auto r = run({"runs", "--store", store});
+  ASSERT_EQ(r.status, exit_ok) << r.err;
+  auto out = lines(r.out);
+  ASSERT_EQ(out.size(), 3u) << r.out;
+  EXPECT_EQ(out[0].rfind("RUN", 0), 0u);
+  EXPECT_NE(out[1].find("run-1"), std::string::npos);
+  EXPECT_NE(out[1].find(" 7 "), std::string::npos) << out[1];
+  EXPECT_NE(out[2].find("run-2"), std::string::npos);
+
+  auto j = run({"runs", "--store", store, "--json"});
+  ASSERT_EQ(j.status, exit_ok);
+  auto jl = lines(j.out);
+  ASSERT_EQ(jl.size(), 2u);
+  auto first = nlohmann::json::parse(jl[0]);
+  EXPECT_EQ(first["run"], "run-1");
+  EXPECT_EQ(first["events"], 7);
+  EXPECT_EQ(nlohmann::json::parse(jl[1])["first_global_position"], 7);
+}
+
+TEST_F(CliTest, DumpPrintsEveryEventReadable) {
+  auto r = run({"log", "dump", "run-1", "--store", store});
+  ASSERT_EQ(r.status, exit_ok) << r.err;
+  auto out = lines(r.out);
+  ASSERT_EQ(out.size(), 7u) << r.out;
+  EXPECT_EQ(out[0].rfind("#0 ", 0), 0u);
+  EXPECT_NE(out[0].find("run_created"), std::string::npos);
+  EXPECT_NE(out[0].find("\"seed\":42"), std::string::npos) << out[0];
+  EXPECT_NE(out[1].find("\"stage\":\"doctor\""), std::string::npos) << out[1];
+  EXPECT_NE(out[2].find("\"micro_batch\":4"), std::string::npos) << out[2];
+  EXPECT_NE(out[4].find("\"outcome\":\"ok\""), std::string::npos) << out[4];
+  EXPECT_NE(out[5].find("unknown(4242)"), std::string::npos) << out[5];
+  EXPECT_NE(out[6].find("trial_lost"), std::string::npos);
+  EXPECT_NE(r.err.find("7 event(s) of run 'run-1'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("1 of kinds unknown to this build"), std::string::npos) << r.err;
+}
+
+TEST_F(CliTest, DumpJsonGivesOneObjectPerEvent) {
+  auto r = run({"log", "dump", "run-1", "--store", store, "--json"});
+  ASSERT_EQ(r.status, exit_ok) << r.err;
+  auto out = lines(r.out);
+  ASSERT_EQ(out.size(), 7u);
+  std::vector<std::string> kinds;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    auto j = nlohmann::json::parse(out[i]);
+    EXPECT_EQ(j["run"], "run-1");
+    EXPECT_EQ(j["sequence"], i);
+    EXPECT_EQ(j["global_position"], i);
+    EXPECT_EQ(j["recorded_at"].get<std::string>().size(), 24u); // 2026-11-30T01:02:03.456Z
+    kinds.push_back(j["kind"]);
+  }
+  EXPECT_EQ(kinds, (std::vector<std::string>{"run_created", "stage_started", "trial_proposed",
+                                             "trial_dispatched", "trial_completed", "unknown",
+                                             "trial_lost"}));
+  auto completed = nlohmann::json::parse(out[4]);
+  EXPECT_EQ(completed["payload"]["steps"].size(), 3u);
+  EXPECT_EQ(completed["payload"]["steps"][2]["tokens"], 16384);
+  EXPECT_EQ(nlohmann::json::parse(out[5])["kind_id"], 4242);
+}
+
+TEST_F(CliTest, DumpFromAndLimitSelectARange) {
+  auto r = run({"log", "dump", "run-1", "--store", store, "--from", "2", "--limit", "3"});
+  ASSERT_EQ(r.status, exit_ok) << r.err;
+  auto out = lines(r.out);
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].rfind("#2 ", 0), 0u);
+  EXPECT_EQ(out[2].rfind("#4 ", 0), 0u);
+}
+
+TEST_F(CliTest, ErrorsNameWhatIsWrong) {
+  auto missing_run = run({"log", "dump", "run-9", "--store", store});
+  EXPECT_EQ(missing_run.status, exit_failure);
+  EXPECT_NE(missing_run.err.find("run 'run-9' not found"), std::string::npos) << missing_run.err;
+  EXPECT_NE(missing_run.err.find("(runs: run-1 run-2)"), std::string::npos) << missing_run.err;
+
+  auto missing_store = run({"runs", "--store", dir.sub("absent")});
+  EXPECT_EQ(missing_store.status, exit_failure);
+  EXPECT_NE(missing_store.err.find(dir.sub("absent")), std::string::npos) << missing_store.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.sub("absent"))); // reading never creates a store
+
+  auto bad_option = run({"log", "dump", "run-1", "--stor", store});
+  EXPECT_EQ(bad_option.status, exit_usage);
+  auto bad_number = run({"log", "dump", "run-1", "--store", store, "--limit", "many"});
+  EXPECT_EQ(bad_number.status, exit_usage);
+  EXPECT_NE(bad_number.err.find("many"), std::string::npos) << bad_number.err;
+  auto no_command = run({});
+  EXPECT_EQ(no_command.status, exit_usage);
+}
+
+TEST_F(CliTest, HelpOnEverySubcommand) {
+  for (auto args : std::vector<std::vector<std::string>>{
+         {"--help"}, {"runs", "--help"}, {"log", "--help"}, {"log", "dump", "--help"}}) {
+    auto r = run(args);
+    EXPECT_EQ(r.status, exit_ok);
+    EXPECT_NE(r.out.find("Usage: infrarsi"), std::string::npos) << r.out;
+  }
+  EXPECT_NE(run({"log", "dump", "--help"}).out.find("--store"), std::string::npos);
+}
+
+// The real binary, as a user runs it, prints every event the test wrote.
+TEST_F(CliTest, BinaryDumpsEveryEvent) {
+  std::string cmd = std::string{INFRARSI_CLI_PATH} + " log dump run-1 --json --store '" + store
+                    + "' 2>/dev/null";
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string out;
+  std::array<char, 4096> buf{};
+  for (std::size_t n; (n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0;)
+    out.append(buf.data(), n);
+  int status = ::pclose(pipe);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  auto out_lines = lines(out);
+  ASSERT_EQ(out_lines.size(), 7u) << out;
+  for (std::size_t i = 0; i < out_lines.size(); ++i)
+    EXPECT_EQ(nlohmann::json::parse(out_lines[i])["sequence"], i);
+}
+
+} // namespace
+} // namespace infrarsi::runtime
