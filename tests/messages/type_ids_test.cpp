@@ -40,11 +40,15 @@ TEST(TypeIds, BlockHoldsOneIdPerMessageKind) {
 }
 
 TEST_F(CafMessages, ActorsExchangeVerifiedMessagesInProcess) {
-  auto runner = sys.spawn([]() -> caf::behavior {
-    return {[](const trial_spec_msg& spec) -> trial_result_msg {
-      return sample_result(spec->trial_id(), spec->knobs()->size());
-    }};
-  });
+  // Spawned with an argument: CAF 0.17.6 binds a reference to a null shared_ptr<tuple<>> for
+  // argument-less actor functions (init_fun_factory.hpp), which UBSan reports.
+  auto runner = sys.spawn(
+    [](std::uint32_t steps_per_knob) -> caf::behavior {
+      return {[steps_per_knob](const trial_spec_msg& spec) -> trial_result_msg {
+        return sample_result(spec->trial_id(), steps_per_knob * spec->knobs()->size());
+      }};
+    },
+    std::uint32_t{1});
   caf::scoped_actor self{sys};
   bool replied = false;
   self->request(runner, caf::infinite, sample_spec(21))
