@@ -198,13 +198,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
 
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    app.exit(e, out, err);
-    return exit_ok;
-  } catch (const CLI::CallForAllHelp& e) {
-    app.exit(e, out, err);
-    return exit_ok;
-  } catch (const CLI::CallForVersion& e) {
+  } catch (const CLI::Success& e) { // --help, --help-all, --version
     app.exit(e, out, err);
     return exit_ok;
   } catch (const CLI::ParseError& e) {

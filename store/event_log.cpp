@@ -1,6 +1,7 @@
 #include "store/event_log.hpp"
 
 #include <cctype>
+#include <chrono>
 
 namespace infrarsi::store {
 
@@ -53,6 +54,22 @@ caf::error validate_batch(std::string_view run_id, const std::vector<new_event>&
                           + ") payload rejected: " + describe(err));
   }
   return caf::none;
+}
+
+caf::error check_expected_version(std::string_view run_id, std::uint64_t expected_version,
+                                  std::uint64_t current) {
+  if (expected_version == any_version || expected_version == current)
+    return caf::none;
+  return make_error(errc::version_conflict,
+                    "run '" + std::string{run_id} + "': expected version "
+                      + std::to_string(expected_version) + ", stream is at version "
+                      + std::to_string(current));
+}
+
+std::int64_t wall_clock_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+           std::chrono::system_clock::now().time_since_epoch())
+    .count();
 }
 
 void projection::consume(const recorded_event& event, std::uint64_t next) {

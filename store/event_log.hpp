@@ -144,6 +144,15 @@ public:
 [[nodiscard]] caf::error validate_batch(std::string_view run_id,
                                         const std::vector<new_event>& events);
 
+/// Checks an append's expected version against the stream's `current` version.
+/// Error: errc::version_conflict naming the run and both versions.
+[[nodiscard]] caf::error check_expected_version(std::string_view run_id,
+                                                std::uint64_t expected_version,
+                                                std::uint64_t current);
+
+/// Wall-clock time for EventRecord.recorded_at_ns: ns since the Unix epoch (display only).
+[[nodiscard]] std::int64_t wall_clock_ns() noexcept;
+
 /// A projection: state folded from events (CONVENTIONS: apply never fails and does no I/O).
 /// It records how far it has read, so it can be advanced with a later fold.
 class projection {

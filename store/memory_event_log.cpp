@@ -1,6 +1,5 @@
 #include "store/memory_event_log.hpp"
 
-#include <chrono>
 
 namespace infrarsi::store {
 
@@ -9,17 +8,12 @@ caf::expected<append_result> memory_event_log::append(std::string_view run_id,
                                                       const std::vector<new_event>& events) {
   if (auto err = validate_batch(run_id, events))
     return err;
-  auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::system_clock::now().time_since_epoch())
-               .count();
+  auto now = wall_clock_ns();
   std::lock_guard<std::mutex> guard{mtx_};
   auto it = streams_.find(run_id);
   std::uint64_t current = it == streams_.end() ? 0 : it->second.size();
-  if (expected_version != any_version && expected_version != current)
-    return make_error(errc::version_conflict,
-                      "run '" + std::string{run_id} + "': expected version "
-                        + std::to_string(expected_version) + ", stream is at version "
-                        + std::to_string(current));
+  if (auto err = check_expected_version(run_id, expected_version, current))
+    return err;
   if (it == streams_.end())
     it = streams_.emplace(std::string{run_id}, std::vector<std::uint64_t>{}).first;
   append_result result{current, events_.size(), current + events.size()};

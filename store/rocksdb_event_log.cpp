@@ -1,6 +1,5 @@
 #include "store/rocksdb_event_log.hpp"
 
-#include <chrono>
 #include <filesystem>
 
 #include <flatbuffers/flatbuffers.h>
@@ -218,9 +217,7 @@ caf::expected<append_result> rocksdb_event_log::append(std::string_view run_id,
     return make_error(errc::not_permitted, "event log '" + dir_ + "' is open read-only");
   if (auto err = validate_batch(run_id, events))
     return err;
-  auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::system_clock::now().time_since_epoch())
-               .count();
+  auto now = wall_clock_ns();
 
   std::lock_guard<std::mutex> guard{append_mtx_};
   run_info meta;
@@ -228,11 +225,8 @@ caf::expected<append_result> rocksdb_event_log::append(std::string_view run_id,
   if (auto err = read_run_meta(run_id, meta, found))
     return err;
   std::uint64_t current = found ? meta.event_count : 0;
-  if (expected_version != any_version && expected_version != current)
-    return make_error(errc::version_conflict,
-                      "run '" + std::string{run_id} + "': expected version "
-                        + std::to_string(expected_version) + ", stream is at version "
-                        + std::to_string(current));
+  if (auto err = check_expected_version(run_id, expected_version, current))
+    return err;
 
   rocksdb::WriteBatch batch;
   flatbuffers::FlatBufferBuilder fbb(1024);

@@ -33,8 +33,8 @@ class CausalSelfAttention(nn.Module):
         self.k = nn.Linear(d_model, d_model)
         self.v = nn.Linear(d_model, d_model)
         self.proj = nn.Linear(d_model, d_model)
-        mask = torch.tril(torch.ones(seq_len, seq_len, dtype=torch.bool))
-        self.register_buffer("mask", mask, persistent=False)
+        # causal mask: 1 where key position <= query position (float: gloo cannot broadcast bool)
+        self.register_buffer("mask", torch.tril(torch.ones(seq_len, seq_len)), persistent=False)
 
     def forward(self, x):
         B, T, C = x.shape
@@ -44,12 +44,12 @@ class CausalSelfAttention(nn.Module):
         v = self.v(x).view(B, T, H, D).transpose(1, 2)
         if self.attention == "naive":
             att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
-            att = att.masked_fill(~self.mask[:T, :T], float("-inf"))
+            att = att.masked_fill(self.mask[:T, :T] == 0, float("-inf"))
             att = F.softmax(att, dim=-1)
             y = att @ v  # B H T D
         else:  # "baddbmm": pre-scaled q, additive mask fused into the score GEMM
             bias = torch.zeros(T, T, dtype=q.dtype, device=q.device)
-            bias.masked_fill_(~self.mask[:T, :T], float("-inf"))
+            bias.masked_fill_(self.mask[:T, :T] == 0, float("-inf"))
             qs = (q * (1.0 / math.sqrt(D))).reshape(B * H, T, D)
             att = torch.baddbmm(bias, qs, k.reshape(B * H, T, D).transpose(1, 2))
             att = F.softmax(att, dim=-1)
