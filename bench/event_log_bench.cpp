@@ -8,12 +8,15 @@
 // fold/global     the same fold over the global order (for_each from position 0)
 // memory/*        the in-memory log, for comparison
 // items_per_second is events/s. The store directory defaults to a fresh one under $TMPDIR
-// (or /tmp), removed at exit unless --keep-store.
+// (or /tmp), removed at exit unless --keep-store; it holds one log per configuration
+// (single-sync, single-nosync, batch-sync, batch-nosync, fold), each with one run "bench-run" or
+// "fold-run".
 
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -27,13 +30,11 @@ namespace {
 using namespace infrarsi;
 using store::new_event;
 
-std::string g_root;      // directory holding one sub-directory per benchmark run
-bool g_keep = false;     // --keep-store
-int g_dir_counter = 0;
-
-std::string fresh_dir(const std::string& name) {
-  return g_root + "/" + name + "-" + std::to_string(g_dir_counter++);
-}
+std::string g_root;  // directory holding one event log per benchmark configuration
+bool g_keep = false; // --keep-store
+/// Open logs by configuration name, kept across Google Benchmark's calibration runs and closed
+/// in main() before static destruction (RocksDB's own statics must outlive them).
+std::map<std::string, std::unique_ptr<store::rocksdb_event_log>> g_logs;
 
 /// A TrialResult of `steps` steps with phase times: ~1 KB for 8 steps.
 messages::trial_result_msg result_payload(std::uint64_t trial, std::uint32_t steps) {
@@ -70,11 +71,19 @@ std::unique_ptr<store::rocksdb_event_log> open_log(const std::string& dir, bool 
   return std::move(*log);
 }
 
+/// One open log per configuration name, kept across Google Benchmark's calibration runs.
+store::event_log& log_for(const std::string& name, bool sync) {
+  auto& slot = g_logs[name];
+  if (!slot)
+    slot = open_log(g_root + "/" + name, sync);
+  return *slot;
+}
+
 void append_loop(benchmark::State& state, store::event_log& log, std::size_t batch_size) {
   auto payload = result_payload(1, 8);
   std::vector<new_event> batch(batch_size,
                                new_event::of(wire::EventKind::TrialCompleted, payload));
-  std::uint64_t version = 0;
+  std::uint64_t version = *log.version("bench-run");
   for (auto _ : state) {
     auto r = log.append("bench-run", version, batch);
     if (!r) {
@@ -89,15 +98,16 @@ void append_loop(benchmark::State& state, store::event_log& log, std::size_t bat
 }
 
 void BM_append_single(benchmark::State& state) {
-  auto log = open_log(fresh_dir("single"), state.range(0) != 0);
-  append_loop(state, *log, 1);
+  bool sync = state.range(0) != 0;
+  append_loop(state, log_for(sync ? "single-sync" : "single-nosync", sync), 1);
 }
 BENCHMARK(BM_append_single)->Name("append/single")->ArgName("sync")->Arg(0)->Arg(1)
   ->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 void BM_append_batch(benchmark::State& state) {
-  auto log = open_log(fresh_dir("batch"), state.range(1) != 0);
-  append_loop(state, *log, static_cast<std::size_t>(state.range(0)));
+  bool sync = state.range(1) != 0;
+  append_loop(state, log_for(sync ? "batch-sync" : "batch-nosync", sync),
+              static_cast<std::size_t>(state.range(0)));
 }
 BENCHMARK(BM_append_batch)->Name("append/batch")->ArgNames({"events", "sync"})
   ->Args({64, 0})->Args({64, 1})->Unit(benchmark::kMicrosecond)->UseRealTime();
@@ -122,16 +132,16 @@ struct token_projection : store::projection {
 constexpr std::uint64_t fold_events = 100'000;
 
 store::event_log& fold_log() {
-  static std::unique_ptr<store::rocksdb_event_log> log = [] {
-    auto l = open_log(fresh_dir("fold"), false);
+  auto& slot = g_logs["fold"];
+  if (!slot) {
+    slot = open_log(g_root + "/fold", false);
     auto payload = result_payload(2, 8);
     std::vector<new_event> batch(1000, new_event::of(wire::EventKind::TrialCompleted, payload));
     for (std::uint64_t v = 0; v < fold_events; v += batch.size())
-      if (!l->append("fold-run", v, batch))
+      if (!slot->append("fold-run", v, batch))
         std::exit(1);
-    return l;
-  }();
-  return *log;
+  }
+  return *slot;
 }
 
 void BM_fold_stream(benchmark::State& state) {
@@ -201,6 +211,7 @@ int main(int argc, char** argv) {
     return 2;
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
+  g_logs.clear();
   if (!g_keep && made_temp)
     std::filesystem::remove_all(g_root);
   return 0;
