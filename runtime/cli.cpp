@@ -9,7 +9,15 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <atomic>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+#include "adapters/trial_launcher.hpp"
 #include "messages/json.hpp"
+#include "runtime/task_file.hpp"
 #include "store/rocksdb_event_log.hpp"
 
 namespace infrarsi::runtime {
@@ -157,6 +165,118 @@ int cmd_log_dump(const dump_options& o, std::ostream& out, std::ostream& err) {
   return exit_ok;
 }
 
+// -- infrarsi trial run -------------------------------------------------------------------------
+
+struct trial_run_options {
+  std::string task;
+  std::vector<std::string> sets;
+  std::vector<std::string> patches;
+  std::string trial_dir;
+  std::uint64_t trial_id = 0;
+  double timeout_s = 0;
+  std::string memory_cap;
+  bool quiet = false;
+};
+
+std::atomic<bool> g_stop_requested{false};
+
+extern "C" void on_stop_signal(int) {
+  g_stop_requested.store(true);
+}
+
+std::string default_trial_dir(const std::string& task_name) {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+  return ".infrarsi/trials/" + task_name + "/" + stamp + "-" + std::to_string(::getpid());
+}
+
+int cmd_trial_run(const trial_run_options& o, std::ostream& out, std::ostream& err) {
+  auto task = load_task_file(o.task);
+  if (!task) {
+    err << "infrarsi trial run: " << describe(task.error()) << '\n';
+    return exit_failure;
+  }
+  adapters::trial_request req;
+  req.task = &*task;
+  for (const auto& set : o.sets) {
+    auto eq = set.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      err << "infrarsi trial run: --set '" << set << "': expected KNOB=VALUE\n";
+      return exit_usage;
+    }
+    auto name = set.substr(0, eq);
+    const auto* knob = task->find_knob(name);
+    if (knob == nullptr) {
+      std::string names;
+      for (const auto& k : task->knobs)
+        names += (names.empty() ? "" : ", ") + k.name;
+      err << "infrarsi trial run: --set " << set << ": task '" << task->name
+          << "' has no knob '" << name << "' (knobs: " << names << ")\n";
+      return exit_failure;
+    }
+    std::string why;
+    auto value = tuning::parse_knob_text(*knob, set.substr(eq + 1), why);
+    if (!value) {
+      err << "infrarsi trial run: --set " << set << ": expected " << why << '\n';
+      return exit_failure;
+    }
+    req.knobs[name] = *value;
+  }
+  req.patches = o.patches;
+  req.trial_id = o.trial_id;
+  req.timeout_s = o.timeout_s;
+  if (!o.memory_cap.empty() && !parse_byte_size(o.memory_cap, req.memory_cap_bytes)) {
+    err << "infrarsi trial run: --memory-cap '" << o.memory_cap
+        << "': expected a byte count such as 3GiB or 3000000000\n";
+    return exit_usage;
+  }
+  req.trial_dir = o.trial_dir.empty() ? default_trial_dir(task->name) : o.trial_dir;
+  req.stop = &g_stop_requested;
+  if (!o.quiet)
+    req.on_step = [&err](const adapters::step_sample& s) {
+      err << "step " << s.step << ": loss " << s.loss << ", " << s.step_time_s << " s";
+      if (s.tokens > 0)
+        err << ", " << s.tokens << " tokens";
+      if (s.warmup)
+        err << " (warm-up)";
+      err << '\n';
+    };
+  auto old_int = std::signal(SIGINT, on_stop_signal);
+  auto old_term = std::signal(SIGTERM, on_stop_signal);
+  auto report = adapters::run_trial(req);
+  std::signal(SIGINT, old_int);
+  std::signal(SIGTERM, old_term);
+  if (!report) {
+    err << "infrarsi trial run: " << describe(report.error()) << '\n';
+    return exit_failure;
+  }
+  auto result = messages::to_json(*report->result.get());
+  nlohmann::json knobs = nlohmann::json::object();
+  if (auto complete = adapters::complete_assignment(*task, req.knobs))
+    for (const auto& [k, v] : *complete)
+      knobs[k] = tuning::to_string(v);
+  nlohmann::json doc = {{"task", task->source},
+                        {"trial_dir", std::filesystem::absolute(req.trial_dir).string()},
+                        {"workdir", report->workdir},
+                        {"world_size", report->world_size},
+                        {"argv", report->argv},
+                        {"env", report->env},
+                        {"knobs", knobs},
+                        {"patches", req.patches},
+                        {"logs", report->log_files},
+                        {"result", result}};
+  std::ofstream{std::filesystem::path{req.trial_dir} / "result.json"} << doc.dump(2) << '\n';
+  out << doc.dump(2) << '\n';
+  if (!o.quiet)
+    err << "outcome " << result["outcome"].get<std::string>() << ": "
+        << result["detail"].get<std::string>() << " (" << result["wall_time_s"].get<double>()
+        << " s wall)\n";
+  return exit_ok;
+}
+
 } // namespace
 
 int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
@@ -196,6 +316,34 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   dump_cmd->add_option("--limit", dump.limit, "Print at most N events (0: all)")
     ->capture_default_str();
 
+  auto* trial = app.add_subcommand("trial", "Run single trials of a task");
+  trial->require_subcommand(1);
+  trial_run_options tr;
+  auto* trial_run = trial->add_subcommand(
+    "run", "Run one trial of TASK and print its result as JSON (stdout).\n"
+           "Progress (one line per step) and the outcome go to stderr. Rank logs and "
+           "result.json are kept in the trial directory.\n"
+           "Exit status 0 whatever the trial's outcome (ok, oom, crash, timeout, launch_error, "
+           "preempted); non-zero only when infrarsi itself could not run it.");
+  trial_run->add_option("TASK", tr.task, "Task file (TOML; docs/task-contract.md)")->required();
+  trial_run->add_option("--set", tr.sets, "Knob value KNOB=VALUE (repeatable); others default")
+    ->type_name("KNOB=VALUE");
+  trial_run->add_option("--patch", tr.patches,
+                        "Apply the task's patch NAME (repeatable, in order) in a copy of the "
+                        "workload")
+    ->type_name("NAME");
+  trial_run->add_option("--trial-dir", tr.trial_dir,
+                        "Directory for logs and result.json (default "
+                        ".infrarsi/trials/TASK/TIME-PID)");
+  trial_run->add_option("--trial-id", tr.trial_id, "Trial id recorded in the result")
+    ->capture_default_str();
+  trial_run->add_option("--timeout", tr.timeout_s,
+                        "Wall-clock limit in seconds (default: the task's limits.timeout_s)")
+    ->check(CLI::NonNegativeNumber);
+  trial_run->add_option("--memory-cap", tr.memory_cap,
+                        "Per-rank memory cap, e.g. 3GiB (default: limits.memory_cap_bytes)");
+  trial_run->add_flag("--quiet", tr.quiet, "No progress lines on stderr");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) { // --help, --help-all, --version
@@ -211,6 +359,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       return cmd_runs(runs_store, runs_json, out, err);
     if (dump_cmd->parsed())
       return cmd_log_dump(dump, out, err);
+    if (trial_run->parsed())
+      return cmd_trial_run(tr, out, err);
   } catch (const std::exception& e) {
     err << "infrarsi: internal error: " << e.what() << '\n';
     return exit_failure;

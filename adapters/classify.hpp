@@ -1,0 +1,78 @@
+#pragma once
+/// @file classify.hpp
+/// Classifies a finished trial into one terminal outcome from what the launcher observed.
+/// Pure function of its input (no I/O), so every rule is unit-tested without processes.
+///
+/// Rules, in order (docs/node-runner.md):
+///  1. The program could not be started (exec failed: missing binary, not executable):
+///     launch_error.
+///  2. Otherwise the earliest *cause* in time decides; events after the launcher began stopping
+///     the trial are consequences, not causes:
+///     memory cap exceeded -> oom; an OOM pattern in any rank's output -> oom;
+///     an exit status listed as OOM -> oom; the wall-clock limit -> timeout;
+///     a stop request (preemption, cancel) -> preempted;
+///     a rank exiting non-zero or by a signal -> launch_error if it happened within the launch
+///     window and before any metrics line, else crash.
+///  3. No cause: every rank exited 0. ok, unless a final metrics line was required and missing
+///     (crash: "exited 0 without the final metrics line").
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "messages/codec.hpp"
+
+namespace infrarsi::adapters {
+
+/// Something that can end a trial, with the time it was observed.
+struct trial_cause {
+  enum class kind_t : std::uint8_t {
+    exec_failed,      ///< the program could not be started
+    memory_cap,       ///< a rank's resident memory exceeded the cap (the launcher killed it)
+    oom_text,         ///< an OOM pattern appeared in a rank's stdout or stderr
+    exit_nonzero,     ///< a rank exited with a non-zero status (detail holds it)
+    killed_by_signal, ///< a rank died from a signal the launcher did not send
+    timeout,          ///< the wall-clock limit passed
+    stop_requested,   ///< the launcher was asked to stop the trial (preemption)
+  };
+  kind_t kind = kind_t::exit_nonzero;
+  /// Seconds since the trial started.
+  double at_s = 0.0;
+  /// Rank involved (-1: the whole trial).
+  int rank = -1;
+  /// Exit status for exit_nonzero, signal number for killed_by_signal.
+  int code = 0;
+  /// Evidence shown to the user (the OOM line, "RSS 3.1 GiB > cap 3.0 GiB", ...).
+  std::string detail;
+};
+
+/// What the launcher saw.
+struct trial_observation {
+  std::vector<trial_cause> causes;
+  /// Seconds since start when the launcher began stopping the trial (< 0: it never did).
+  double stop_began_at_s = -1.0;
+  /// Time of the first metrics line (< 0: none).
+  double first_metrics_at_s = -1.0;
+  /// All ranks exited with status 0.
+  bool all_exited_zero = false;
+  bool final_line_required = false;
+  bool final_line_seen = false;
+  /// The final line said status "ok" (when seen).
+  bool final_line_ok = true;
+  /// Launch window of the task (seconds).
+  double launch_window_s = 3.0;
+  /// Exit statuses that mean OOM.
+  std::vector<int> oom_exit_codes;
+};
+
+/// The verdict: outcome, the deciding cause (if any), and a one-line human explanation.
+struct trial_verdict {
+  wire::Outcome outcome = wire::Outcome::Unset;
+  int exit_code = 0;
+  std::string detail;
+};
+
+/// Applies the rules above.
+trial_verdict classify(const trial_observation& obs);
+
+} // namespace infrarsi::adapters

@@ -1,0 +1,232 @@
+#include "adapters/process.hpp"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "messages/errc.hpp"
+
+extern char** environ;
+
+namespace infrarsi::adapters {
+
+namespace {
+
+std::string errno_text(int err) {
+  return std::string{std::strerror(err)};
+}
+
+} // namespace
+
+caf::expected<child_process> spawn(const spawn_request& req) {
+  if (req.argv.empty())
+    return make_error(errc::invalid_argument, "spawn: empty argv");
+  if (!req.workdir.empty() && ::access(req.workdir.c_str(), X_OK) != 0)
+    return make_error(errc::invalid_argument,
+                      "spawn: working directory '" + req.workdir + "': " + errno_text(errno));
+  // Everything the child needs is prepared before fork (no allocation after fork).
+  std::vector<std::string> env_strings;
+  for (const auto& [k, v] : req.env)
+    env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp;
+  for (auto& s : env_strings)
+    envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args = req.argv;
+  std::vector<char*> argv;
+  for (auto& a : args)
+    argv.push_back(a.data());
+  argv.push_back(nullptr);
+  // Resolve the program on the child's PATH (execvpe would use ours).
+  std::string program = req.argv[0];
+  if (program.find('/') == std::string::npos) {
+    auto path_it = req.env.find("PATH");
+    std::string path = path_it != req.env.end() ? path_it->second : "/usr/local/bin:/usr/bin:/bin";
+    std::istringstream dirs{path};
+    std::string found;
+    for (std::string dir; std::getline(dirs, dir, ':');) {
+      auto candidate = (dir.empty() ? std::string{"."} : dir) + "/" + program;
+      if (::access(candidate.c_str(), X_OK) == 0) {
+        found = candidate;
+        break;
+      }
+    }
+    if (found.empty())
+      return make_error(errc::not_found,
+                        "spawn: program '" + program + "' not found on PATH=" + path);
+    program = found;
+  }
+
+  int out_pipe[2];
+  int err_pipe[2];
+  int exec_pipe[2]; // reports the exec errno to the parent; closed on a successful exec
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0)
+    return make_error(errc::io_error, "spawn: pipe: " + errno_text(errno));
+  if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
+    ::close(out_pipe[0]);
+    ::close(out_pipe[1]);
+    return make_error(errc::io_error, "spawn: pipe: " + errno_text(errno));
+  }
+  if (::pipe2(exec_pipe, O_CLOEXEC) != 0) {
+    for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]})
+      ::close(fd);
+    return make_error(errc::io_error, "spawn: pipe: " + errno_text(errno));
+  }
+  const char* workdir = req.workdir.empty() ? nullptr : req.workdir.c_str();
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1], exec_pipe[0],
+                   exec_pipe[1]})
+      ::close(fd);
+    return make_error(errc::io_error, "spawn: fork: " + errno_text(errno));
+  }
+  if (pid == 0) {
+    // Child: async-signal-safe calls only.
+    ::setpgid(0, 0);
+    ::dup2(out_pipe[1], STDOUT_FILENO);
+    ::dup2(err_pipe[1], STDERR_FILENO);
+    int devnull = ::open("/dev/null", O_RDONLY);
+    if (devnull >= 0)
+      ::dup2(devnull, STDIN_FILENO);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::signal(SIGPIPE, SIG_DFL);
+    if (workdir != nullptr && ::chdir(workdir) != 0) {
+      int e = errno;
+      [[maybe_unused]] auto n = ::write(exec_pipe[1], &e, sizeof e);
+      ::_exit(127);
+    }
+    ::execve(program.c_str(), argv.data(), envp.data());
+    int e = errno;
+    [[maybe_unused]] auto n = ::write(exec_pipe[1], &e, sizeof e);
+    ::_exit(127);
+  }
+  // Parent. Also set the group here, so it exists before we might signal it.
+  ::setpgid(pid, pid);
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+  ::close(exec_pipe[1]);
+  int child_errno = 0;
+  ssize_t n;
+  do {
+    n = ::read(exec_pipe[0], &child_errno, sizeof child_errno);
+  } while (n < 0 && errno == EINTR);
+  ::close(exec_pipe[0]);
+  if (n == static_cast<ssize_t>(sizeof child_errno)) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    ::close(out_pipe[0]);
+    ::close(err_pipe[0]);
+    return make_error(errc::not_found,
+                      "spawn: cannot execute '" + program + "': " + errno_text(child_errno));
+  }
+  for (int fd : {out_pipe[0], err_pipe[0]})
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  return child_process{pid, out_pipe[0], err_pipe[0]};
+}
+
+namespace {
+
+/// Calls f(pid, pgid) for every process in /proc.
+template <class F>
+void for_each_process(F f) {
+  DIR* dir = ::opendir("/proc");
+  if (dir == nullptr)
+    return;
+  while (auto* ent = ::readdir(dir)) {
+    char* end = nullptr;
+    long pid = std::strtol(ent->d_name, &end, 10);
+    if (*end != '\0' || pid <= 0)
+      continue;
+    std::ifstream stat{std::string{"/proc/"} + ent->d_name + "/stat"};
+    std::string content;
+    if (!std::getline(stat, content))
+      continue;
+    // Fields after the command (which may contain spaces) start after the last ')'.
+    auto close = content.rfind(')');
+    if (close == std::string::npos)
+      continue;
+    std::istringstream rest{content.substr(close + 2)};
+    char state = 0;
+    long ppid = 0;
+    long pgrp = 0;
+    rest >> state >> ppid >> pgrp;
+    if (state == 'Z')
+      continue;
+    f(static_cast<pid_t>(pid), static_cast<pid_t>(pgrp));
+  }
+  ::closedir(dir);
+}
+
+} // namespace
+
+std::vector<pid_t> group_members(pid_t pgid) {
+  std::vector<pid_t> result;
+  for_each_process([&](pid_t pid, pid_t pgrp) {
+    if (pgrp == pgid)
+      result.push_back(pid);
+  });
+  return result;
+}
+
+std::uint64_t group_rss_bytes(pid_t pgid) {
+  static const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  std::uint64_t total = 0;
+  for (auto pid : group_members(pgid)) {
+    std::ifstream statm{"/proc/" + std::to_string(pid) + "/statm"};
+    std::uint64_t size = 0;
+    std::uint64_t resident = 0;
+    if (statm >> size >> resident)
+      total += resident * page;
+  }
+  return total;
+}
+
+void signal_group(pid_t pgid, int sig) {
+  if (pgid > 1)
+    ::kill(-pgid, sig); // ESRCH: already gone, nothing to do
+}
+
+std::map<std::string, std::string> current_environment() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::string kv{*e};
+    auto eq = kv.find('=');
+    if (eq != std::string::npos)
+      env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return env;
+}
+
+caf::expected<int> free_tcp_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return make_error(errc::io_error, "free_tcp_port: socket: " + errno_text(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0
+      || ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    int e = errno;
+    ::close(fd);
+    return make_error(errc::io_error, "free_tcp_port: " + errno_text(e));
+  }
+  int port = ntohs(addr.sin_port);
+  ::close(fd);
+  return port;
+}
+
+} // namespace infrarsi::adapters

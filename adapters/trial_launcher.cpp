@@ -1,0 +1,574 @@
+#include "adapters/trial_launcher.hpp"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "adapters/classify.hpp"
+#include "adapters/process.hpp"
+#include "messages/errc.hpp"
+
+namespace infrarsi::adapters {
+
+namespace fs = std::filesystem;
+using clock_type = std::chrono::steady_clock;
+
+caf::expected<tuning::knob_assignment> complete_assignment(const tuning::task_spec& task,
+                                                           const tuning::knob_assignment& knobs) {
+  auto result = task.default_assignment();
+  for (const auto& [name, value] : knobs) {
+    const auto* knob = task.find_knob(name);
+    if (knob == nullptr) {
+      std::string names;
+      for (const auto& k : task.knobs)
+        names += (names.empty() ? "" : ", ") + k.name;
+      return make_error(errc::invalid_argument, "task '" + task.name + "' has no knob '" + name
+                                                  + "' (knobs: " + names + ")");
+    }
+    std::string why;
+    if (!tuning::in_domain(*knob, value, why))
+      return make_error(errc::invalid_argument, "knob '" + name + "': expected " + why
+                                                  + ", got " + tuning::to_string(value));
+    result[name] = value;
+  }
+  return result;
+}
+
+messages::trial_spec_msg make_trial_spec(const trial_request& req) {
+  wire::TrialSpecT spec;
+  spec.trial_id = req.trial_id;
+  spec.attempt = req.attempt;
+  for (const auto& [name, value] : req.knobs) {
+    auto k = std::make_unique<wire::KnobAssignmentT>();
+    k->name = name;
+    std::visit(
+      [&k](const auto& v) {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, std::int64_t>) {
+          wire::IntKnobT x;
+          x.value = v;
+          k->value.Set(std::move(x));
+        } else if constexpr (std::is_same_v<T, double>) {
+          wire::RealKnobT x;
+          x.value = v;
+          k->value.Set(std::move(x));
+        } else if constexpr (std::is_same_v<T, bool>) {
+          wire::BoolKnobT x;
+          x.value = v;
+          k->value.Set(std::move(x));
+        } else {
+          wire::TextKnobT x;
+          x.value = v;
+          k->value.Set(std::move(x));
+        }
+      },
+      value);
+    spec.knobs.push_back(std::move(k));
+  }
+  spec.patches = req.patches;
+  spec.timeout_s = req.timeout_s;
+  spec.memory_cap_bytes = req.memory_cap_bytes;
+  return messages::trial_spec_msg::pack(spec);
+}
+
+namespace {
+
+std::string gib_text(std::uint64_t bytes) {
+  std::ostringstream os;
+  os.precision(3);
+  os << static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0) << " GiB";
+  return os.str();
+}
+
+/// One output stream of one rank: pipe, log file, partial line.
+struct stream_state {
+  int fd = -1;
+  int rank = 0;
+  bool is_stdout = true;
+  std::ofstream log;
+  std::string partial;
+};
+
+/// One rank (or the command's single process).
+struct rank_state {
+  pid_t pid = -1;
+  bool running = false;
+  int wait_status = 0;
+  std::uint64_t peak_rss = 0;
+};
+
+/// Everything the supervision loop tracks.
+struct supervisor {
+  const trial_request& req;
+  const tuning::task_spec& task;
+  double timeout_s;
+  std::uint64_t cap;
+  clock_type::time_point start = clock_type::now();
+  std::vector<rank_state> ranks;
+  std::vector<stream_state> streams;
+  metrics_parser parser;
+  trial_observation obs;
+  bool stopping = false;
+  clock_type::time_point stop_time;
+  bool sent_kill = false;
+
+  supervisor(const trial_request& r, double timeout, std::uint64_t memory_cap)
+    : req(r), task(*r.task), timeout_s(timeout), cap(memory_cap), parser(r.task->metrics) {}
+
+  double now_s() const {
+    return std::chrono::duration<double>(clock_type::now() - start).count();
+  }
+
+  void add_cause(trial_cause::kind_t kind, int rank, int code, std::string detail) {
+    obs.causes.push_back({kind, now_s(), rank, code, std::move(detail)});
+  }
+
+  void begin_stop() {
+    if (stopping)
+      return;
+    stopping = true;
+    stop_time = clock_type::now();
+    obs.stop_began_at_s = now_s();
+    for (auto& r : ranks)
+      if (r.running)
+        signal_group(r.pid, SIGTERM);
+  }
+
+  void on_line(stream_state& s, std::string_view line) {
+    if (s.is_stdout && s.rank == task.metrics.reporting_rank) {
+      auto before = parser.steps().size();
+      parser.feed(line);
+      if (parser.steps().size() > before) {
+        if (obs.first_metrics_at_s < 0)
+          obs.first_metrics_at_s = now_s();
+        if (req.on_step)
+          req.on_step(parser.steps().back());
+      }
+    }
+    if (const auto* pattern = find_oom_pattern(task.metrics, line)) {
+      bool seen = false;
+      for (const auto& c : obs.causes)
+        seen = seen || (c.kind == trial_cause::kind_t::oom_text && c.rank == s.rank);
+      if (!seen)
+        add_cause(trial_cause::kind_t::oom_text, s.rank, 0,
+                  "out of memory ('" + *pattern + "'): " + std::string{line.substr(0, 300)});
+    }
+  }
+
+  /// Reads what is available; returns false at EOF.
+  bool drain(stream_state& s) {
+    char buf[65536];
+    for (;;) {
+      auto n = ::read(s.fd, buf, sizeof buf);
+      if (n > 0) {
+        s.log.write(buf, n);
+        s.partial.append(buf, static_cast<std::size_t>(n));
+        std::size_t begin = 0;
+        for (auto nl = s.partial.find('\n'); nl != std::string::npos;
+             nl = s.partial.find('\n', begin)) {
+          on_line(s, std::string_view{s.partial}.substr(begin, nl - begin));
+          begin = nl + 1;
+        }
+        s.partial.erase(0, begin);
+        if (s.partial.size() > (1u << 20)) { // a runaway line without newline
+          on_line(s, s.partial);
+          s.partial.clear();
+        }
+        continue;
+      }
+      if (n == 0) {
+        if (!s.partial.empty())
+          on_line(s, s.partial);
+        s.partial.clear();
+        s.log.flush();
+        return false;
+      }
+      if (errno == EINTR)
+        continue;
+      return errno == EAGAIN || errno == EWOULDBLOCK;
+    }
+  }
+
+  void reap() {
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      auto& r = ranks[i];
+      if (!r.running)
+        continue;
+      int status = 0;
+      auto got = ::waitpid(r.pid, &status, WNOHANG);
+      if (got != r.pid)
+        continue;
+      r.running = false;
+      r.wait_status = status;
+      int rank = static_cast<int>(i);
+      if (WIFEXITED(status) && WEXITSTATUS(status) != 0) {
+        add_cause(trial_cause::kind_t::exit_nonzero, rank, WEXITSTATUS(status),
+                  "exited with status " + std::to_string(WEXITSTATUS(status)));
+      } else if (WIFSIGNALED(status)) {
+        int sig = WTERMSIG(status);
+        add_cause(trial_cause::kind_t::killed_by_signal, rank, sig,
+                  std::string{"killed by signal "} + std::to_string(sig) + " (" + strsignal(sig)
+                    + (sig == SIGKILL ? "; possibly the kernel's OOM killer" : "") + ")");
+      }
+      // Any rank that ends while others still run: stop the rest at once, so nobody waits in
+      // a collective for a peer that is gone. A clean exit of one rank is not a failure, but
+      // the job cannot continue without it either.
+      if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+        begin_stop();
+    }
+    // Processes the rank left behind in its group (e.g. a data-loader worker) are stopped too.
+  }
+
+  void sample_memory() {
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      auto& r = ranks[i];
+      if (!r.running)
+        continue;
+      auto rss = group_rss_bytes(r.pid);
+      r.peak_rss = std::max(r.peak_rss, rss);
+      if (cap > 0 && rss > cap && !stopping) {
+        add_cause(trial_cause::kind_t::memory_cap, static_cast<int>(i), 0,
+                  "resident memory " + gib_text(rss) + " exceeded the per-rank cap of "
+                    + gib_text(cap) + " (" + std::to_string(rss) + " > " + std::to_string(cap)
+                    + " bytes)");
+        begin_stop();
+      }
+    }
+  }
+
+  bool any_running() const {
+    for (const auto& r : ranks)
+      if (r.running)
+        return true;
+    return false;
+  }
+
+  void loop() {
+    auto last_sample = clock_type::time_point{};
+    for (;;) {
+      std::vector<pollfd> fds;
+      std::vector<stream_state*> owners;
+      for (auto& s : streams)
+        if (s.fd >= 0) {
+          fds.push_back({s.fd, POLLIN, 0});
+          owners.push_back(&s);
+        }
+      if (fds.empty() && !any_running())
+        break;
+      if (!fds.empty()) {
+        ::poll(fds.data(), fds.size(), 50);
+        for (std::size_t i = 0; i < fds.size(); ++i)
+          if (fds[i].revents != 0 && !drain(*owners[i])) {
+            ::close(owners[i]->fd);
+            owners[i]->fd = -1;
+          }
+      } else {
+        ::usleep(20'000);
+      }
+      reap();
+      auto now = clock_type::now();
+      if (now - last_sample >= std::chrono::milliseconds(100)) {
+        sample_memory();
+        last_sample = now;
+      }
+      if (!stopping && now_s() > timeout_s) {
+        add_cause(trial_cause::kind_t::timeout, -1, 0,
+                  "wall-clock limit of " + std::to_string(timeout_s) + " s passed");
+        begin_stop();
+      }
+      if (!stopping && req.stop != nullptr && req.stop->load()) {
+        add_cause(trial_cause::kind_t::stop_requested, -1, 0, "stop requested (preempted)");
+        begin_stop();
+      }
+      if (stopping && !sent_kill
+          && std::chrono::duration<double>(now - stop_time).count() >= task.limits.kill_grace_s) {
+        for (auto& r : ranks)
+          signal_group(r.pid, SIGKILL);
+        sent_kill = true;
+      }
+      // Output pipes may be held open by a grandchild; once every rank has exited and the
+      // trial is over, give the stragglers the same treatment.
+      if (!any_running()) {
+        for (auto& r : ranks)
+          if (!group_members(r.pid).empty()) {
+            begin_stop();
+            if (sent_kill)
+              signal_group(r.pid, SIGKILL);
+          }
+        bool open = false;
+        for (const auto& s : streams)
+          open = open || s.fd >= 0;
+        if (open && sent_kill
+            && std::chrono::duration<double>(clock_type::now() - stop_time).count()
+                 > task.limits.kill_grace_s + 5.0) {
+          for (auto& s : streams)
+            if (s.fd >= 0) {
+              ::close(s.fd);
+              s.fd = -1;
+            }
+        }
+      }
+    }
+    // Nothing of the trial may survive it.
+    for (auto& r : ranks)
+      for (int attempt = 0; attempt < 50 && !group_members(r.pid).empty(); ++attempt) {
+        signal_group(r.pid, SIGKILL);
+        ::usleep(20'000);
+      }
+  }
+};
+
+caf::error copy_and_patch(const tuning::task_spec& task, const std::vector<std::string>& patches,
+                          const std::string& dest, std::string& failure) {
+  std::error_code ec;
+  fs::remove_all(dest, ec);
+  fs::copy(task.workload.workdir, dest,
+           fs::copy_options::recursive | fs::copy_options::copy_symlinks, ec);
+  if (ec)
+    return make_error(errc::io_error, "copy workload '" + task.workload.workdir + "' to '" + dest
+                                        + "': " + ec.message());
+  for (const auto& name : patches) {
+    const auto* patch = task.find_patch(name);
+    spawn_request git{{"git", "apply", "--whitespace=nowarn", patch->file},
+                      current_environment(),
+                      dest};
+    auto child = spawn(git);
+    if (!child) {
+      failure = "cannot run git apply for patch '" + name + "': " + describe(child.error());
+      return caf::none;
+    }
+    std::string err_text;
+    char buf[4096];
+    for (;;) {
+      pollfd pfd{child->stderr_fd, POLLIN, 0};
+      ::poll(&pfd, 1, 1000);
+      auto n = ::read(child->stderr_fd, buf, sizeof buf);
+      if (n > 0)
+        err_text.append(buf, static_cast<std::size_t>(n));
+      else if (n == 0 || (errno != EAGAIN && errno != EINTR))
+        break;
+    }
+    ::close(child->stdout_fd);
+    ::close(child->stderr_fd);
+    int status = 0;
+    ::waitpid(child->pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      failure = "patch '" + name + "' does not apply: " + err_text.substr(0, 500);
+      return caf::none;
+    }
+  }
+  return caf::none;
+}
+
+messages::trial_result_msg make_result(const trial_request& req, const trial_verdict& verdict,
+                                       const metrics_parser& parser, std::uint64_t peak_rss,
+                                       double wall_s, int world_size) {
+  wire::TrialResultT r;
+  r.trial_id = req.trial_id;
+  r.attempt = req.attempt;
+  r.outcome = verdict.outcome;
+  std::uint64_t peak = peak_rss;
+  for (const auto& s : parser.steps()) {
+    auto m = std::make_unique<wire::StepMetricsT>();
+    m->step = s.step;
+    m->loss = s.loss;
+    m->tokens = s.tokens;
+    m->step_time_s = s.step_time_s;
+    if (s.data_s)
+      m->data_s = *s.data_s;
+    if (s.forward_s)
+      m->forward_s = *s.forward_s;
+    if (s.backward_s)
+      m->backward_s = *s.backward_s;
+    if (s.optimizer_s)
+      m->optimizer_s = *s.optimizer_s;
+    if (s.communication_s)
+      m->communication_s = *s.communication_s;
+    if (s.peak_memory_bytes) {
+      m->peak_memory_bytes = *s.peak_memory_bytes;
+      peak = std::max(peak, *s.peak_memory_bytes);
+    }
+    r.steps.push_back(std::move(m));
+  }
+  r.peak_memory_bytes = peak;
+  r.wall_time_s = wall_s;
+  r.device_seconds = wall_s * world_size;
+  r.exit_code = verdict.exit_code;
+  r.detail = verdict.detail;
+  if (parser.malformed_lines() > 0)
+    r.detail += " [" + std::to_string(parser.malformed_lines())
+                + " malformed metrics line(s); first: " + parser.first_malformed() + "]";
+  return messages::trial_result_msg::pack(r);
+}
+
+} // namespace
+
+caf::expected<trial_report> run_trial(const trial_request& req) {
+  if (req.task == nullptr)
+    return make_error(errc::invalid_argument, "run_trial: no task");
+  const auto& task = *req.task;
+  auto knobs = complete_assignment(task, req.knobs);
+  if (!knobs)
+    return std::move(knobs.error());
+  for (const auto& p : req.patches)
+    if (task.find_patch(p) == nullptr) {
+      std::string names;
+      for (const auto& x : task.patches)
+        names += (names.empty() ? "" : ", ") + x.name;
+      return make_error(errc::invalid_argument, "task '" + task.name + "' has no patch '" + p
+                                                  + "' (patches: "
+                                                  + (names.empty() ? "none" : names) + ")");
+    }
+  std::error_code ec;
+  fs::create_directories(req.trial_dir, ec);
+  if (ec)
+    return make_error(errc::io_error,
+                      "trial directory '" + req.trial_dir + "': " + ec.message());
+  auto trial_dir = fs::absolute(req.trial_dir).lexically_normal().string();
+  double timeout_s = req.timeout_s > 0 ? req.timeout_s : task.limits.timeout_s;
+  std::uint64_t cap = req.memory_cap_bytes > 0 ? req.memory_cap_bytes
+                                                : task.limits.memory_cap_bytes;
+
+  // Render world size first (it may come from a knob), then everything else.
+  std::string why;
+  std::map<std::string, std::string> builtins{{"trial_id", std::to_string(req.trial_id)},
+                                              {"attempt", std::to_string(req.attempt)},
+                                              {"trial_dir", trial_dir},
+                                              {"memory_cap_bytes", std::to_string(cap)}};
+  auto vars = tuning::template_vars(task, *knobs, builtins);
+  auto ws_text = tuning::render_template(task.workload.world_size, vars, why);
+  if (!ws_text)
+    return make_error(errc::invalid_argument, "workload.world_size: " + why);
+  char* end = nullptr;
+  long world_size = std::strtol(ws_text->c_str(), &end, 10);
+  if (ws_text->empty() || *end != '\0' || world_size < 1 || world_size > 4096)
+    return make_error(errc::invalid_argument, "workload.world_size renders to '" + *ws_text
+                                                + "', expected an integer in 1..4096");
+  vars.emplace("world_size", std::to_string(world_size));
+  bool ranks_launcher = task.workload.launcher == tuning::launcher_kind::ranks;
+  int processes = ranks_launcher ? static_cast<int>(world_size) : 1;
+
+  trial_report report;
+  report.world_size = static_cast<int>(world_size);
+  report.workdir = task.workload.workdir;
+  supervisor sup{req, timeout_s, cap};
+  sup.obs.final_line_required = task.metrics.require_final_line
+                                && task.metrics.format
+                                     == tuning::metrics_spec::format_kind::json_lines;
+  sup.obs.launch_window_s = task.limits.launch_window_s;
+  sup.obs.oom_exit_codes = task.metrics.oom_exit_codes;
+  if (!sup.parser.config_error().empty())
+    return make_error(errc::invalid_argument, task.source + ": " + sup.parser.config_error());
+
+  auto finish = [&](const trial_verdict& verdict) {
+    double wall = sup.now_s();
+    std::uint64_t peak = 0;
+    for (const auto& r : sup.ranks)
+      peak = std::max(peak, r.peak_rss);
+    report.result = make_result(req, verdict, sup.parser, peak, wall, report.world_size);
+    return report;
+  };
+
+  if (!req.patches.empty()) {
+    std::string failure;
+    auto dest = trial_dir + "/workdir";
+    if (auto err = copy_and_patch(task, req.patches, dest, failure))
+      return err;
+    if (!failure.empty())
+      return finish({wire::Outcome::LaunchError, 0, failure});
+    report.workdir = dest;
+  }
+
+  int port = 0;
+  if (ranks_launcher) {
+    auto p = free_tcp_port();
+    if (!p)
+      return std::move(p.error());
+    port = *p;
+  }
+  auto base_env = current_environment();
+  base_env.emplace("PYTHONUNBUFFERED", "1"); // line-timely output from Python workloads
+  for (int rank = 0; rank < processes; ++rank) {
+    auto rank_vars = vars;
+    if (ranks_launcher)
+      rank_vars["rank"] = std::to_string(rank);
+    spawn_request sreq;
+    sreq.workdir = report.workdir;
+    for (const auto& a : task.workload.argv) {
+      auto rendered = tuning::render_template(a, rank_vars, why);
+      if (!rendered)
+        return make_error(errc::invalid_argument, "workload.argv: " + why);
+      sreq.argv.push_back(*rendered);
+    }
+    sreq.env = base_env;
+    for (const auto& [k, v] : task.workload.env) {
+      auto rendered = tuning::render_template(v, rank_vars, why);
+      if (!rendered)
+        return make_error(errc::invalid_argument, "workload.env." + k + ": " + why);
+      sreq.env[k] = *rendered;
+      if (rank == 0)
+        report.env[k] = *rendered;
+    }
+    if (ranks_launcher) {
+      sreq.env["RANK"] = std::to_string(rank);
+      sreq.env["LOCAL_RANK"] = std::to_string(rank);
+      sreq.env["WORLD_SIZE"] = std::to_string(world_size);
+      sreq.env["LOCAL_WORLD_SIZE"] = std::to_string(world_size);
+      sreq.env["MASTER_ADDR"] = "127.0.0.1";
+      sreq.env["MASTER_PORT"] = std::to_string(port);
+    }
+    sreq.env["INFRARSI_TRIAL_ID"] = std::to_string(req.trial_id);
+    sreq.env["INFRARSI_ATTEMPT"] = std::to_string(req.attempt);
+    sreq.env["INFRARSI_TRIAL_DIR"] = trial_dir;
+    if (cap > 0)
+      sreq.env["INFRARSI_MEMORY_CAP_BYTES"] = std::to_string(cap);
+    if (rank == 0)
+      report.argv = sreq.argv;
+
+    auto child = spawn(sreq);
+    if (!child) {
+      if (code_of(child.error()) == errc::not_found) {
+        sup.add_cause(trial_cause::kind_t::exec_failed, rank, 127, describe(child.error()));
+        sup.begin_stop();
+        break;
+      }
+      sup.begin_stop();
+      sup.loop();
+      return std::move(child.error());
+    }
+    sup.ranks.push_back({child->pid, true, 0, 0});
+    for (bool is_out : {true, false}) {
+      stream_state s;
+      s.fd = is_out ? child->stdout_fd : child->stderr_fd;
+      s.rank = rank;
+      s.is_stdout = is_out;
+      auto path = trial_dir + "/rank-" + std::to_string(rank) + (is_out ? ".stdout" : ".stderr");
+      s.log.open(path, std::ios::binary | std::ios::trunc);
+      report.log_files.push_back(path);
+      sup.streams.push_back(std::move(s));
+    }
+  }
+  sup.loop();
+
+  bool all_zero = !sup.ranks.empty();
+  for (const auto& r : sup.ranks)
+    all_zero = all_zero && WIFEXITED(r.wait_status) && WEXITSTATUS(r.wait_status) == 0;
+  sup.obs.all_exited_zero = all_zero && static_cast<int>(sup.ranks.size()) == processes;
+  sup.obs.final_line_seen = sup.parser.final_seen();
+  if (sup.parser.final_seen()) {
+    const auto& f = *sup.parser.final_line();
+    auto st = f.find("status");
+    sup.obs.final_line_ok = st == f.end() || (st->is_string() && st->get<std::string>() == "ok");
+  }
+  return finish(classify(sup.obs));
+}
+
+} // namespace infrarsi::adapters

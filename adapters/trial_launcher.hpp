@@ -1,0 +1,76 @@
+#pragma once
+/// @file trial_launcher.hpp
+/// Runs one trial of a training job faithfully (DESIGN.md, node-runner): renders the knob
+/// assignment into argv and environment exactly as the task says, starts the ranks (each in its
+/// own process group, torchrun environment contract, a free rendezvous port per trial) or the
+/// user's own command, caps per-rank memory, enforces the wall-clock limit, stops every rank as
+/// soon as one fails, keeps each rank's stdout/stderr in the trial directory, reads the metrics,
+/// and classifies the outcome (classify.hpp). Reference: docs/node-runner.md.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <caf/expected.hpp>
+
+#include "adapters/metrics.hpp"
+#include "messages/codec.hpp"
+#include "tuning/task.hpp"
+
+namespace infrarsi::adapters {
+
+/// One trial to run.
+struct trial_request {
+  /// The task (must outlive the call).
+  const tuning::task_spec* task = nullptr;
+  /// Knob values; knobs not named here take their defaults.
+  tuning::knob_assignment knobs;
+  /// Names of task patches to apply, in order (the trial then runs in a patched copy).
+  std::vector<std::string> patches;
+  std::uint64_t trial_id = 0;
+  std::uint32_t attempt = 0;
+  /// Directory for this trial's logs (and patched copy); created if missing.
+  std::string trial_dir;
+  /// Overrides of the task's limits; 0 keeps the task's value.
+  double timeout_s = 0.0;
+  std::uint64_t memory_cap_bytes = 0;
+  /// Set to true (from any thread) to stop the trial; it ends as preempted.
+  const std::atomic<bool>* stop = nullptr;
+  /// Called for every metrics step as it is read (progress display); may be empty.
+  std::function<void(const step_sample&)> on_step;
+};
+
+/// What happened, for the caller and the user.
+struct trial_report {
+  /// The FlatBuffers result (outcome, steps, peak memory, wall time, device-seconds, detail).
+  messages::trial_result_msg result;
+  /// The argv each rank ran (rank 0's for the ranks launcher) and the knob-rendered environment
+  /// entries (inherited variables not included).
+  std::vector<std::string> argv;
+  std::map<std::string, std::string> env;
+  /// Working directory the trial ran in (a patched copy when patches were applied).
+  std::string workdir;
+  /// Number of ranks (or devices of a command).
+  int world_size = 1;
+  /// Per-rank log files: rank-N.stdout, rank-N.stderr.
+  std::vector<std::string> log_files;
+};
+
+/// Checks an assignment against the task: every name is a knob, every value in its domain.
+/// Returns the complete assignment (defaults filled in). Error: errc::invalid_argument naming the
+/// knob, the value and what was expected.
+[[nodiscard]] caf::expected<tuning::knob_assignment>
+complete_assignment(const tuning::task_spec& task, const tuning::knob_assignment& knobs);
+
+/// Runs the trial to its end. Every trial outcome (ok, oom, crash, timeout, launch_error,
+/// preempted) is a successful return; errors mean the tool itself could not run it:
+/// errc::invalid_argument (unknown knob or patch, value out of domain, template error),
+/// errc::io_error (cannot create the trial directory, fork failed).
+[[nodiscard]] caf::expected<trial_report> run_trial(const trial_request& req);
+
+/// A TrialSpec message for a request (what the node-runner receives and the log records).
+messages::trial_spec_msg make_trial_spec(const trial_request& req);
+
+} // namespace infrarsi::adapters

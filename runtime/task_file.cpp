@@ -1,0 +1,447 @@
+#include "runtime/task_file.hpp"
+
+#include <cmath>
+#include <filesystem>
+#include <set>
+#include <sstream>
+
+#include <toml++/toml.h>
+
+#include "messages/errc.hpp"
+
+namespace infrarsi::runtime {
+
+namespace fs = std::filesystem;
+using tuning::knob_spec;
+using tuning::knob_type;
+using tuning::knob_value;
+
+namespace {
+
+/// Thrown inside the loader only; converted to caf::error at the border of load_task_file.
+struct task_error {
+  std::string message;
+};
+
+std::string describe_node(const toml::node& n) {
+  std::ostringstream os;
+  if (n.is_string())
+    os << "string \"" << *n.value<std::string>() << '"';
+  else if (n.is_integer())
+    os << "integer " << *n.value<std::int64_t>();
+  else if (n.is_floating_point())
+    os << "float " << *n.value<double>();
+  else if (n.is_boolean())
+    os << "boolean " << (*n.value<bool>() ? "true" : "false");
+  else if (n.is_array())
+    os << "an array";
+  else if (n.is_table())
+    os << "a table";
+  else
+    os << "a date/time";
+  return os.str();
+}
+
+class reader {
+public:
+  explicit reader(std::string file) : file_(std::move(file)) {}
+
+  [[noreturn]] void fail(const toml::node* at, const std::string& key,
+                         const std::string& message) const {
+    std::ostringstream os;
+    os << file_;
+    if (at != nullptr && at->source().begin.line > 0)
+      os << ':' << at->source().begin.line << ':' << at->source().begin.column;
+    os << ": " << key << ": " << message;
+    throw task_error{os.str()};
+  }
+
+  [[noreturn]] void expected(const toml::node& at, const std::string& key,
+                             const std::string& what) const {
+    fail(&at, key, "expected " + what + ", got " + describe_node(at));
+  }
+
+  void only_keys(const toml::table& t, const std::string& where,
+                 const std::set<std::string>& allowed) const {
+    for (const auto& [k, v] : t) {
+      std::string key{k.str()};
+      if (allowed.count(key) == 0) {
+        std::string list;
+        for (const auto& a : allowed)
+          list += (list.empty() ? "" : ", ") + a;
+        fail(&v, where.empty() ? key : where + "." + key,
+             "unknown key (allowed here: " + list + ")");
+      }
+    }
+  }
+
+  const toml::table& table(const toml::table& t, const std::string& key, const std::string& where,
+                           bool required) const {
+    static const toml::table empty;
+    const auto* n = t.get(key);
+    if (n == nullptr) {
+      if (required)
+        fail(&t, join(where, key), "missing (a table is required)");
+      return empty;
+    }
+    if (!n->is_table())
+      expected(*n, join(where, key), "a table");
+    return *n->as_table();
+  }
+
+  std::optional<std::string> string(const toml::table& t, const std::string& key,
+                                    const std::string& where, bool required) const {
+    const auto* n = t.get(key);
+    if (n == nullptr) {
+      if (required)
+        fail(&t, join(where, key), "missing (a string is required)");
+      return std::nullopt;
+    }
+    if (!n->is_string())
+      expected(*n, join(where, key), "a string");
+    return *n->value<std::string>();
+  }
+
+  std::optional<double> number(const toml::table& t, const std::string& key,
+                               const std::string& where, double min_value) const {
+    const auto* n = t.get(key);
+    if (n == nullptr)
+      return std::nullopt;
+    if (!n->is_number())
+      expected(*n, join(where, key), "a number");
+    auto v = *n->value<double>();
+    if (!std::isfinite(v) || v < min_value)
+      expected(*n, join(where, key), "a finite number >= " + std::to_string(min_value));
+    return v;
+  }
+
+  std::optional<bool> boolean(const toml::table& t, const std::string& key,
+                              const std::string& where) const {
+    const auto* n = t.get(key);
+    if (n == nullptr)
+      return std::nullopt;
+    if (!n->is_boolean())
+      expected(*n, join(where, key), "true or false");
+    return *n->value<bool>();
+  }
+
+  std::vector<std::string> strings(const toml::table& t, const std::string& key,
+                                   const std::string& where, bool required) const {
+    const auto* n = t.get(key);
+    std::vector<std::string> out;
+    if (n == nullptr) {
+      if (required)
+        fail(&t, join(where, key), "missing (an array of strings is required)");
+      return out;
+    }
+    if (!n->is_array())
+      expected(*n, join(where, key), "an array of strings");
+    std::size_t i = 0;
+    for (const auto& e : *n->as_array()) {
+      if (!e.is_string())
+        expected(e, join(where, key) + "[" + std::to_string(i) + "]", "a string");
+      out.push_back(*e.value<std::string>());
+      ++i;
+    }
+    return out;
+  }
+
+  std::uint64_t byte_size(const toml::table& t, const std::string& key, const std::string& where,
+                          std::uint64_t fallback) const {
+    const auto* n = t.get(key);
+    if (n == nullptr)
+      return fallback;
+    std::uint64_t out = 0;
+    if (n->is_integer() && *n->value<std::int64_t>() >= 0)
+      return static_cast<std::uint64_t>(*n->value<std::int64_t>());
+    if (n->is_string() && parse_byte_size(*n->value<std::string>(), out))
+      return out;
+    expected(*n, join(where, key),
+             "a byte count (non-negative integer, or a string such as \"3GiB\" or \"512MB\")");
+  }
+
+  std::string resolve(const std::string& path) const {
+    fs::path p{path};
+    if (p.is_relative())
+      p = fs::path{file_}.parent_path() / p;
+    return fs::weakly_canonical(p).string();
+  }
+
+  static std::string join(const std::string& where, const std::string& key) {
+    return where.empty() ? key : where + "." + key;
+  }
+
+private:
+  std::string file_;
+};
+
+knob_type parse_knob_type(const reader& r, const toml::node& n, const std::string& key) {
+  auto text = n.value<std::string>();
+  if (!text)
+    r.expected(n, key, "one of \"int\", \"real\", \"bool\", \"choice\"");
+  if (*text == "int")
+    return knob_type::integer;
+  if (*text == "real")
+    return knob_type::real;
+  if (*text == "bool")
+    return knob_type::boolean;
+  if (*text == "choice")
+    return knob_type::choice;
+  r.expected(n, key, "one of \"int\", \"real\", \"bool\", \"choice\"");
+}
+
+knob_value knob_value_of(const reader& r, const toml::node& n, knob_type type,
+                         const std::string& key) {
+  switch (type) {
+    case knob_type::integer:
+      if (n.is_integer())
+        return *n.value<std::int64_t>();
+      r.expected(n, key, "an integer");
+    case knob_type::real:
+      if (n.is_number())
+        return *n.value<double>();
+      r.expected(n, key, "a number");
+    case knob_type::boolean:
+      if (n.is_boolean())
+        return *n.value<bool>();
+      r.expected(n, key, "true or false");
+    case knob_type::choice:
+      if (n.is_string())
+        return *n.value<std::string>();
+      r.expected(n, key, "a string");
+  }
+  r.expected(n, key, "a knob value");
+}
+
+knob_spec parse_knob(const reader& r, const toml::table& t, const std::string& where) {
+  r.only_keys(t, where, {"name", "type", "values", "min", "max", "default", "true_text",
+                         "false_text", "tags", "description"});
+  knob_spec k;
+  k.name = *r.string(t, "name", where, true);
+  if (k.name.empty() || k.name.find_first_of("{} \t") != std::string::npos)
+    r.fail(t.get("name"), where + ".name", "expected a name without spaces or braces, got \""
+                                             + k.name + "\"");
+  const auto* type = t.get("type");
+  if (type == nullptr)
+    r.fail(&t, where + ".type", "missing (one of \"int\", \"real\", \"bool\", \"choice\")");
+  k.type = parse_knob_type(r, *type, where + ".type");
+  if (const auto* values = t.get("values")) {
+    if (!values->is_array() || values->as_array()->empty())
+      r.expected(*values, where + ".values", "a non-empty array");
+    std::size_t i = 0;
+    for (const auto& v : *values->as_array())
+      k.values.push_back(knob_value_of(r, v, k.type, where + ".values[" + std::to_string(i++) + "]"));
+  }
+  k.min = r.number(t, "min", where, -1e300);
+  k.max = r.number(t, "max", where, -1e300);
+  if (k.type == knob_type::choice && k.values.empty())
+    r.fail(&t, where + ".values", "missing (a choice knob needs its list of values)");
+  if ((k.type == knob_type::integer || k.type == knob_type::real) && k.values.empty()
+      && !(k.min && k.max))
+    r.fail(&t, where, "knob '" + k.name + "' needs either values = [...] or both min and max");
+  if (k.min && k.max && *k.min > *k.max)
+    r.fail(t.get("min"), where + ".min", "greater than max");
+  const auto* def = t.get("default");
+  if (def == nullptr)
+    r.fail(&t, where + ".default", "missing (the baseline value a user runs today)");
+  k.default_value = knob_value_of(r, *def, k.type, where + ".default");
+  std::string why;
+  if (!tuning::in_domain(k, k.default_value, why))
+    r.fail(def, where + ".default", "expected " + why + ", got " + describe_node(*def));
+  if (auto s = r.string(t, "true_text", where, false))
+    k.true_text = *s;
+  if (auto s = r.string(t, "false_text", where, false))
+    k.false_text = *s;
+  k.tags = r.strings(t, "tags", where, false);
+  r.string(t, "description", where, false);
+  return k;
+}
+
+tuning::task_spec parse_task(const reader& r, const toml::table& root) {
+  r.only_keys(root, "", {"name", "description", "workload", "knobs", "metrics", "limits",
+                         "patches"});
+  tuning::task_spec task;
+  task.name = *r.string(root, "name", "", true);
+  r.string(root, "description", "", false);
+
+  const auto& w = r.table(root, "workload", "", true);
+  r.only_keys(w, "workload", {"workdir", "launcher", "argv", "env", "world_size"});
+  task.workload.workdir = r.resolve(r.string(w, "workdir", "workload", false).value_or("."));
+  if (auto l = r.string(w, "launcher", "workload", false)) {
+    if (*l == "ranks")
+      task.workload.launcher = tuning::launcher_kind::ranks;
+    else if (*l == "command")
+      task.workload.launcher = tuning::launcher_kind::command;
+    else
+      r.expected(*w.get("launcher"), "workload.launcher", "\"ranks\" or \"command\"");
+  }
+  task.workload.argv = r.strings(w, "argv", "workload", true);
+  if (task.workload.argv.empty())
+    r.fail(w.get("argv"), "workload.argv", "expected at least the program to run, got []");
+  if (const auto* ws = w.get("world_size")) {
+    if (ws->is_integer() && *ws->value<std::int64_t>() >= 1)
+      task.workload.world_size = std::to_string(*ws->value<std::int64_t>());
+    else if (ws->is_string())
+      task.workload.world_size = *ws->value<std::string>();
+    else
+      r.expected(*ws, "workload.world_size", "a positive integer or a template such as "
+                                             "\"{world_size}\"");
+  }
+  const auto& env = r.table(w, "env", "workload", false);
+  for (const auto& [k, v] : env) {
+    if (!v.is_string())
+      r.expected(v, "workload.env." + std::string{k.str()}, "a string");
+    task.workload.env[std::string{k.str()}] = *v.value<std::string>();
+  }
+
+  if (const auto* knobs = root.get("knobs")) {
+    if (!knobs->is_array_of_tables())
+      r.expected(*knobs, "knobs", "an array of tables ([[knobs]])");
+    std::size_t i = 0;
+    for (const auto& k : *knobs->as_array()) {
+      auto where = "knobs[" + std::to_string(i++) + "]";
+      auto spec = parse_knob(r, *k.as_table(), where);
+      if (task.find_knob(spec.name) != nullptr)
+        r.fail(&k, where + ".name", "duplicate knob '" + spec.name + "'");
+      task.knobs.push_back(std::move(spec));
+    }
+  }
+
+  const auto& m = r.table(root, "metrics", "", false);
+  r.only_keys(m, "metrics", {"format", "prefix", "regex", "regex_fields", "tokens_per_step",
+                             "reporting_rank", "require_final_line", "oom_patterns",
+                             "oom_exit_codes"});
+  if (auto f = r.string(m, "format", "metrics", false)) {
+    if (*f == "json_lines")
+      task.metrics.format = tuning::metrics_spec::format_kind::json_lines;
+    else if (*f == "regex")
+      task.metrics.format = tuning::metrics_spec::format_kind::regex;
+    else
+      r.expected(*m.get("format"), "metrics.format", "\"json_lines\" or \"regex\"");
+  }
+  if (auto p = r.string(m, "prefix", "metrics", false))
+    task.metrics.prefix = *p;
+  if (auto rx = r.string(m, "regex", "metrics", false))
+    task.metrics.regex = *rx;
+  task.metrics.regex_fields = r.strings(m, "regex_fields", "metrics", false);
+  static const std::set<std::string> fields{"step", "loss", "tokens", "step_time_s",
+                                            "step_time_ms", "peak_memory_bytes",
+                                            "peak_memory_mb"};
+  for (std::size_t i = 0; i < task.metrics.regex_fields.size(); ++i)
+    if (fields.count(task.metrics.regex_fields[i]) == 0)
+      r.fail(m.get("regex_fields"), "metrics.regex_fields[" + std::to_string(i) + "]",
+             "expected one of step, loss, tokens, step_time_s, step_time_ms, peak_memory_bytes, "
+             "peak_memory_mb, got \""
+               + task.metrics.regex_fields[i] + "\"");
+  if (task.metrics.format == tuning::metrics_spec::format_kind::regex) {
+    if (task.metrics.regex.empty())
+      r.fail(&m, "metrics.regex", "missing (format \"regex\" needs a regular expression)");
+    if (task.metrics.regex_fields.empty())
+      r.fail(&m, "metrics.regex_fields", "missing (one field name per capture group)");
+    if (std::find(task.metrics.regex_fields.begin(), task.metrics.regex_fields.end(), "step")
+          == task.metrics.regex_fields.end())
+      r.fail(m.get("regex_fields"), "metrics.regex_fields", "must include \"step\"");
+    task.metrics.require_final_line = false;
+  }
+  if (auto tps = r.number(m, "tokens_per_step", "metrics", 0))
+    task.metrics.tokens_per_step = static_cast<std::uint64_t>(*tps);
+  if (auto rr = r.number(m, "reporting_rank", "metrics", 0))
+    task.metrics.reporting_rank = static_cast<int>(*rr);
+  if (auto rf = r.boolean(m, "require_final_line", "metrics"))
+    task.metrics.require_final_line = *rf;
+  if (m.get("oom_patterns") != nullptr)
+    task.metrics.oom_patterns = r.strings(m, "oom_patterns", "metrics", false);
+  if (const auto* codes = m.get("oom_exit_codes")) {
+    if (!codes->is_array())
+      r.expected(*codes, "metrics.oom_exit_codes", "an array of integers");
+    task.metrics.oom_exit_codes.clear();
+    for (const auto& c : *codes->as_array()) {
+      if (!c.is_integer())
+        r.expected(c, "metrics.oom_exit_codes[]", "an integer");
+      task.metrics.oom_exit_codes.push_back(static_cast<int>(*c.value<std::int64_t>()));
+    }
+  }
+
+  const auto& l = r.table(root, "limits", "", false);
+  r.only_keys(l, "limits", {"timeout_s", "memory_cap_bytes", "kill_grace_s", "launch_window_s"});
+  if (auto v = r.number(l, "timeout_s", "limits", 0.001))
+    task.limits.timeout_s = *v;
+  task.limits.memory_cap_bytes = r.byte_size(l, "memory_cap_bytes", "limits", 0);
+  if (auto v = r.number(l, "kill_grace_s", "limits", 0))
+    task.limits.kill_grace_s = *v;
+  if (auto v = r.number(l, "launch_window_s", "limits", 0))
+    task.limits.launch_window_s = *v;
+
+  if (const auto* patches = root.get("patches")) {
+    if (!patches->is_array_of_tables())
+      r.expected(*patches, "patches", "an array of tables ([[patches]])");
+    std::size_t i = 0;
+    for (const auto& p : *patches->as_array()) {
+      auto where = "patches[" + std::to_string(i++) + "]";
+      const auto& t = *p.as_table();
+      r.only_keys(t, where, {"name", "file", "description"});
+      tuning::patch_spec spec;
+      spec.name = *r.string(t, "name", where, true);
+      spec.file = r.resolve(*r.string(t, "file", where, true));
+      spec.description = r.string(t, "description", where, false).value_or("");
+      if (!fs::is_regular_file(spec.file))
+        r.fail(t.get("file"), where + ".file", "no such file: " + spec.file);
+      if (task.find_patch(spec.name) != nullptr)
+        r.fail(&p, where + ".name", "duplicate patch '" + spec.name + "'");
+      task.patches.push_back(std::move(spec));
+    }
+  }
+  return task;
+}
+
+} // namespace
+
+bool parse_byte_size(const std::string& text, std::uint64_t& out) {
+  std::size_t pos = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &pos);
+  } catch (const std::exception&) {
+    return false;
+  }
+  auto unit = text.substr(pos);
+  while (!unit.empty() && unit.front() == ' ')
+    unit.erase(unit.begin());
+  static const std::pair<const char*, double> units[] = {
+    {"", 1.0},      {"B", 1.0},      {"KB", 1e3},       {"MB", 1e6},       {"GB", 1e9},
+    {"TB", 1e12},   {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
+    {"TiB", 1099511627776.0}};
+  for (const auto& [name, factor] : units) {
+    if (unit == name) {
+      auto bytes = value * factor;
+      if (!std::isfinite(bytes) || bytes < 0 || bytes > 1.8e19)
+        return false;
+      out = static_cast<std::uint64_t>(std::llround(bytes));
+      return true;
+    }
+  }
+  return false;
+}
+
+caf::expected<tuning::task_spec> load_task_file(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec))
+    return make_error(errc::not_found, "task file '" + path + "': no such file");
+  auto abs = fs::absolute(path).lexically_normal().string();
+  try {
+    auto root = toml::parse_file(abs);
+    reader r{abs};
+    auto task = parse_task(r, root);
+    task.source = abs;
+    return task;
+  } catch (const toml::parse_error& e) {
+    std::ostringstream os;
+    os << abs << ':' << e.source().begin.line << ':' << e.source().begin.column
+       << ": TOML syntax error: " << e.description();
+    return make_error(errc::invalid_argument, os.str());
+  } catch (const task_error& e) {
+    return make_error(errc::invalid_argument, e.message);
+  }
+}
+
+} // namespace infrarsi::runtime

@@ -1,0 +1,87 @@
+// Tests for adapters/metrics.cpp: JSON lines and regex metrics, malformed input, NaN losses.
+
+#include "adapters/metrics.hpp"
+
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+namespace infrarsi::adapters {
+namespace {
+
+TEST(Metrics, JsonLinesWithPrefixAnywhereInTheLine) {
+  tuning::metrics_spec spec;
+  metrics_parser p{spec};
+  p.feed("loading data...");
+  p.feed("INFRARSI_METRICS {\"step\": 0, \"loss\": 5.5, \"tokens\": 8192, \"step_time_s\": 1.25, "
+         "\"backward_s\": 0.5, \"peak_memory_bytes\": 123456, \"warmup\": true}");
+  p.feed("[rank0] INFRARSI_METRICS {\"step\": 1, \"loss\": 5.25, \"tokens\": 8192, "
+         "\"step_time_s\": 1.0}\r");
+  p.feed("INFRARSI_METRICS {\"event\": \"final\", \"status\": \"ok\", \"steps\": 2}");
+  ASSERT_EQ(p.steps().size(), 2u);
+  EXPECT_EQ(p.steps()[0].tokens, 8192u);
+  EXPECT_DOUBLE_EQ(*p.steps()[0].backward_s, 0.5);
+  EXPECT_FALSE(p.steps()[0].forward_s.has_value());
+  EXPECT_EQ(*p.steps()[0].peak_memory_bytes, 123456u);
+  EXPECT_TRUE(p.steps()[0].warmup);
+  EXPECT_DOUBLE_EQ(p.steps()[1].loss, 5.25);
+  EXPECT_FALSE(p.steps()[1].warmup);
+  ASSERT_TRUE(p.final_seen());
+  EXPECT_EQ((*p.final_line())["steps"], 2);
+  EXPECT_EQ(p.malformed_lines(), 0u);
+}
+
+TEST(Metrics, MalformedLinesAreCountedNotFatal) {
+  tuning::metrics_spec spec;
+  metrics_parser p{spec};
+  p.feed("INFRARSI_METRICS {not json");
+  p.feed("INFRARSI_METRICS {\"step\": 3}");
+  p.feed("INFRARSI_METRICS {\"step\": 4, \"loss\": null, \"step_time_s\": 0.1}");
+  EXPECT_EQ(p.malformed_lines(), 2u);
+  EXPECT_NE(p.first_malformed().find("not a JSON object"), std::string::npos);
+  ASSERT_EQ(p.steps().size(), 1u);
+  EXPECT_TRUE(std::isnan(p.steps()[0].loss)); // a NaN loss is kept as NaN, never as 0
+}
+
+TEST(Metrics, RegexFieldsAndUnits) {
+  tuning::metrics_spec spec;
+  spec.format = tuning::metrics_spec::format_kind::regex;
+  spec.regex = R"(iter (\d+): loss ([0-9.]+|nan), time ([0-9.]+)ms, mem ([0-9.]+)MB)";
+  spec.regex_fields = {"step", "loss", "step_time_ms", "peak_memory_mb"};
+  spec.tokens_per_step = 512;
+  metrics_parser p{spec};
+  EXPECT_TRUE(p.config_error().empty());
+  p.feed("iter 10: loss 2.31, time 95.2ms, mem 100MB");
+  p.feed("iter 11: loss nan, time 95.0ms, mem 100MB");
+  p.feed("eval loss 2.0");
+  ASSERT_EQ(p.steps().size(), 2u);
+  EXPECT_EQ(p.steps()[0].step, 10u);
+  EXPECT_DOUBLE_EQ(p.steps()[0].step_time_s, 0.0952);
+  EXPECT_EQ(*p.steps()[0].peak_memory_bytes, 100u * 1048576u);
+  EXPECT_EQ(p.steps()[0].tokens, 512u);
+  EXPECT_TRUE(std::isnan(p.steps()[1].loss));
+}
+
+TEST(Metrics, BadRegexIsAConfigError) {
+  tuning::metrics_spec spec;
+  spec.format = tuning::metrics_spec::format_kind::regex;
+  spec.regex = "iter (\\d+";
+  spec.regex_fields = {"step"};
+  metrics_parser p{spec};
+  EXPECT_NE(p.config_error().find("does not compile"), std::string::npos);
+  spec.regex = "iter (\\d+)";
+  spec.regex_fields = {"step", "loss"};
+  metrics_parser q{spec};
+  EXPECT_NE(q.config_error().find("1 capture group(s) but regex_fields names 2"),
+            std::string::npos);
+}
+
+TEST(Metrics, OomPatterns) {
+  tuning::metrics_spec spec;
+  EXPECT_NE(find_oom_pattern(spec, "RuntimeError: CUDA out of memory. Tried to allocate"), nullptr);
+  EXPECT_EQ(*find_oom_pattern(spec, "INFRARSI_OOM rank 1: ..."), "INFRARSI_OOM");
+  EXPECT_EQ(find_oom_pattern(spec, "loss went out of range"), nullptr);
+}
+
+} // namespace
+} // namespace infrarsi::adapters

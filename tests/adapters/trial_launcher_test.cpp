@@ -1,0 +1,242 @@
+// Tests for adapters/trial_launcher.cpp with real processes: ranks with the torchrun environment
+// contract, metrics parsing, and every outcome — ok, oom (cap and text), crash, timeout,
+// launch_error, preempted — with no process left behind.
+
+#include "adapters/trial_launcher.hpp"
+
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "adapters/process.hpp"
+#include "runtime/task_file.hpp"
+#include "test_util.hpp"
+
+namespace infrarsi::adapters {
+namespace {
+
+const std::string data_dir = INFRARSI_TEST_DATA_DIR;
+
+tuning::task_spec fake_task(std::vector<std::string> extra_args = {}) {
+  auto task = runtime::load_task_file(data_dir + "/tasks/fake.toml");
+  if (!task)
+    throw std::runtime_error(describe(task.error()));
+  for (auto& a : extra_args)
+    task->workload.argv.push_back(std::move(a));
+  return std::move(*task);
+}
+
+struct run_result {
+  trial_report report;
+  const wire::TrialResult* result = nullptr;
+  double wall_s = 0;
+};
+
+/// Live (not zombie) processes whose command line has `arg` as one of its arguments.
+int live_processes_with_argument(const std::string& arg) {
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator{"/proc"}) {
+    auto name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos)
+      continue;
+    std::ifstream cmdline{entry.path() / "cmdline"};
+    std::string all{std::istreambuf_iterator<char>{cmdline}, {}};
+    std::ifstream stat{entry.path() / "stat"};
+    std::string st{std::istreambuf_iterator<char>{stat}, {}};
+    auto close = st.rfind(')');
+    bool zombie = close != std::string::npos && close + 2 < st.size() && st[close + 2] == 'Z';
+    std::size_t begin = 0;
+    for (auto end = all.find('\0'); end != std::string::npos; end = all.find('\0', begin)) {
+      if (all.substr(begin, end - begin) == arg && !zombie)
+        ++count;
+      begin = end + 1;
+    }
+  }
+  return count;
+}
+
+class TrialLauncherTest : public ::testing::Test {
+protected:
+  test::temp_dir dir;
+
+  run_result run(const tuning::task_spec& task, tuning::knob_assignment knobs = {},
+                 const std::atomic<bool>* stop = nullptr) {
+    trial_request req;
+    req.task = &task;
+    req.knobs = std::move(knobs);
+    req.trial_dir = dir.sub("trial");
+    req.trial_id = 7;
+    req.stop = stop;
+    auto t0 = std::chrono::steady_clock::now();
+    auto rep = run_trial(req);
+    run_result r;
+    r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!rep)
+      throw std::runtime_error(describe(rep.error()));
+    r.report = std::move(*rep);
+    r.result = r.report.result.get();
+    return r;
+  }
+
+  std::string read(const std::string& file) {
+    std::ifstream in{file};
+    return {std::istreambuf_iterator<char>{in}, {}};
+  }
+};
+
+TEST_F(TrialLauncherTest, TwoRanksCompleteAndMetricsAreParsed) {
+  auto task = fake_task();
+  auto r = run(task, {{"world_size", std::int64_t{2}}, {"steps", std::int64_t{4}}});
+  EXPECT_EQ(r.result->outcome(), wire::Outcome::Ok) << r.result->detail()->str();
+  ASSERT_EQ(r.result->steps()->size(), 4u);
+  EXPECT_EQ(r.result->steps()->Get(0)->step(), 0u);
+  EXPECT_DOUBLE_EQ(r.result->steps()->Get(3)->loss(), 4.7);
+  EXPECT_EQ(r.result->steps()->Get(1)->tokens(), 2048u); // 1024 per rank x 2 ranks
+  ASSERT_TRUE(r.result->steps()->Get(1)->forward_s().has_value());
+  EXPECT_FALSE(r.result->steps()->Get(1)->backward_s().has_value());
+  EXPECT_EQ(r.report.world_size, 2);
+  EXPECT_NEAR(r.result->device_seconds(), 2 * r.result->wall_time_s(), 1e-9);
+  EXPECT_GT(r.result->peak_memory_bytes(), 1'000'000u);
+  EXPECT_EQ(r.result->exit_code(), 0);
+  EXPECT_EQ(r.report.log_files.size(), 4u);
+  EXPECT_NE(read(dir.sub("trial") + "/rank-0.stdout").find("INFRARSI_METRICS"), std::string::npos);
+  EXPECT_EQ(r.report.env.at("FAKE_MODE"), "plain");
+}
+
+TEST_F(TrialLauncherTest, RanksGetTheTorchrunEnvironmentContract) {
+  auto task = fake_task();
+  task.workload.argv = {"python3", "-c",
+                        "import os; print(os.environ['RANK'], os.environ['LOCAL_RANK'], "
+                        "os.environ['WORLD_SIZE'], os.environ['MASTER_ADDR'], "
+                        "os.environ['MASTER_PORT'], os.environ['INFRARSI_TRIAL_ID'])"};
+  task.metrics.require_final_line = false;
+  auto r = run(task, {{"world_size", std::int64_t{3}}});
+  EXPECT_EQ(r.result->outcome(), wire::Outcome::Ok) << r.result->detail()->str();
+  auto rank2 = read(dir.sub("trial") + "/rank-2.stdout");
+  EXPECT_EQ(rank2.rfind("2 2 3 127.0.0.1 ", 0), 0u) << rank2;
+  EXPECT_NE(rank2.find(" 7\n"), std::string::npos) << rank2;
+  auto port0 = read(dir.sub("trial") + "/rank-0.stdout").substr(16);
+  EXPECT_EQ(rank2.substr(16), port0); // one rendezvous port per trial
+}
+
+TEST_F(TrialLauncherTest, MemoryCapExceededIsOom) {
+  auto task = fake_task();
+  task.limits.memory_cap_bytes = 150ull << 20;
+  auto r = run(task, {{"alloc_mb", std::int64_t{400}}, {"steps", std::int64_t{100}}});
+  EXPECT_EQ(r.result->outcome(), wire::Outcome::Oom) << r.result->detail()->str();
+  EXPECT_NE(r.result->detail()->str().find("exceeded the per-rank cap"), std::string::npos)
+    << r.result->detail()->str();
+  EXPECT_GT(r.result->peak_memory_bytes(), 150ull << 20);
+}
+
+TEST_F(TrialLauncherTest, WorkloadOomTextIsOomAndTheFirstCauseWins) {
+  // Rank 1 reports OOM at step 1; rank 0 is then stopped by the launcher (a consequence).
+  auto task = fake_task({"--oom-rank", "1", "--fail-step", "1"});
+  auto r = run(task, {{"world_size", std::int64_t{2}}, {"steps", std::int64_t{50}}});
+  EXPECT_EQ(r.result->outcome(), wire::Outcome::Oom) << r.result->detail()->str();
+  EXPECT_NE(r.result->detail()->str().find("rank 1"), std::string::npos);
+  EXPECT_EQ(r.result->exit_code(), 86);
+}
+
+TEST_F(TrialLauncherTest, OneRankDyingEndsTheTrialQuicklyWithNothingLeft) {
+  // Rank 0 trains, then waits forever (as in a collective whose peer is gone) and ignores
+  // SIGTERM; rank 1 crashes at step 4.
+  auto task = fake_task({"--fail-rank", "1", "--fail-step", "4", "--hang-rank", "0",
+                         "--hang-step", "3", "--ignore-term", "--child"});
+  auto r = run(task, {{"world_size", std::int64_t{2}}, {"steps", std::int64_t{10}}});
+  EXPECT_EQ(r.result->outcome(), wire::Outcome::Crash) << r.result->detail()->str();
+  EXPECT_EQ(r.result->exit_code(), 3);
+  EXPECT_NE(r.result->detail()->str().find("rank 1: exited with status 3"), std::string::npos);
+  EXPECT_EQ(r.result->steps()->size(), 3u);
+  EXPECT_LT(r.wall_s, 10.0);
+  // fake_train --child left `sleep 611.5` behind in each rank's process group.
+  EXPECT_EQ(live_processes_with_argument("611.5"), 0) << "a child of the trial survived it";
+}
+
+TEST_F(TrialLauncherTest, SleepPastTheTimeoutIsTimeout) {
+  auto task = fake_task({"--hang-rank", "0"});
+  task.limits.timeout_s = 1.0;
+  auto r = run(task);
+  EXPECT_EQ(r.result->outcome(), wire::Outcome::Timeout) << r.result->detail()->str();
+  EXPECT_LT(r.wall_s, 1.0 + task.limits.kill_grace_s + 3.0);
+}
+
+TEST_F(TrialLauncherTest, MissingBinaryIsLaunchError) {
+  auto task = fake_task();
+  task.workload.argv = {"no-such-trainer-binary", "--x"};
+  auto r = run(task);
+  EXPECT_EQ(r.result->outcome(), wire::Outcome::LaunchError) << r.result->detail()->str();
+  EXPECT_NE(r.result->detail()->str().find("no-such-trainer-binary"), std::string::npos);
+}
+
+TEST_F(TrialLauncherTest, BadArgumentExitingAtOnceIsLaunchError) {
+  auto task = fake_task({"--no-such-flag"});
+  auto r = run(task);
+  EXPECT_EQ(r.result->outcome(), wire::Outcome::LaunchError) << r.result->detail()->str();
+  EXPECT_EQ(r.result->exit_code(), 2); // argparse's usage status
+  EXPECT_NE(read(dir.sub("trial") + "/rank-0.stderr").find("unrecognized arguments"),
+            std::string::npos);
+}
+
+TEST_F(TrialLauncherTest, CrashAfterMetricsIsCrash) {
+  auto task = fake_task({"--fail-rank", "0", "--fail-step", "2"});
+  auto r = run(task, {{"steps", std::int64_t{5}}});
+  EXPECT_EQ(r.result->outcome(), wire::Outcome::Crash) << r.result->detail()->str();
+  EXPECT_EQ(r.result->steps()->size(), 2u); // what it measured before dying is kept
+}
+
+TEST_F(TrialLauncherTest, ExitZeroWithoutFinalLineIsCrash) {
+  auto task = fake_task({"--no-final"});
+  auto r = run(task);
+  EXPECT_EQ(r.result->outcome(), wire::Outcome::Crash);
+  EXPECT_NE(r.result->detail()->str().find("without the final metrics line"), std::string::npos);
+}
+
+TEST_F(TrialLauncherTest, StopRequestIsPreempted) {
+  auto task = fake_task({"--hang-rank", "0"});
+  std::atomic<bool> stop{false};
+  std::thread stopper{[&stop] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    stop = true;
+  }};
+  auto r = run(task, {}, &stop);
+  stopper.join();
+  EXPECT_EQ(r.result->outcome(), wire::Outcome::Preempted) << r.result->detail()->str();
+}
+
+TEST_F(TrialLauncherTest, RegexMetricsOfAnUnmodifiedScript) {
+  auto task = runtime::load_task_file(data_dir + "/tasks/regex.toml");
+  ASSERT_TRUE(task) << describe(task.error());
+  auto r = run(*task, {{"steps", std::int64_t{8}}});
+  EXPECT_EQ(r.result->outcome(), wire::Outcome::Ok) << r.result->detail()->str();
+  ASSERT_EQ(r.result->steps()->size(), 8u);
+  EXPECT_DOUBLE_EQ(r.result->steps()->Get(2)->loss(), 2.5);
+  EXPECT_DOUBLE_EQ(r.result->steps()->Get(2)->step_time_s(), 0.022);
+  EXPECT_EQ(r.result->steps()->Get(2)->tokens(), 4096u);
+  EXPECT_EQ(r.report.world_size, 1);
+}
+
+TEST_F(TrialLauncherTest, UnknownKnobOrOutOfDomainValueIsAToolError) {
+  auto task = fake_task();
+  trial_request req;
+  req.task = &task;
+  req.trial_dir = dir.sub("t");
+  req.knobs = {{"world_size", std::int64_t{5}}};
+  auto r = run_trial(req);
+  ASSERT_FALSE(r);
+  EXPECT_NE(describe(r.error()).find("knob 'world_size': expected one of 1, 2, 3, got 5"),
+            std::string::npos)
+    << describe(r.error());
+  req.knobs = {{"wrold_size", std::int64_t{1}}};
+  r = run_trial(req);
+  ASSERT_FALSE(r);
+  EXPECT_NE(describe(r.error()).find("no knob 'wrold_size'"), std::string::npos);
+}
+
+} // namespace
+} // namespace infrarsi::adapters

@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""A stand-in training job for launcher tests (no torch): speaks the INFRARSI_METRICS protocol.
+
+Each rank reads RANK/WORLD_SIZE; rank 0 prints one metrics line per step and a final line.
+Behaviour flags let tests provoke every outcome deterministically.
+"""
+import argparse, json, os, signal, subprocess, sys, time
+
+p = argparse.ArgumentParser()
+p.add_argument("--steps", type=int, default=3)
+p.add_argument("--step-time", type=float, default=0.05)
+p.add_argument("--tokens", type=int, default=1024)
+p.add_argument("--alloc-mb", type=int, default=0, help="hold this much resident memory")
+p.add_argument("--fail-rank", type=int, default=-1, help="this rank exits 3 at --fail-step")
+p.add_argument("--fail-step", type=int, default=1)
+p.add_argument("--oom-rank", type=int, default=-1, help="this rank reports OOM, exits 86")
+p.add_argument("--hang-rank", type=int, default=-1, help="this rank sleeps forever")
+p.add_argument("--hang-step", type=int, default=0, help="... from this step on")
+p.add_argument("--ignore-term", action="store_true", help="ignore SIGTERM (needs SIGKILL)")
+p.add_argument("--child", action="store_true", help="leave a sleeping child process behind")
+p.add_argument("--no-final", action="store_true")
+p.add_argument("--loss-scale", type=float, default=1.0)
+args = p.parse_args()
+
+rank = int(os.environ.get("RANK", "0"))
+world = int(os.environ.get("WORLD_SIZE", "1"))
+if args.ignore_term:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if args.child:
+    subprocess.Popen(["sleep", "611.5"])
+hold = bytearray(args.alloc_mb * 1024 * 1024)
+for i in range(0, len(hold), 4096):
+    hold[i] = 1
+
+for step in range(args.steps):
+    if rank == args.hang_rank and step >= args.hang_step:
+        while True:
+            time.sleep(1)
+    if rank == args.oom_rank and step == args.fail_step:
+        print(f"INFRARSI_OOM rank {rank}: DefaultCPUAllocator: can't allocate memory", file=sys.stderr, flush=True)
+        sys.exit(86)
+    if rank == args.fail_rank and step == args.fail_step:
+        print(f"Traceback (most recent call last):\nRuntimeError: boom on rank {rank}", file=sys.stderr, flush=True)
+        sys.exit(3)
+    time.sleep(args.step_time)
+    if rank == 0:
+        print("INFRARSI_METRICS " + json.dumps({
+            "step": step, "loss": (5.0 - 0.1 * step) * args.loss_scale,
+            "tokens": args.tokens * world, "step_time_s": args.step_time,
+            "forward_s": args.step_time / 3, "peak_memory_bytes": len(hold) + 10_000_000,
+            "warmup": step == 0}), flush=True)
+if rank == 0 and not args.no_final:
+    print("INFRARSI_METRICS " + json.dumps({"event": "final", "status": "ok", "steps": args.steps}), flush=True)

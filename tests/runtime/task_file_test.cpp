@@ -1,0 +1,127 @@
+// Tests for runtime/task_file.cpp: a valid task loads completely; every kind of mistake gets an
+// error naming the file, line, key, value and what was expected.
+
+#include "runtime/task_file.hpp"
+
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "test_util.hpp"
+
+namespace infrarsi::runtime {
+namespace {
+
+class TaskFileTest : public ::testing::Test {
+protected:
+  test::temp_dir dir;
+
+  std::string write(const std::string& text) {
+    auto path = dir.sub("task.toml");
+    std::ofstream{path} << text;
+    return path;
+  }
+
+  std::string error_of(const std::string& text) {
+    auto r = load_task_file(write(text));
+    if (r)
+      return "(loaded)";
+    return describe(r.error());
+  }
+};
+
+const char* minimal = R"(name = "t"
+[workload]
+argv = ["python3", "train.py", "--mb", "{micro_batch}"]
+[[knobs]]
+name = "micro_batch"
+type = "int"
+values = [1, 2, 4]
+default = 1
+)";
+
+TEST_F(TaskFileTest, LoadsTheFakeTaskCompletely) {
+  auto t = load_task_file(std::string{INFRARSI_TEST_DATA_DIR} + "/tasks/fake.toml");
+  ASSERT_TRUE(t) << describe(t.error());
+  EXPECT_EQ(t->name, "fake");
+  EXPECT_EQ(t->workload.launcher, tuning::launcher_kind::ranks);
+  EXPECT_EQ(t->workload.world_size, "{world_size}");
+  EXPECT_EQ(t->workload.workdir, std::string{INFRARSI_TEST_DATA_DIR} + "/workloads");
+  EXPECT_EQ(t->workload.env.at("FAKE_MODE"), "{mode}");
+  ASSERT_EQ(t->knobs.size(), 5u);
+  EXPECT_EQ(t->knobs[2].tags, std::vector<std::string>{"memory-hungry"});
+  EXPECT_EQ(std::get<double>(t->knobs[3].default_value), 0.05);
+  EXPECT_EQ(t->limits.kill_grace_s, 1.0);
+  EXPECT_EQ(t->limits.timeout_s, 60.0);
+  EXPECT_EQ(t->metrics.prefix, "INFRARSI_METRICS ");
+}
+
+TEST_F(TaskFileTest, MinimalTaskGetsDocumentedDefaults) {
+  auto t = load_task_file(write(minimal));
+  ASSERT_TRUE(t) << describe(t.error());
+  EXPECT_EQ(t->limits.timeout_s, 600.0);
+  EXPECT_EQ(t->limits.memory_cap_bytes, 0u);
+  EXPECT_EQ(t->workload.world_size, "1");
+  EXPECT_EQ(t->metrics.oom_exit_codes, std::vector<int>{86});
+}
+
+TEST_F(TaskFileTest, ErrorsNameFileLineKeyValueAndExpectation) {
+  auto e = error_of(std::string{minimal} + "[limits]\ntimeout_s = \"soon\"\n");
+  EXPECT_NE(e.find("task.toml:10:13: limits.timeout_s: expected a number, got string \"soon\""),
+            std::string::npos)
+    << e;
+  e = error_of(std::string{minimal} + "[limits]\nmemory_cap_bytes = \"lots\"\n");
+  EXPECT_NE(e.find("limits.memory_cap_bytes: expected a byte count"), std::string::npos) << e;
+  e = error_of(std::string{minimal} + "[limits]\ntimeuot_s = 5\n");
+  EXPECT_NE(e.find("limits.timeuot_s: unknown key (allowed here:"), std::string::npos) << e;
+  e = error_of(R"(name = "t"
+[workload]
+argv = ["x"]
+[[knobs]]
+name = "micro_batch"
+type = "int"
+values = [1, 2, 4]
+default = 3
+)");
+  EXPECT_NE(e.find(":8:11: knobs[0].default: expected one of 1, 2, 4, got integer 3"),
+            std::string::npos)
+    << e;
+  e = error_of(R"(name = "t"
+[workload]
+argv = ["x"]
+[[knobs]]
+name = "attention"
+type = "string"
+default = "naive"
+)");
+  EXPECT_NE(e.find("knobs[0].type: expected one of \"int\", \"real\", \"bool\", \"choice\", got "
+                   "string \"string\""),
+            std::string::npos)
+    << e;
+  e = error_of("name = \"t\"\n[workload]\nargv = [\"x\", 3]\n");
+  EXPECT_NE(e.find("workload.argv[1]: expected a string, got integer 3"), std::string::npos) << e;
+  e = error_of("name = \"t\"\n[workload\nargv = []\n");
+  EXPECT_NE(e.find("task.toml:2:"), std::string::npos) << e;
+  EXPECT_NE(e.find("TOML syntax error"), std::string::npos) << e;
+  e = error_of("name = \"t\"\n");
+  EXPECT_NE(e.find("workload: missing"), std::string::npos) << e;
+  e = error_of(std::string{minimal} + "[[patches]]\nname = \"p\"\nfile = \"nope.patch\"\n");
+  EXPECT_NE(e.find("patches[0].file: no such file:"), std::string::npos) << e;
+  EXPECT_NE(load_task_file(dir.sub("absent.toml")).error().code(), 0);
+}
+
+TEST(ByteSize, UnitsAndRejections) {
+  std::uint64_t v = 0;
+  ASSERT_TRUE(parse_byte_size("3GiB", v));
+  EXPECT_EQ(v, 3ull << 30);
+  ASSERT_TRUE(parse_byte_size("2.5 GB", v));
+  EXPECT_EQ(v, 2'500'000'000ull);
+  ASSERT_TRUE(parse_byte_size("4096", v));
+  EXPECT_EQ(v, 4096u);
+  EXPECT_FALSE(parse_byte_size("3 parsecs", v));
+  EXPECT_FALSE(parse_byte_size("-1GB", v));
+  EXPECT_FALSE(parse_byte_size("", v));
+}
+
+} // namespace
+} // namespace infrarsi::runtime

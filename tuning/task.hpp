@@ -1,0 +1,168 @@
+#pragma once
+/// @file task.hpp
+/// The task: everything about one tuning job that the launcher and the method need — the
+/// workload and how to launch it, its knobs and how each renders into argv or environment, how
+/// to read its metrics, and its limits. Pure data and pure functions (no I/O): the TOML file is
+/// read by runtime/task_file.hpp; the reference is docs/task-contract.md.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace infrarsi::tuning {
+
+/// A knob's value. Which alternative is used follows the knob's type.
+using knob_value = std::variant<std::int64_t, double, bool, std::string>;
+
+/// Knob assignment: knob name -> value, ordered by name (deterministic iteration).
+using knob_assignment = std::map<std::string, knob_value>;
+
+/// Type of a launch knob.
+enum class knob_type : std::uint8_t {
+  integer, ///< values: explicit list, or min..max (inclusive)
+  real,    ///< values: explicit list, or min..max (inclusive)
+  boolean, ///< false, true
+  choice,  ///< one of an explicit list of strings
+};
+
+/// A launch knob: a setting that may change speed (or, for a numerics knob, the numbers) but
+/// never the contracted work.
+struct knob_spec {
+  std::string name;
+  knob_type type = knob_type::integer;
+  /// Explicit domain (integer, real, choice). Empty: use min/max (integer, real).
+  std::vector<knob_value> values;
+  std::optional<double> min;
+  std::optional<double> max;
+  /// The baseline value (what the user runs today). Required.
+  knob_value default_value = std::int64_t{0};
+  /// Text a boolean renders to in templates. Defaults "1" and "0".
+  std::string true_text = "1";
+  std::string false_text = "0";
+  /// Free-form tags, e.g. "memory-hungry", "memory-saver", "numerics".
+  std::vector<std::string> tags;
+};
+
+/// How a trial's processes are started.
+enum class launcher_kind : std::uint8_t {
+  /// infrarsi starts `world_size` ranks itself with the torchrun environment contract
+  /// (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
+  ranks,
+  /// One process; the user's command handles ranks itself (torchrun, srun, mpirun).
+  command,
+};
+
+/// The workload and how to launch it. Templates may contain `{knob}` placeholders (and `{{`/`}}`
+/// for literal braces); built-in placeholders: {trial_id}, {attempt}, {trial_dir}, {rank} (ranks
+/// launcher only), {world_size}, {memory_cap_bytes}.
+struct workload_spec {
+  /// Working directory of the trial (absolute after loading).
+  std::string workdir;
+  launcher_kind launcher = launcher_kind::ranks;
+  /// argv template; argv[0] is the program (looked up on PATH when it has no '/').
+  std::vector<std::string> argv;
+  /// Environment templates added to (and overriding) the inherited environment.
+  std::map<std::string, std::string> env;
+  /// Number of ranks (ranks launcher) or devices a command uses (command launcher): a template,
+  /// e.g. "{world_size}" or "2".
+  std::string world_size = "1";
+};
+
+/// How to read per-step metrics from the workload's output.
+struct metrics_spec {
+  enum class format_kind : std::uint8_t { json_lines, regex };
+  format_kind format = format_kind::json_lines;
+  /// json_lines: lines starting with this prefix carry one JSON object.
+  std::string prefix = "INFRARSI_METRICS ";
+  /// regex: ECMAScript regular expression matched against every stdout line of the reporting
+  /// rank; capture groups map to `regex_fields` in order.
+  std::string regex;
+  /// Field of each capture group: step, loss, tokens, step_time_s, step_time_ms,
+  /// peak_memory_bytes, peak_memory_mb.
+  std::vector<std::string> regex_fields;
+  /// Tokens per step when the output does not report them (regex scripts); 0: unknown.
+  std::uint64_t tokens_per_step = 0;
+  /// Rank whose stdout carries the metrics. Default 0.
+  int reporting_rank = 0;
+  /// json_lines: the trial is ok only if a final line {"event":"final","status":"ok"} was seen.
+  bool require_final_line = true;
+  /// Substrings that mark an out-of-memory failure in any rank's stdout or stderr.
+  std::vector<std::string> oom_patterns = {"INFRARSI_OOM",
+                                           "CUDA out of memory",
+                                           "OutOfMemoryError",
+                                           "DefaultCPUAllocator: can't allocate memory",
+                                           "MemoryError"};
+  /// Exit statuses that mean out-of-memory. Default {86} (workloads/torch_gpt).
+  std::vector<int> oom_exit_codes = {86};
+};
+
+/// Limits of one trial.
+struct limits_spec {
+  /// Wall-clock limit of a trial in seconds. Default 600.
+  double timeout_s = 600.0;
+  /// Per-rank memory cap in bytes (resident set of the rank's process tree); 0: none.
+  std::uint64_t memory_cap_bytes = 0;
+  /// Seconds between SIGTERM and SIGKILL when a trial is stopped. Default 3.
+  double kill_grace_s = 3.0;
+  /// A non-zero exit within this many seconds, before any metrics, is a launch_error. Default 3.
+  double launch_window_s = 3.0;
+};
+
+/// A candidate code patch: a unified diff applied in the trial's copy of the workload.
+struct patch_spec {
+  std::string name;
+  /// Absolute path of the diff.
+  std::string file;
+  std::string description;
+};
+
+/// One tuning task.
+struct task_spec {
+  std::string name;
+  /// Absolute path of the file the task was read from ("" when built in code).
+  std::string source;
+  workload_spec workload;
+  std::vector<knob_spec> knobs;
+  metrics_spec metrics;
+  limits_spec limits;
+  std::vector<patch_spec> patches;
+
+  /// The knob named `name`, or nullptr.
+  [[nodiscard]] const knob_spec* find_knob(const std::string& knob_name) const;
+  /// The patch named `name`, or nullptr.
+  [[nodiscard]] const patch_spec* find_patch(const std::string& patch_name) const;
+  /// Every knob at its default value.
+  [[nodiscard]] knob_assignment default_assignment() const;
+};
+
+/// Human-readable text of a value ("4", "0.5", "true", "sdpa").
+std::string to_string(const knob_value& value);
+
+/// Name of a knob type ("int", "real", "bool", "choice").
+const char* to_string(knob_type type);
+
+/// Whether `value` lies in the knob's domain (type and range or list). On failure `why` says what
+/// was expected, e.g. "one of 1, 2, 4, 8".
+bool in_domain(const knob_spec& knob, const knob_value& value, std::string& why);
+
+/// Parses command-line text for a knob ("4", "true", "sdpa") into a value of the knob's type.
+/// Returns nullopt and sets `why` when the text does not fit the type.
+std::optional<knob_value> parse_knob_text(const knob_spec& knob, const std::string& text,
+                                          std::string& why);
+
+/// Renders a template: `{name}` is replaced by `vars.at(name)`; `{{` and `}}` are literal braces.
+/// Returns nullopt and sets `why` on an unknown placeholder or an unbalanced brace.
+std::optional<std::string> render_template(const std::string& tmpl,
+                                           const std::map<std::string, std::string>& vars,
+                                           std::string& why);
+
+/// The template variables of an assignment: each knob's rendered text (booleans as their
+/// true_text/false_text) plus the given built-ins.
+std::map<std::string, std::string> template_vars(const task_spec& task,
+                                                 const knob_assignment& assignment,
+                                                 std::map<std::string, std::string> builtins);
+
+} // namespace infrarsi::tuning
