@@ -196,3 +196,57 @@ TEST_F(CliTest, BinaryDumpsEveryEvent) {
 
 } // namespace
 } // namespace infrarsi::runtime
+
+namespace infrarsi::runtime {
+namespace {
+
+TEST(TrialRunCli, PrintsTheResultAsJsonAndKeepsLogs) {
+  test::temp_dir dir;
+  auto r = run({"trial", "run", std::string{INFRARSI_TEST_DATA_DIR} + "/tasks/fake.toml", "--set",
+                "world_size=2", "--set", "steps=3", "--trial-dir", dir.sub("t"), "--trial-id",
+                "12"});
+  ASSERT_EQ(r.status, exit_ok) << r.err;
+  auto doc = nlohmann::json::parse(r.out);
+  EXPECT_EQ(doc["result"]["outcome"], "ok");
+  EXPECT_EQ(doc["result"]["trial_id"], 12);
+  EXPECT_EQ(doc["result"]["steps"].size(), 3u);
+  EXPECT_EQ(doc["world_size"], 2);
+  EXPECT_EQ(doc["knobs"]["world_size"], "2");
+  EXPECT_EQ(doc["argv"][3], "3"); // python3 fake_train.py --steps {steps}
+  EXPECT_EQ(doc["logs"].size(), 4u);
+  EXPECT_TRUE(std::filesystem::exists(dir.sub("t") + "/result.json"));
+  EXPECT_NE(r.err.find("step 2: loss 4.8"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("outcome ok"), std::string::npos) << r.err;
+}
+
+TEST(TrialRunCli, AFailedTrialStillExitsZeroAToolFailureDoesNot) {
+  test::temp_dir dir;
+  auto task = std::string{INFRARSI_TEST_DATA_DIR} + "/tasks/fake.toml";
+  auto oom = run({"trial", "run", task, "--set", "alloc_mb=300", "--set", "steps=200",
+                  "--memory-cap", "100MiB", "--trial-dir", dir.sub("oom"), "--quiet"});
+  ASSERT_EQ(oom.status, exit_ok) << oom.err;
+  EXPECT_EQ(nlohmann::json::parse(oom.out)["result"]["outcome"], "oom");
+
+  auto bad_knob = run({"trial", "run", task, "--set", "world_size=9"});
+  EXPECT_EQ(bad_knob.status, exit_failure);
+  EXPECT_NE(bad_knob.err.find("knob 'world_size': expected one of 1, 2, 3, got 9"),
+            std::string::npos)
+    << bad_knob.err;
+  auto bad_type = run({"trial", "run", task, "--set", "steps=many"});
+  EXPECT_EQ(bad_type.status, exit_failure);
+  EXPECT_NE(bad_type.err.find("--set steps=many: expected an integer"), std::string::npos)
+    << bad_type.err;
+  auto bad_set = run({"trial", "run", task, "--set", "steps"});
+  EXPECT_EQ(bad_set.status, exit_usage);
+  auto no_task = run({"trial", "run", dir.sub("missing.toml")});
+  EXPECT_EQ(no_task.status, exit_failure);
+  EXPECT_NE(no_task.err.find("missing.toml': no such file"), std::string::npos) << no_task.err;
+  auto no_patch = run({"trial", "run", task, "--patch", "fused_qkv", "--trial-dir",
+                       dir.sub("p")});
+  EXPECT_EQ(no_patch.status, exit_failure);
+  EXPECT_NE(no_patch.err.find("has no patch 'fused_qkv' (patches: none)"), std::string::npos)
+    << no_patch.err;
+}
+
+} // namespace
+} // namespace infrarsi::runtime
