@@ -1,0 +1,74 @@
+// Tests for tuning/expr.cpp: parsing, precedence, integer/real arithmetic, strings, errors.
+
+#include "tuning/expr.hpp"
+
+#include <gtest/gtest.h>
+
+namespace infrarsi::tuning {
+namespace {
+
+bool holds(const std::string& text, const std::map<std::string, knob_value>& vars) {
+  std::string why;
+  auto e = constraint_expr::parse(text, why);
+  EXPECT_TRUE(e) << why;
+  auto r = e->holds(vars, why);
+  EXPECT_TRUE(r) << why;
+  return r.value_or(false);
+}
+
+TEST(ConstraintExpr, DivisibilityOfTheGlobalBatch) {
+  std::map<std::string, knob_value> v{{"global_batch", std::int64_t{16}},
+                                      {"micro_batch", std::int64_t{4}},
+                                      {"world_size", std::int64_t{2}}};
+  EXPECT_TRUE(holds("global_batch % (micro_batch * world_size) == 0", v));
+  v["micro_batch"] = std::int64_t{3};
+  EXPECT_FALSE(holds("global_batch % (micro_batch * world_size) == 0", v));
+  EXPECT_TRUE(holds("global_batch / micro_batch == 5", v)); // integer division truncates
+}
+
+TEST(ConstraintExpr, PrecedenceBooleansStringsAndReals) {
+  std::map<std::string, knob_value> v{{"ckpt", true},
+                                      {"mb", std::int64_t{8}},
+                                      {"attention", std::string{"naive"}},
+                                      {"scale", 0.5}};
+  EXPECT_TRUE(holds("ckpt || mb <= 4", v));
+  EXPECT_FALSE(holds("!ckpt && mb <= 4 || mb > 100", v));
+  EXPECT_TRUE(holds("1 + 2 * 3 == 7", v));
+  EXPECT_TRUE(holds("-mb + 10 == 2", v));
+  EXPECT_TRUE(holds("attention != \"fused\"", v));
+  EXPECT_TRUE(holds("scale * 4 == 2", v));
+  EXPECT_TRUE(holds("mb >= 8 && mb < 9", v));
+}
+
+TEST(ConstraintExpr, SyntaxAndEvaluationErrorsSayWhere) {
+  std::string why;
+  EXPECT_FALSE(constraint_expr::parse("mb % (tp * dp", why));
+  EXPECT_NE(why.find("expected ')'"), std::string::npos) << why;
+  EXPECT_FALSE(constraint_expr::parse("mb >> 2", why));
+  EXPECT_FALSE(constraint_expr::parse("", why));
+  auto e = constraint_expr::parse("mb % tp == 0", why);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->names(), (std::set<std::string>{"mb", "tp"}));
+  auto r = e->holds({{"mb", std::int64_t{4}}, {"tp", std::int64_t{0}}}, why);
+  EXPECT_FALSE(r);
+  EXPECT_EQ(why, "division by zero");
+  r = e->holds({{"mb", std::int64_t{4}}}, why);
+  EXPECT_FALSE(r);
+  EXPECT_EQ(why, "unknown name 'tp'");
+}
+
+TEST(ConstraintExpr, FirstViolationNamesConstraintAndValues) {
+  std::string why;
+  std::vector<constraint_expr> cs{*constraint_expr::parse("layers % pp == 0", why),
+                                  *constraint_expr::parse("heads % tp == 0", why)};
+  std::map<std::string, knob_value> v{{"layers", std::int64_t{32}},
+                                      {"pp", std::int64_t{4}},
+                                      {"heads", std::int64_t{12}},
+                                      {"tp", std::int64_t{8}}};
+  EXPECT_EQ(first_violation(cs, v), "constraint 'heads % tp == 0' is false for heads=12, tp=8");
+  v["tp"] = std::int64_t{4};
+  EXPECT_EQ(first_violation(cs, v), "");
+}
+
+} // namespace
+} // namespace infrarsi::tuning

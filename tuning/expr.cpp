@@ -1,0 +1,342 @@
+#include "tuning/expr.hpp"
+
+#include <cctype>
+#include <cmath>
+#include <vector>
+
+namespace infrarsi::tuning {
+
+struct constraint_expr::node {
+  enum class kind_t { literal, name, unary, binary } kind = kind_t::literal;
+  knob_value value = std::int64_t{0};
+  std::string name;
+  std::string op;
+  std::shared_ptr<const node> lhs;
+  std::shared_ptr<const node> rhs;
+};
+
+namespace {
+
+using node = constraint_expr::node;
+using node_ptr = std::shared_ptr<const node>;
+
+struct parser {
+  const std::string& s;
+  std::size_t pos = 0;
+  std::string error;
+  std::set<std::string>& names;
+
+  void skip() {
+    while (pos < s.size() && std::isspace(static_cast<unsigned char>(s[pos])))
+      ++pos;
+  }
+  bool eat(const char* tok) {
+    skip();
+    auto n = std::char_traits<char>::length(tok);
+    if (s.compare(pos, n, tok) != 0)
+      return false;
+    // "<" must not eat the first char of "<=" etc.
+    if (n == 1 && pos + 1 < s.size() && (tok[0] == '<' || tok[0] == '>' || tok[0] == '!'
+                                         || tok[0] == '=')
+        && s[pos + 1] == '=')
+      return false;
+    pos += n;
+    return true;
+  }
+  node_ptr fail(const std::string& why) {
+    if (error.empty())
+      error = why + " at offset " + std::to_string(pos) + " in '" + s + "'";
+    return nullptr;
+  }
+  node_ptr bin(std::string op, node_ptr l, node_ptr r) {
+    if (!l || !r)
+      return nullptr;
+    auto n = std::make_shared<node>();
+    n->kind = node::kind_t::binary;
+    n->op = std::move(op);
+    n->lhs = std::move(l);
+    n->rhs = std::move(r);
+    return n;
+  }
+
+  node_ptr parse_or() {
+    auto l = parse_and();
+    while (l && eat("||"))
+      l = bin("||", l, parse_and());
+    return l;
+  }
+  node_ptr parse_and() {
+    auto l = parse_cmp();
+    while (l && eat("&&"))
+      l = bin("&&", l, parse_cmp());
+    return l;
+  }
+  node_ptr parse_cmp() {
+    auto l = parse_add();
+    for (const char* op : {"==", "!=", "<=", ">=", "<", ">"})
+      if (l && eat(op))
+        return bin(op, l, parse_add());
+    return l;
+  }
+  node_ptr parse_add() {
+    auto l = parse_mul();
+    for (;;) {
+      if (l && eat("+"))
+        l = bin("+", l, parse_mul());
+      else if (l && eat("-"))
+        l = bin("-", l, parse_mul());
+      else
+        return l;
+    }
+  }
+  node_ptr parse_mul() {
+    auto l = parse_unary();
+    for (;;) {
+      if (l && eat("*"))
+        l = bin("*", l, parse_unary());
+      else if (l && eat("/"))
+        l = bin("/", l, parse_unary());
+      else if (l && eat("%"))
+        l = bin("%", l, parse_unary());
+      else
+        return l;
+    }
+  }
+  node_ptr parse_unary() {
+    for (const char* op : {"-", "!"}) {
+      if (eat(op)) {
+        auto operand = parse_unary();
+        if (!operand)
+          return nullptr;
+        auto n = std::make_shared<node>();
+        n->kind = node::kind_t::unary;
+        n->op = op;
+        n->lhs = operand;
+        return n;
+      }
+    }
+    return parse_primary();
+  }
+  node_ptr parse_primary() {
+    skip();
+    if (pos >= s.size())
+      return fail("unexpected end");
+    if (eat("(")) {
+      auto e = parse_or();
+      if (e && !eat(")"))
+        return fail("expected ')'");
+      return e;
+    }
+    auto n = std::make_shared<node>();
+    char c = s[pos];
+    if (c == '"') {
+      auto close = s.find('"', pos + 1);
+      if (close == std::string::npos)
+        return fail("unterminated string");
+      n->value = s.substr(pos + 1, close - pos - 1);
+      pos = close + 1;
+      return n;
+    }
+    if (std::isdigit(static_cast<unsigned char>(c)) || c == '.') {
+      auto start = pos;
+      bool is_real = false;
+      while (pos < s.size()
+             && (std::isdigit(static_cast<unsigned char>(s[pos])) || s[pos] == '.' || s[pos] == '_'
+                 || s[pos] == 'e' || s[pos] == 'E')) {
+        is_real = is_real || s[pos] == '.' || s[pos] == 'e' || s[pos] == 'E';
+        ++pos;
+      }
+      std::string digits;
+      for (auto i = start; i < pos; ++i)
+        if (s[i] != '_')
+          digits += s[i];
+      try {
+        if (is_real)
+          n->value = std::stod(digits);
+        else
+          n->value = static_cast<std::int64_t>(std::stoll(digits));
+      } catch (const std::exception&) {
+        return fail("bad number '" + digits + "'");
+      }
+      return n;
+    }
+    if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
+      auto start = pos;
+      while (pos < s.size() && (std::isalnum(static_cast<unsigned char>(s[pos])) || s[pos] == '_'))
+        ++pos;
+      auto word = s.substr(start, pos - start);
+      if (word == "true" || word == "false") {
+        n->value = word == "true";
+        return n;
+      }
+      n->kind = node::kind_t::name;
+      n->name = word;
+      names.insert(word);
+      return n;
+    }
+    return fail(std::string{"unexpected '"} + c + "'");
+  }
+};
+
+struct evaluator {
+  const std::map<std::string, knob_value>& vars;
+  std::string error;
+
+  static bool is_number(const knob_value& v) {
+    return std::holds_alternative<std::int64_t>(v) || std::holds_alternative<double>(v);
+  }
+  static double as_double(const knob_value& v) {
+    return std::holds_alternative<std::int64_t>(v) ? static_cast<double>(std::get<std::int64_t>(v))
+                                                   : std::get<double>(v);
+  }
+  static bool truthy(const knob_value& v) {
+    if (const auto* b = std::get_if<bool>(&v))
+      return *b;
+    if (is_number(v))
+      return as_double(v) != 0.0;
+    return !std::get<std::string>(v).empty();
+  }
+
+  std::optional<knob_value> eval(const node& n) {
+    switch (n.kind) {
+      case node::kind_t::literal: return n.value;
+      case node::kind_t::name: {
+        auto it = vars.find(n.name);
+        if (it == vars.end()) {
+          error = "unknown name '" + n.name + "'";
+          return std::nullopt;
+        }
+        return it->second;
+      }
+      case node::kind_t::unary: {
+        auto v = eval(*n.lhs);
+        if (!v)
+          return std::nullopt;
+        if (n.op == "!")
+          return knob_value{!truthy(*v)};
+        if (const auto* i = std::get_if<std::int64_t>(&*v))
+          return knob_value{-*i};
+        if (const auto* d = std::get_if<double>(&*v))
+          return knob_value{-*d};
+        error = "'-' needs a number";
+        return std::nullopt;
+      }
+      case node::kind_t::binary: break;
+    }
+    if (n.op == "&&" || n.op == "||") {
+      auto l = eval(*n.lhs);
+      if (!l)
+        return std::nullopt;
+      if (n.op == "&&" && !truthy(*l))
+        return knob_value{false};
+      if (n.op == "||" && truthy(*l))
+        return knob_value{true};
+      auto r = eval(*n.rhs);
+      if (!r)
+        return std::nullopt;
+      return knob_value{truthy(*r)};
+    }
+    auto l = eval(*n.lhs);
+    auto r = l ? eval(*n.rhs) : std::nullopt;
+    if (!l || !r)
+      return std::nullopt;
+    if (n.op == "==" || n.op == "!=") {
+      bool eq;
+      if (is_number(*l) && is_number(*r))
+        eq = as_double(*l) == as_double(*r);
+      else if (l->index() == r->index())
+        eq = *l == *r;
+      else {
+        error = "cannot compare " + to_string(*l) + " with " + to_string(*r);
+        return std::nullopt;
+      }
+      return knob_value{n.op == "==" ? eq : !eq};
+    }
+    if (!is_number(*l) || !is_number(*r)) {
+      error = "'" + n.op + "' needs numbers, got " + to_string(*l) + " and " + to_string(*r);
+      return std::nullopt;
+    }
+    bool ints = std::holds_alternative<std::int64_t>(*l) && std::holds_alternative<std::int64_t>(*r);
+    if (n.op == "<" || n.op == "<=" || n.op == ">" || n.op == ">=") {
+      double a = as_double(*l), b = as_double(*r);
+      bool res = n.op == "<" ? a < b : n.op == "<=" ? a <= b : n.op == ">" ? a > b : a >= b;
+      return knob_value{res};
+    }
+    if ((n.op == "/" || n.op == "%") && as_double(*r) == 0.0) {
+      error = "division by zero";
+      return std::nullopt;
+    }
+    if (ints) {
+      auto a = std::get<std::int64_t>(*l), b = std::get<std::int64_t>(*r);
+      if (n.op == "+")
+        return knob_value{a + b};
+      if (n.op == "-")
+        return knob_value{a - b};
+      if (n.op == "*")
+        return knob_value{a * b};
+      if (n.op == "/")
+        return knob_value{a / b};
+      return knob_value{a % b};
+    }
+    double a = as_double(*l), b = as_double(*r);
+    if (n.op == "+")
+      return knob_value{a + b};
+    if (n.op == "-")
+      return knob_value{a - b};
+    if (n.op == "*")
+      return knob_value{a * b};
+    if (n.op == "/")
+      return knob_value{a / b};
+    return knob_value{std::fmod(a, b)};
+  }
+};
+
+} // namespace
+
+std::optional<constraint_expr> constraint_expr::parse(const std::string& text, std::string& why) {
+  constraint_expr e;
+  e.text_ = text;
+  parser p{text, 0, {}, e.names_};
+  auto root = p.parse_or();
+  p.skip();
+  if (root && p.pos != text.size())
+    root = p.fail("unexpected text");
+  if (!root) {
+    why = p.error;
+    return std::nullopt;
+  }
+  e.root_ = root;
+  return e;
+}
+
+std::optional<bool> constraint_expr::holds(const std::map<std::string, knob_value>& vars,
+                                           std::string& why) const {
+  evaluator ev{vars, {}};
+  auto v = ev.eval(*root_);
+  if (!v) {
+    why = ev.error;
+    return std::nullopt;
+  }
+  return evaluator::truthy(*v);
+}
+
+std::string first_violation(const std::vector<constraint_expr>& constraints,
+                            const std::map<std::string, knob_value>& vars) {
+  for (const auto& c : constraints) {
+    std::string why;
+    auto ok = c.holds(vars, why);
+    if (ok && *ok)
+      continue;
+    std::string values;
+    for (const auto& name : c.names()) {
+      auto it = vars.find(name);
+      values += (values.empty() ? "" : ", ") + name + "="
+                + (it == vars.end() ? std::string{"?"} : to_string(it->second));
+    }
+    return "constraint '" + c.text() + "' " + (ok ? "is false" : "cannot be evaluated (" + why + ")")
+           + " for " + values;
+  }
+  return {};
+}
+
+} // namespace infrarsi::tuning

@@ -1,0 +1,52 @@
+#pragma once
+/// @file expr.hpp
+/// Constraint expressions between knobs, e.g. `global_batch % (micro_batch * world_size) == 0`
+/// or `activation_checkpointing || micro_batch <= 4`. Checked before any launch; a violation is
+/// never launched and is reported with the values involved.
+///
+/// Grammar (C precedence): || && == != < <= > >= + - * / % unary - ! ( ) ; literals: integers,
+/// decimals, true, false, "strings"; names: knobs and task constants. Integer arithmetic when
+/// both operands are integers (`/` and `%` truncate; division by zero is a violation with that
+/// reason), otherwise double. Comparisons of strings with == and != only.
+
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "tuning/task.hpp"
+
+namespace infrarsi::tuning {
+
+/// A parsed expression (immutable, cheap to copy).
+class constraint_expr {
+public:
+  /// Parses `text`. Returns nullopt and sets `why` (with the offset) on a syntax error.
+  static std::optional<constraint_expr> parse(const std::string& text, std::string& why);
+
+  /// Names the expression refers to.
+  [[nodiscard]] const std::set<std::string>& names() const noexcept { return names_; }
+
+  /// The source text.
+  [[nodiscard]] const std::string& text() const noexcept { return text_; }
+
+  /// Evaluates with `vars`. Returns the truth value; nullopt and `why` when it cannot be
+  /// evaluated (unknown name, type mismatch, division by zero).
+  std::optional<bool> holds(const std::map<std::string, knob_value>& vars, std::string& why) const;
+
+  struct node;
+
+private:
+  std::shared_ptr<const node> root_;
+  std::set<std::string> names_;
+  std::string text_;
+};
+
+/// Evaluates every constraint of `constraints` on `vars`; returns "" if all hold, else a message
+/// naming the first violated constraint and the values of the names it uses, e.g.
+/// "constraint 'global_batch % (micro_batch * world_size) == 0' is false for global_batch=16,
+/// micro_batch=3, world_size=2".
+std::string first_violation(const std::vector<constraint_expr>& constraints,
+                            const std::map<std::string, knob_value>& vars);
+
+} // namespace infrarsi::tuning
