@@ -112,6 +112,12 @@ caf::error check(const wire::StageEvent&, const verify_limits&) {
   return caf::none;
 }
 
+caf::error check(const wire::Document& doc, const verify_limits&) {
+  if (doc.schema() == nullptr || doc.schema()->size() == 0)
+    return corrupt("Document", "missing schema name");
+  return caf::none;
+}
+
 caf::error check(const wire::EventRecord& rec, const verify_limits& limits) {
   auto payload = sv(rec.payload());
   auto crc = crc32_of(payload);
@@ -217,6 +223,14 @@ template class message<wire::TrialResult>;
 template class message<wire::EventRecord>;
 template class message<wire::RunCreated>;
 template class message<wire::StageEvent>;
+template class message<wire::Document>;
+
+document_msg make_document(std::string_view schema, std::string_view json) {
+  wire::DocumentT d;
+  d.schema = std::string{schema};
+  d.json = std::string{json};
+  return document_msg::pack(d);
+}
 
 // -- free functions -----------------------------------------------------------------------------
 
@@ -291,6 +305,16 @@ caf::error verify_event_payload(std::uint16_t kind, const void* payload, std::si
       return error_of(trial_spec_msg::decode(payload, size));
     case wire::EventKind::TrialCompleted:
       return error_of(trial_result_msg::decode(payload, size));
+    case wire::EventKind::ContractLocked:
+    case wire::EventKind::PriorsLoaded:
+    case wire::EventKind::ExperienceSeeded:
+    case wire::EventKind::BaselineCalibrated:
+    case wire::EventKind::TrialVerified:
+    case wire::EventKind::CandidateReverified:
+    case wire::EventKind::CandidatePromoted:
+    case wire::EventKind::ReportWritten:
+    case wire::EventKind::ChangesApplied:
+      return error_of(document_msg::decode(payload, size));
     default:
       return caf::none; // unknown kinds are skipped and counted by readers, not rejected here
   }

@@ -53,6 +53,7 @@ INFRARSI_TABLE_TRAITS(TrialResult, "IRTR")
 INFRARSI_TABLE_TRAITS(EventRecord, "IREV")
 INFRARSI_TABLE_TRAITS(RunCreated, nullptr)
 INFRARSI_TABLE_TRAITS(StageEvent, nullptr)
+INFRARSI_TABLE_TRAITS(Document, nullptr)
 #undef INFRARSI_TABLE_TRAITS
 
 /// A verified, immutable, size-prefixed FlatBuffer whose root is `Table`. One instantiation per
@@ -109,6 +110,10 @@ using trial_result_msg = message<wire::TrialResult>;
 using event_record_msg = message<wire::EventRecord>;
 using run_created_msg = message<wire::RunCreated>;
 using stage_event_msg = message<wire::StageEvent>;
+using document_msg = message<wire::Document>;
+
+/// A Document message from a schema name and JSON text.
+document_msg make_document(std::string_view schema, std::string_view json);
 
 /// The envelope kind that carries `Table`.
 template <class Table>

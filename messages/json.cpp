@@ -54,6 +54,7 @@ nlohmann::json to_json(const wire::TrialSpec& spec) {
     for (const auto* p : *spec.patches())
       patches.push_back(p->str());
   return {{"trial_id", spec.trial_id()},       {"attempt", spec.attempt()},
+          {"purpose", str(spec.purpose())},
           {"knobs", std::move(knobs)},         {"patches", std::move(patches)},
           {"timeout_s", spec.timeout_s()},     {"memory_cap_bytes", spec.memory_cap_bytes()}};
 }
@@ -125,6 +126,22 @@ nlohmann::json event_payload_json(std::uint16_t kind, const byte_buffer& payload
     case wire::EventKind::TrialDispatched:
     case wire::EventKind::TrialLost: return decoded_json<wire::TrialSpec>(payload);
     case wire::EventKind::TrialCompleted: return decoded_json<wire::TrialResult>(payload);
+    case wire::EventKind::ContractLocked:
+    case wire::EventKind::PriorsLoaded:
+    case wire::EventKind::ExperienceSeeded:
+    case wire::EventKind::BaselineCalibrated:
+    case wire::EventKind::TrialVerified:
+    case wire::EventKind::CandidateReverified:
+    case wire::EventKind::CandidatePromoted:
+    case wire::EventKind::ReportWritten:
+    case wire::EventKind::ChangesApplied: {
+      auto doc = document_msg::decode(payload);
+      if (!doc)
+        return {{"error", describe(doc.error())}};
+      auto body = nlohmann::json::parse((*doc)->json()->str(), nullptr, false);
+      return {{"schema", (*doc)->schema()->str()},
+              {"data", body.is_discarded() ? nlohmann::json((*doc)->json()->str()) : body}};
+    }
     default: return {{"bytes", payload.size()}};
   }
 }

@@ -256,7 +256,8 @@ TEST(Codec, EventKindNamesRoundTrip) {
   EXPECT_EQ(event_kind_name(0), "unknown");
   EXPECT_EQ(event_kind_name(9999), "unknown");
   EXPECT_TRUE(is_known_event_kind(13));
-  EXPECT_FALSE(is_known_event_kind(4));
+  EXPECT_FALSE(is_known_event_kind(8));
+  EXPECT_EQ(event_kind_name(4), "contract_locked");
   auto k = event_kind_from_name("trial_lost");
   ASSERT_TRUE(k);
   EXPECT_EQ(*k, 13);
