@@ -8,6 +8,7 @@
 #include <toml++/toml.h>
 
 #include "messages/errc.hpp"
+#include "tuning/expr.hpp"
 
 namespace infrarsi::runtime {
 
@@ -257,9 +258,117 @@ knob_spec parse_knob(const reader& r, const toml::table& t, const std::string& w
   return k;
 }
 
+void parse_contract_sections(const reader& r, const toml::table& root, tuning::task_spec& task) {
+  const auto& consts = r.table(root, "constants", "", false);
+  for (const auto& [k, v] : consts) {
+    std::string key{k.str()};
+    if (task.find_knob(key) != nullptr)
+      r.fail(&v, "constants." + key, "a knob has the same name");
+    if (v.is_integer())
+      task.constants[key] = *v.value<std::int64_t>();
+    else if (v.is_floating_point())
+      task.constants[key] = *v.value<double>();
+    else if (v.is_boolean())
+      task.constants[key] = *v.value<bool>();
+    else if (v.is_string())
+      task.constants[key] = *v.value<std::string>();
+    else
+      r.expected(v, "constants." + key, "an integer, number, boolean or string");
+  }
+
+  task.constraints = r.strings(root, "constraints", "", false);
+  for (std::size_t i = 0; i < task.constraints.size(); ++i) {
+    auto key = "constraints[" + std::to_string(i) + "]";
+    std::string why;
+    auto e = tuning::constraint_expr::parse(task.constraints[i], why);
+    if (!e)
+      r.fail(root.get("constraints"), key, "expected an expression: " + why);
+    for (const auto& name : e->names())
+      if (task.find_knob(name) == nullptr && task.constants.count(name) == 0)
+        r.fail(root.get("constraints"), key,
+               "'" + name + "' is neither a knob nor a constant (in '" + task.constraints[i]
+                 + "')");
+    // The baseline must satisfy every constraint: it is what the user runs today.
+    auto vars = task.constants;
+    for (const auto& k : task.knobs)
+      vars[k.name] = k.default_value;
+    auto ok = e->holds(vars, why);
+    if (!ok || !*ok)
+      r.fail(root.get("constraints"), key,
+             "the knobs' defaults violate it: " + tuning::first_violation({*e}, vars));
+  }
+
+  const auto& c = r.table(root, "contract", "", false);
+  r.only_keys(c, "contract", {"steps", "tokens_per_step", "timed_steps", "loss_checkpoints",
+                              "loss_rtol", "loss_atol", "wall_tolerance"});
+  auto& k = task.contract;
+  if (auto v = r.number(c, "steps", "contract", 0))
+    k.steps = static_cast<std::uint32_t>(*v);
+  if (auto v = r.number(c, "tokens_per_step", "contract", 0))
+    k.tokens_per_step = static_cast<std::uint64_t>(*v);
+  k.timed_first = 0;
+  k.timed_last = k.steps > 0 ? k.steps - 1 : 0;
+  if (const auto* w = c.get("timed_steps")) {
+    const auto* arr = w->as_array();
+    if (arr == nullptr || arr->size() != 2 || !arr->get(0)->is_integer()
+        || !arr->get(1)->is_integer())
+      r.expected(*w, "contract.timed_steps", "[first, last] (inclusive step numbers)");
+    auto first = *arr->get(0)->value<std::int64_t>();
+    auto last = *arr->get(1)->value<std::int64_t>();
+    if (first < 0 || last < first || (k.steps > 0 && last >= k.steps))
+      r.fail(w, "contract.timed_steps",
+             "expected 0 <= first <= last < steps (" + std::to_string(k.steps) + "), got ["
+               + std::to_string(first) + ", " + std::to_string(last) + "]");
+    k.timed_first = static_cast<std::uint32_t>(first);
+    k.timed_last = static_cast<std::uint32_t>(last);
+  }
+  if (const auto* lc = c.get("loss_checkpoints")) {
+    if (lc->is_string() && *lc->value<std::string>() == "all") {
+      k.loss_checkpoints.clear();
+    } else if (lc->is_array()) {
+      for (const auto& e : *lc->as_array()) {
+        if (!e.is_integer() || *e.value<std::int64_t>() < 0
+            || (k.steps > 0 && *e.value<std::int64_t>() >= k.steps))
+          r.expected(e, "contract.loss_checkpoints[]", "a step number below contract.steps");
+        k.loss_checkpoints.push_back(static_cast<std::uint32_t>(*e.value<std::int64_t>()));
+      }
+    } else {
+      r.expected(*lc, "contract.loss_checkpoints", "an array of step numbers or \"all\"");
+    }
+  }
+  if (auto v = r.number(c, "loss_rtol", "contract", 0))
+    k.loss_rtol = *v;
+  if (auto v = r.number(c, "loss_atol", "contract", 0))
+    k.loss_atol = *v;
+  if (auto v = r.number(c, "wall_tolerance", "contract", 0))
+    k.wall_tolerance = *v;
+
+  const auto& sc = r.table(root, "scope", "", false);
+  r.only_keys(sc, "scope", {"editable", "frozen"});
+  task.scope.editable = r.strings(sc, "editable", "scope", false);
+  task.scope.frozen = r.strings(sc, "frozen", "scope", false);
+
+  const auto& b = r.table(root, "budget", "", false);
+  r.only_keys(b, "budget", {"trials", "wall_clock_s", "baseline_repeats", "verify_top",
+                            "verify_repeats", "seed"});
+  auto& bu = task.budget;
+  if (auto v = r.number(b, "trials", "budget", 0))
+    bu.trials = static_cast<std::uint32_t>(*v);
+  if (auto v = r.number(b, "wall_clock_s", "budget", 1))
+    bu.wall_clock_s = *v;
+  if (auto v = r.number(b, "baseline_repeats", "budget", 1))
+    bu.baseline_repeats = static_cast<std::uint32_t>(*v);
+  if (auto v = r.number(b, "verify_top", "budget", 0))
+    bu.verify_top = static_cast<std::uint32_t>(*v);
+  if (auto v = r.number(b, "verify_repeats", "budget", 1))
+    bu.verify_repeats = static_cast<std::uint32_t>(*v);
+  if (auto v = r.number(b, "seed", "budget", 0))
+    bu.seed = static_cast<std::uint64_t>(*v);
+}
+
 tuning::task_spec parse_task(const reader& r, const toml::table& root) {
   r.only_keys(root, "", {"name", "description", "workload", "knobs", "metrics", "limits",
-                         "patches"});
+                         "patches", "constants", "constraints", "contract", "scope", "budget"});
   tuning::task_spec task;
   task.name = *r.string(root, "name", "", true);
   r.string(root, "description", "", false);
@@ -391,6 +500,7 @@ tuning::task_spec parse_task(const reader& r, const toml::table& root) {
       task.patches.push_back(std::move(spec));
     }
   }
+  parse_contract_sections(r, root, task);
   return task;
 }
 

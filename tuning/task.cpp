@@ -184,6 +184,8 @@ std::map<std::string, std::string> template_vars(const task_spec& task,
                                                  const knob_assignment& assignment,
                                                  std::map<std::string, std::string> builtins) {
   auto vars = std::move(builtins);
+  for (const auto& [name, value] : task.constants)
+    vars[name] = to_string(value);
   for (const auto& [name, value] : assignment) {
     const auto* knob = task.find_knob(name);
     if (knob != nullptr && knob->type == knob_type::boolean && std::holds_alternative<bool>(value))

@@ -119,6 +119,48 @@ struct patch_spec {
   std::string description;
 };
 
+/// The task contract proper (what "the same work with the same numerics" means). Fixed at init;
+/// nothing later may change it.
+struct contract_spec {
+  /// Optimizer steps every trial must report (0: not checked).
+  std::uint32_t steps = 0;
+  /// Tokens every step must report, whole global batch (0: not checked).
+  std::uint64_t tokens_per_step = 0;
+  /// Inclusive window of steps whose step times are timed; warm-up steps before it are excluded.
+  std::uint32_t timed_first = 0;
+  std::uint32_t timed_last = 0;
+  /// Steps whose loss is compared with the baseline's reference (empty: every step).
+  std::vector<std::uint32_t> loss_checkpoints;
+  /// |loss - reference| must be <= max(loss_atol, loss_rtol * |reference|, calibrated spread).
+  double loss_rtol = 1e-4;
+  double loss_atol = 1e-6;
+  /// Reported time must agree with wall time: the sum of step times may not exceed the trial's
+  /// wall time by more than this fraction. Default 0.10.
+  double wall_tolerance = 0.10;
+};
+
+/// Which files a candidate may change (globs relative to the workload directory).
+struct scope_spec {
+  std::vector<std::string> editable;
+  std::vector<std::string> frozen;
+};
+
+/// What one tuning run may spend.
+struct budget_spec {
+  /// Trials of the search stage (baseline and re-verification runs not included). Default 20.
+  std::uint32_t trials = 20;
+  /// Wall-clock limit of the whole run in seconds. Default 3600.
+  double wall_clock_s = 3600.0;
+  /// Baseline repeats in the doctor stage. Default 3.
+  std::uint32_t baseline_repeats = 3;
+  /// Candidates re-verified against the baseline. Default 2.
+  std::uint32_t verify_top = 2;
+  /// Interleaved baseline/candidate pairs per re-verification. Default 3.
+  std::uint32_t verify_repeats = 3;
+  /// Seed of every random choice. Default 0.
+  std::uint64_t seed = 0;
+};
+
 /// One tuning task.
 struct task_spec {
   std::string name;
@@ -129,6 +171,13 @@ struct task_spec {
   metrics_spec metrics;
   limits_spec limits;
   std::vector<patch_spec> patches;
+  /// Fixed values usable in templates and constraints (e.g. global_batch = 16).
+  std::map<std::string, knob_value> constants;
+  /// Constraint expressions between knobs and constants (tuning/expr.hpp), checked before launch.
+  std::vector<std::string> constraints;
+  contract_spec contract;
+  scope_spec scope;
+  budget_spec budget;
 
   /// The knob named `name`, or nullptr.
   [[nodiscard]] const knob_spec* find_knob(const std::string& knob_name) const;
@@ -159,8 +208,8 @@ std::optional<std::string> render_template(const std::string& tmpl,
                                            const std::map<std::string, std::string>& vars,
                                            std::string& why);
 
-/// The template variables of an assignment: each knob's rendered text (booleans as their
-/// true_text/false_text) plus the given built-ins.
+/// The template variables of an assignment: the task's constants, each knob's rendered text
+/// (booleans as their true_text/false_text) and the given built-ins.
 std::map<std::string, std::string> template_vars(const task_spec& task,
                                                  const knob_assignment& assignment,
                                                  std::map<std::string, std::string> builtins);

@@ -1,0 +1,174 @@
+// Tests for tuning/planner.cpp: enumeration under constraints, determinism, the rules about what
+// is never proposed, the prior-driven initial design and the model-driven local search.
+
+#include "tuning/planner.hpp"
+
+#include <cmath>
+#include <set>
+
+#include <gtest/gtest.h>
+
+namespace infrarsi::tuning {
+namespace {
+
+task_spec make_task() {
+  task_spec t;
+  t.name = "toy";
+  knob_spec mb;
+  mb.name = "micro_batch";
+  mb.type = knob_type::integer;
+  mb.values = {std::int64_t{1}, std::int64_t{2}, std::int64_t{4}, std::int64_t{8}};
+  mb.default_value = std::int64_t{1};
+  mb.tags = {"memory-hungry"};
+  knob_spec ws = mb;
+  ws.name = "world_size";
+  ws.values = {std::int64_t{1}, std::int64_t{2}};
+  ws.tags = {};
+  knob_spec ckpt;
+  ckpt.name = "checkpointing";
+  ckpt.type = knob_type::boolean;
+  ckpt.default_value = false;
+  ckpt.tags = {"memory-saver"};
+  knob_spec attn;
+  attn.name = "attention";
+  attn.type = knob_type::choice;
+  attn.values = {std::string{"naive"}, std::string{"fused"}};
+  attn.default_value = std::string{"naive"};
+  t.knobs = {mb, ws, ckpt, attn};
+  t.patches = {{"fused_qkv", "/x", ""}};
+  t.constants = {{"global_batch", std::int64_t{8}}};
+  t.constraints = {"global_batch % (micro_batch * world_size) == 0"};
+  return t;
+}
+
+prior_set make_priors() {
+  prior_set p;
+  p.settings.push_back({"micro_batch", std::int64_t{4}, 1.5, 1e8, "test"});
+  p.settings.push_back({"attention", std::string{"fused"}, 1.2, 0, "test"});
+  p.patches.push_back({"fused_qkv", 1.1, 0, "test"});
+  return p;
+}
+
+trial_record measured(const configuration& c, double t, const std::string& purpose = "explore",
+                      trial_outcome outcome = trial_outcome::ok) {
+  trial_record r;
+  r.config = c;
+  r.purpose = purpose;
+  r.finished = true;
+  r.outcome = outcome;
+  r.verified = outcome == trial_outcome::ok;
+  r.timed_step_time_s = outcome == trial_outcome::ok ? t : 0;
+  return r;
+}
+
+TEST(Planner, EnumerationRespectsConstraints) {
+  auto task = make_task();
+  auto all = enumerate_candidates(task, 1);
+  // 4 mb x 2 ws x 2 ckpt x 2 attn x 2 patch = 64; mb*ws must divide 8: the 8 configurations
+  // with (mb 8, ws 2) are invalid -> 56
+  EXPECT_EQ(all.size(), 56u);
+  for (const auto& c : all)
+    EXPECT_EQ(constraint_violation(task, c), "") << c.key();
+  configuration bad = baseline_configuration(task);
+  bad.knobs["micro_batch"] = std::int64_t{8};
+  bad.knobs["world_size"] = std::int64_t{2};
+  EXPECT_EQ(constraint_violation(task, bad),
+            "constraint 'global_batch % (micro_batch * world_size) == 0' is false for "
+            "global_batch=8, micro_batch=8, world_size=2");
+}
+
+TEST(Planner, InitialDesignFollowsPriorsAndIsDiverseAndDeterministic) {
+  auto task = make_task();
+  auto priors = make_priors();
+  planner_input in;
+  in.task = &task;
+  in.priors = &priors;
+  in.history = {measured(baseline_configuration(task), 1.0, "baseline")};
+  in.seed = 3;
+  seeded_local_search policy;
+  auto a = policy.propose(in, 4);
+  auto b = policy.propose(in, 4);
+  ASSERT_EQ(a.size(), 4u);
+  for (std::size_t i = 0; i < a.size(); ++i)
+    EXPECT_EQ(a[i].config.key(), b[i].config.key());
+  // The first pick combines every setting the priors like: mb=4, fused attention, fused_qkv.
+  EXPECT_EQ(std::get<std::int64_t>(a[0].config.knobs.at("micro_batch")), 4);
+  EXPECT_EQ(std::get<std::string>(a[0].config.knobs.at("attention")), "fused");
+  EXPECT_EQ(a[0].config.patches, std::vector<std::string>{"fused_qkv"});
+  EXPECT_NEAR(a[0].predicted_speedup, 1.5 * 1.2 * 1.1, 1e-9);
+  std::set<std::string> keys;
+  for (const auto& p : a)
+    keys.insert(p.config.key());
+  EXPECT_EQ(keys.size(), 4u);
+  EXPECT_EQ(keys.count(baseline_configuration(task).key()), 0u);
+}
+
+TEST(Planner, NeverProposesTriedOrOomDominatedConfigurations) {
+  auto task = make_task();
+  auto priors = make_priors();
+  planner_input in;
+  in.task = &task;
+  in.priors = &priors;
+  in.initial_design = 0;
+  auto base = baseline_configuration(task);
+  in.history = {measured(base, 1.0, "baseline")};
+  auto oom = base;
+  oom.knobs["micro_batch"] = std::int64_t{4};
+  in.history.push_back(measured(oom, 0, "explore", trial_outcome::oom));
+  seeded_local_search policy;
+  auto all = policy.propose(in, 100);
+  EXPECT_FALSE(all.empty());
+  for (const auto& p : all) {
+    EXPECT_NE(p.config.key(), base.key());
+    EXPECT_NE(p.config.key(), oom.key());
+    bool same_rest = p.config.knobs.at("world_size") == oom.knobs.at("world_size")
+                     && p.config.knobs.at("checkpointing") == oom.knobs.at("checkpointing")
+                     && p.config.knobs.at("attention") == oom.knobs.at("attention")
+                     && p.config.patches == oom.patches;
+    if (same_rest) {
+      EXPECT_LT(std::get<std::int64_t>(p.config.knobs.at("micro_batch")), 4) << p.config.key();
+    }
+  }
+  // The memory saver makes micro_batch 4 eligible again.
+  bool saver_pairing = false;
+  for (const auto& p : all)
+    saver_pairing = saver_pairing
+                    || (std::get<std::int64_t>(p.config.knobs.at("micro_batch")) == 4
+                        && std::get<bool>(p.config.knobs.at("checkpointing")));
+  EXPECT_TRUE(saver_pairing);
+}
+
+TEST(Planner, MeasurementsOverrideAWrongPrior) {
+  auto task = make_task();
+  auto priors = make_priors(); // claims fused attention is 1.2x faster
+  planner_input in;
+  in.task = &task;
+  in.priors = &priors;
+  in.initial_design = 0;
+  in.noise_log_sd = 0.01;
+  auto base = baseline_configuration(task);
+  in.history = {measured(base, 1.0, "baseline"), measured(base, 1.0, "baseline")};
+  auto fused = base;
+  fused.knobs["attention"] = std::string{"fused"};
+  in.history.push_back(measured(fused, 1.6)); // measured: much slower
+  auto mb2 = base;
+  mb2.knobs["micro_batch"] = std::int64_t{2};
+  in.history.push_back(measured(mb2, 0.7)); // measured: faster
+  seeded_local_search policy;
+  auto next = policy.propose(in, 3);
+  ASSERT_EQ(next.size(), 3u);
+  for (const auto& p : next)
+    EXPECT_EQ(std::get<std::string>(p.config.knobs.at("attention")), "naive") << p.config.key();
+  EXPECT_NE(next[0].reason.find("local search"), std::string::npos);
+}
+
+TEST(Planner, SplitMixIsFullySpecified) {
+  splitmix64 r{0};
+  EXPECT_EQ(r.next(), 0xE220A8397B1DCDAFull); // reference value of SplitMix64 with seed 0
+  splitmix64 s{42};
+  for (int i = 0; i < 1000; ++i)
+    EXPECT_LT(s.below(7), 7u);
+}
+
+} // namespace
+} // namespace infrarsi::tuning

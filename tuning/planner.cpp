@@ -1,0 +1,413 @@
+#include "tuning/planner.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include <Eigen/Dense>
+
+#include "tuning/expr.hpp"
+#include "tuning/stats.hpp"
+
+namespace infrarsi::tuning {
+
+namespace {
+
+/// The values of one knob's domain that the search considers.
+std::vector<knob_value> search_values(const knob_spec& k) {
+  if (!k.values.empty())
+    return k.values;
+  std::vector<knob_value> out;
+  if (k.type == knob_type::boolean)
+    return {knob_value{false}, knob_value{true}};
+  if (!k.min || !k.max)
+    return {k.default_value};
+  if (k.type == knob_type::integer) {
+    auto lo = static_cast<std::int64_t>(std::ceil(*k.min));
+    auto hi = static_cast<std::int64_t>(std::floor(*k.max));
+    if (hi - lo + 1 <= 64) {
+      for (auto v = lo; v <= hi; ++v)
+        out.emplace_back(v);
+    } else {
+      for (int i = 0; i < 8; ++i) {
+        auto v = lo + static_cast<std::int64_t>(std::llround((hi - lo) * i / 7.0));
+        if (out.empty() || std::get<std::int64_t>(out.back()) != v)
+          out.emplace_back(v);
+      }
+    }
+  } else {
+    for (int i = 0; i < 5; ++i)
+      out.emplace_back(*k.min + (*k.max - *k.min) * i / 4.0);
+  }
+  if (std::find(out.begin(), out.end(), k.default_value) == out.end())
+    out.push_back(k.default_value);
+  return out;
+}
+
+std::size_t hamming(const configuration& a, const configuration& b) {
+  std::size_t d = 0;
+  for (const auto& [k, v] : a.knobs) {
+    auto it = b.knobs.find(k);
+    if (it == b.knobs.end() || it->second != v)
+      ++d;
+  }
+  std::vector<std::string> sym;
+  std::set_symmetric_difference(a.patches.begin(), a.patches.end(), b.patches.begin(),
+                                b.patches.end(), std::back_inserter(sym));
+  return d + sym.size();
+}
+
+bool has_tag(const knob_spec& k, const char* tag) {
+  return std::find(k.tags.begin(), k.tags.end(), tag) != k.tags.end();
+}
+
+double numeric(const knob_value& v) {
+  if (const auto* i = std::get_if<std::int64_t>(&v))
+    return static_cast<double>(*i);
+  if (const auto* d = std::get_if<double>(&v))
+    return *d;
+  if (const auto* b = std::get_if<bool>(&v))
+    return *b ? 1.0 : 0.0;
+  return 0.0;
+}
+
+/// True if `c` needs at least as much memory as `oom` by the task's tags: equal on every
+/// untagged knob and on patches, >= on memory-hungry knobs, <= on memory savers.
+bool at_least_as_hungry(const task_spec& task, const configuration& c, const configuration& oom) {
+  if (c.patches != oom.patches)
+    return false;
+  for (const auto& k : task.knobs) {
+    const auto& a = c.knobs.at(k.name);
+    const auto& b = oom.knobs.at(k.name);
+    bool hungry = has_tag(k, "memory-hungry");
+    bool saver = has_tag(k, "memory-saver");
+    if (hungry && k.type != knob_type::choice) {
+      if (numeric(a) < numeric(b))
+        return false;
+    } else if (saver && k.type != knob_type::choice) {
+      if (numeric(a) > numeric(b))
+        return false;
+    } else if (a != b) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/// One-hot features: knob=value for every non-default value, and +patch.
+struct feature_space {
+  std::vector<std::string> names;
+  std::map<std::string, std::size_t> index;
+  Eigen::VectorXd prior_mean; // per feature: expected effect on log step time
+
+  feature_space(const task_spec& task, const prior_set* priors) {
+    std::vector<double> means;
+    for (const auto& k : task.knobs)
+      for (const auto& v : search_values(k)) {
+        if (v == k.default_value)
+          continue;
+        auto name = k.name + "=" + to_string(v);
+        index[name] = names.size();
+        names.push_back(name);
+        const auto* p = priors != nullptr ? priors->find(k.name, v) : nullptr;
+        means.push_back(p != nullptr && p->speedup > 0 ? -std::log(p->speedup) : 0.0);
+      }
+    for (const auto& p : task.patches) {
+      auto name = "+" + p.name;
+      index[name] = names.size();
+      names.push_back(name);
+      const auto* pp = priors != nullptr ? priors->find_patch(p.name) : nullptr;
+      means.push_back(pp != nullptr && pp->speedup > 0 ? -std::log(pp->speedup) : 0.0);
+    }
+    prior_mean = Eigen::Map<Eigen::VectorXd>(means.data(), static_cast<Eigen::Index>(means.size()));
+  }
+
+  Eigen::VectorXd encode(const task_spec& task, const configuration& c) const {
+    Eigen::VectorXd x = Eigen::VectorXd::Zero(static_cast<Eigen::Index>(names.size()));
+    for (const auto& k : task.knobs) {
+      const auto& v = c.knobs.at(k.name);
+      if (v == k.default_value)
+        continue;
+      auto it = index.find(k.name + "=" + to_string(v));
+      if (it != index.end())
+        x[static_cast<Eigen::Index>(it->second)] = 1.0;
+    }
+    for (const auto& p : c.patches) {
+      auto it = index.find("+" + p);
+      if (it != index.end())
+        x[static_cast<Eigen::Index>(it->second)] = 1.0;
+    }
+    return x;
+  }
+};
+
+/// Posterior of the additive log-time model.
+struct time_model {
+  Eigen::VectorXd mean;
+  Eigen::MatrixXd covariance;
+};
+
+time_model fit(const feature_space& fs, const task_spec& task,
+               const std::vector<std::pair<configuration, double>>& data, double baseline_log,
+               double noise_log_sd) {
+  const double prior_var = 0.3 * 0.3;
+  const double noise_var = std::max(noise_log_sd, 0.01) * std::max(noise_log_sd, 0.01);
+  auto d = static_cast<Eigen::Index>(fs.names.size());
+  Eigen::MatrixXd precision = Eigen::MatrixXd::Identity(d, d) / prior_var;
+  Eigen::VectorXd rhs = fs.prior_mean / prior_var;
+  for (const auto& [config, log_time] : data) {
+    auto x = fs.encode(task, config);
+    precision += x * x.transpose() / noise_var;
+    rhs += x * (log_time - baseline_log) / noise_var;
+  }
+  time_model m;
+  Eigen::LDLT<Eigen::MatrixXd> ldlt(precision);
+  m.mean = ldlt.solve(rhs);
+  m.covariance = ldlt.solve(Eigen::MatrixXd::Identity(d, d));
+  return m;
+}
+
+} // namespace
+
+configuration baseline_configuration(const task_spec& task) {
+  configuration c;
+  c.knobs = task.default_assignment();
+  return c;
+}
+
+std::string constraint_violation(const task_spec& task, const configuration& config) {
+  std::vector<constraint_expr> exprs;
+  for (const auto& text : task.constraints) {
+    std::string why;
+    auto e = constraint_expr::parse(text, why);
+    if (!e)
+      return "constraint '" + text + "' does not parse: " + why;
+    exprs.push_back(std::move(*e));
+  }
+  auto vars = task.constants;
+  for (const auto& [k, v] : config.knobs)
+    vars[k] = v;
+  return first_violation(exprs, vars);
+}
+
+std::vector<configuration> enumerate_candidates(const task_spec& task, std::uint64_t seed,
+                                                std::size_t limit) {
+  std::vector<std::vector<knob_value>> domains;
+  double total = 1;
+  for (const auto& k : task.knobs) {
+    domains.push_back(search_values(k));
+    total *= static_cast<double>(domains.back().size());
+  }
+  auto patch_count = task.patches.size();
+  total *= std::pow(2.0, static_cast<double>(patch_count));
+  std::vector<std::string> patch_names;
+  for (const auto& p : task.patches)
+    patch_names.push_back(p.name);
+  std::sort(patch_names.begin(), patch_names.end());
+
+  std::vector<std::string> exprs_text = task.constraints;
+  std::vector<constraint_expr> exprs;
+  for (const auto& t : exprs_text) {
+    std::string why;
+    if (auto e = constraint_expr::parse(t, why))
+      exprs.push_back(std::move(*e));
+  }
+  auto make = [&](const std::vector<std::size_t>& idx, std::uint64_t patch_mask) {
+    configuration c;
+    for (std::size_t i = 0; i < task.knobs.size(); ++i)
+      c.knobs[task.knobs[i].name] = domains[i][idx[i]];
+    for (std::size_t p = 0; p < patch_count; ++p)
+      if ((patch_mask >> p) & 1u)
+        c.patches.push_back(patch_names[p]);
+    return c;
+  };
+  auto valid = [&](const configuration& c) {
+    auto vars = task.constants;
+    for (const auto& [k, v] : c.knobs)
+      vars[k] = v;
+    return first_violation(exprs, vars).empty();
+  };
+
+  std::vector<configuration> out;
+  if (total <= static_cast<double>(limit)) {
+    std::vector<std::size_t> idx(task.knobs.size(), 0);
+    for (;;) {
+      for (std::uint64_t mask = 0; mask < (std::uint64_t{1} << patch_count); ++mask) {
+        auto c = make(idx, mask);
+        if (valid(c))
+          out.push_back(std::move(c));
+      }
+      std::size_t i = 0;
+      for (; i < idx.size(); ++i) {
+        if (++idx[i] < domains[i].size())
+          break;
+        idx[i] = 0;
+      }
+      if (i == idx.size())
+        break;
+    }
+    return out;
+  }
+  splitmix64 rng{seed ^ 0xC0FFEEull};
+  std::set<std::string> seen;
+  for (std::size_t attempt = 0; attempt < limit * 4 && out.size() < limit; ++attempt) {
+    std::vector<std::size_t> idx(task.knobs.size());
+    for (std::size_t i = 0; i < idx.size(); ++i)
+      idx[i] = rng.below(domains[i].size());
+    std::uint64_t mask = patch_count == 0 ? 0 : rng.below(std::uint64_t{1} << patch_count);
+    auto c = make(idx, mask);
+    if (valid(c) && seen.insert(c.key()).second)
+      out.push_back(std::move(c));
+  }
+  return out;
+}
+
+std::vector<proposal> seeded_local_search::propose(const planner_input& in, std::size_t n) const {
+  const auto& task = *in.task;
+  std::vector<proposal> out;
+  if (n == 0)
+    return out;
+  auto candidates = enumerate_candidates(task, in.seed);
+  std::set<std::string> tried;
+  std::vector<configuration> ooms;
+  for (const auto& t : in.history) {
+    tried.insert(t.config.key());
+    if (t.finished && t.outcome == trial_outcome::oom)
+      ooms.push_back(t.config);
+  }
+  auto allowed = [&](const configuration& c) {
+    if (tried.count(c.key()) != 0)
+      return false;
+    for (const auto& o : ooms)
+      if (at_least_as_hungry(task, c, o))
+        return false;
+    return true;
+  };
+  std::vector<configuration> open;
+  for (auto& c : candidates)
+    if (allowed(c))
+      open.push_back(std::move(c));
+  if (open.empty())
+    return out;
+
+  feature_space fs{task, in.priors};
+  auto prior_gain = [&](const configuration& c) { return -fs.encode(task, c).dot(fs.prior_mean); };
+  std::set<std::string> chosen_keys;
+  auto take = [&](const configuration& c, double predicted, std::string reason) {
+    chosen_keys.insert(c.key());
+    out.push_back({c, std::exp(predicted), std::move(reason)});
+  };
+
+  std::size_t explored = 0;
+  for (const auto& t : in.history)
+    if (t.purpose == "explore")
+      ++explored;
+
+  // Initial design: experience seeds, then prior-ranked and diverse.
+  while (explored + out.size() < in.initial_design && out.size() < n) {
+    bool took = false;
+    for (const auto& s : in.experience_seeds) {
+      auto it = std::find(open.begin(), open.end(), s);
+      if (it != open.end() && chosen_keys.count(s.key()) == 0) {
+        take(s, prior_gain(s), "experience bank seed");
+        took = true;
+        break;
+      }
+    }
+    if (took)
+      continue;
+    const configuration* best = nullptr;
+    double best_score = -1e300;
+    for (const auto& c : open) {
+      if (chosen_keys.count(c.key()) != 0)
+        continue;
+      std::size_t min_dist = 1000;
+      for (const auto& p : out)
+        min_dist = std::min(min_dist, hamming(c, p.config));
+      if (out.empty())
+        min_dist = 0;
+      double score = prior_gain(c) + 0.05 * static_cast<double>(std::min<std::size_t>(min_dist, 6));
+      if (score > best_score) { // strict: the first in enumeration order wins ties
+        best_score = score;
+        best = &c;
+      }
+    }
+    if (best == nullptr)
+      return out;
+    take(*best, prior_gain(*best), "initial design: prior and diversity");
+  }
+  if (out.size() >= n)
+    return out;
+
+  // Model-based local search.
+  std::vector<double> baseline_times;
+  std::vector<std::pair<configuration, double>> data;
+  auto base = baseline_configuration(task);
+  for (const auto& t : in.history) {
+    if (!t.usable())
+      continue;
+    if (t.config == base)
+      baseline_times.push_back(t.timed_step_time_s);
+    data.emplace_back(t.config, std::log(t.timed_step_time_s));
+  }
+  double baseline_log = baseline_times.empty()
+                          ? (data.empty() ? 0.0 : data.front().second)
+                          : std::log(median(baseline_times));
+  auto model = fit(fs, task, data, baseline_log, in.noise_log_sd);
+  auto score = [&](const configuration& c, double& predicted) {
+    auto x = fs.encode(task, c);
+    predicted = x.dot(model.mean); // log time relative to the baseline
+    double sd = std::sqrt(std::max(0.0, x.dot(model.covariance * x)));
+    return -(predicted - sd); // optimistic: lower time is better
+  };
+
+  // Neighbourhoods of the three fastest measured configurations.
+  std::vector<std::pair<double, configuration>> measured;
+  for (const auto& [c, lt] : data)
+    measured.emplace_back(lt, c);
+  std::stable_sort(measured.begin(), measured.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<configuration> centres;
+  for (const auto& [lt, c] : measured) {
+    if (std::find(centres.begin(), centres.end(), c) == centres.end())
+      centres.push_back(c);
+    if (centres.size() == 3)
+      break;
+  }
+  while (out.size() < n) {
+    const configuration* best = nullptr;
+    double best_score = -1e300;
+    double best_pred = 0;
+    bool local = true;
+    for (int pass = 0; pass < 2 && best == nullptr; ++pass) {
+      local = pass == 0;
+      for (const auto& c : open) {
+        if (chosen_keys.count(c.key()) != 0)
+          continue;
+        if (local) {
+          bool near = false;
+          for (const auto& centre : centres)
+            near = near || hamming(c, centre) <= 2;
+          if (!near)
+            continue;
+        }
+        double pred = 0;
+        double s = score(c, pred);
+        if (s > best_score) {
+          best_score = s;
+          best = &c;
+          best_pred = pred;
+        }
+      }
+    }
+    if (best == nullptr)
+      break;
+    take(*best, -best_pred,
+         local ? "local search: best optimistic prediction near the fastest verified points"
+               : "global: best optimistic prediction (neighbourhoods exhausted)");
+  }
+  return out;
+}
+
+} // namespace infrarsi::tuning

@@ -1,0 +1,109 @@
+#pragma once
+/// @file planner.hpp
+/// The search policy: which configurations to try next. Pure and deterministic: the same input
+/// (task, priors, history, seed) gives the same proposals, byte for byte.
+///
+/// `seeded_local_search` (the first policy):
+///  1. Candidates: the knob space (explicit value lists; integer ranges of at most 64 values;
+///     real ranges at 5 evenly spaced points) times every subset of the task's patches, filtered
+///     by the task's constraints; at most 20,000, sampled with the seed beyond that.
+///  2. Never proposed: a configuration already tried (any outcome), one that violates a
+///     constraint, one that is at least as memory-hungry as a configuration that ran out of
+///     memory (same other settings, memory-hungry knobs >=, memory savers <=).
+///  3. Initial design (the first `initial_design` proposals): experience seeds first, then the
+///     candidates with the best prior-predicted speedup, spread for diversity — each pick
+///     maximizes predicted gain + 0.05 x its Hamming distance to those already chosen.
+///  4. Afterwards: a Bayesian additive model of log step time over one-hot settings
+///     (per-setting effects with Gaussian priors N(-log prior speedup, 0.3^2), noise from the
+///     doctor's log_sd; closed-form posterior with Eigen) scores the neighbours (Hamming
+///     distance <= 2) of the three fastest verified configurations by an optimistic bound
+///     (predicted log time minus one posterior standard deviation); the best are proposed.
+///     If no neighbour is left, the whole candidate set is scored the same way.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tuning/priors.hpp"
+#include "tuning/trial.hpp"
+
+namespace infrarsi::tuning {
+
+/// Everything a policy may look at.
+struct planner_input {
+  const task_spec* task = nullptr;
+  const prior_set* priors = nullptr;
+  /// Every trial so far (baseline, search and verification runs), in log order.
+  std::vector<trial_record> history;
+  /// Configurations recommended by the experience bank, best first.
+  std::vector<configuration> experience_seeds;
+  /// log-sd of step time from the doctor (noise of one measurement).
+  double noise_log_sd = 0.02;
+  std::uint64_t seed = 0;
+  /// Number of initial-design proposals (before the model takes over).
+  std::size_t initial_design = 4;
+};
+
+/// One proposal and why it was chosen.
+struct proposal {
+  configuration config;
+  /// Predicted speedup over the baseline (prior or posterior), and the reason in words.
+  double predicted_speedup = 1.0;
+  std::string reason;
+};
+
+/// A search policy (one module per algorithm behind this interface; baselines for benchmarks
+/// implement it too).
+class planner_policy {
+public:
+  virtual ~planner_policy() = default;
+  /// Name recorded in the log, e.g. "seeded_local_search/1".
+  [[nodiscard]] virtual std::string name() const = 0;
+  /// Up to `n` proposals (fewer when the space is exhausted).
+  [[nodiscard]] virtual std::vector<proposal> propose(const planner_input& in,
+                                                      std::size_t n) const = 0;
+};
+
+/// The policy described in the file comment.
+class seeded_local_search final : public planner_policy {
+public:
+  [[nodiscard]] std::string name() const override { return "seeded_local_search/1"; }
+  [[nodiscard]] std::vector<proposal> propose(const planner_input& in,
+                                              std::size_t n) const override;
+};
+
+/// The baseline configuration: every knob at its default, no patches.
+configuration baseline_configuration(const task_spec& task);
+
+/// All candidate configurations of the task (step 1 above), in a deterministic order.
+std::vector<configuration> enumerate_candidates(const task_spec& task, std::uint64_t seed,
+                                                std::size_t limit = 20000);
+
+/// "" if `config` satisfies the task's constraints, else the violation (tuning/expr.hpp).
+std::string constraint_violation(const task_spec& task, const configuration& config);
+
+/// SplitMix64 (Steele et al. 2014): a fully specified generator, identical on every platform.
+class splitmix64 {
+public:
+  explicit splitmix64(std::uint64_t seed) : state_(seed) {}
+  std::uint64_t next() {
+    std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  /// Uniform in [0, n) (n > 0), by rejection (no modulo bias).
+  std::uint64_t below(std::uint64_t n) {
+    auto limit = ~std::uint64_t{0} - (~std::uint64_t{0} % n);
+    std::uint64_t x;
+    do {
+      x = next();
+    } while (x >= limit);
+    return x % n;
+  }
+
+private:
+  std::uint64_t state_;
+};
+
+} // namespace infrarsi::tuning

@@ -1,0 +1,75 @@
+#pragma once
+/// @file trial.hpp
+/// Plain records of configurations and trials, as the method sees them (folded from the event
+/// log by store/run_projection.hpp). No I/O.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tuning/task.hpp"
+
+namespace infrarsi::tuning {
+
+/// A point of the search space: every knob's value and the set of applied patches.
+struct configuration {
+  knob_assignment knobs;
+  /// Patch names, sorted (a set: order of application is the sorted order).
+  std::vector<std::string> patches;
+
+  /// Canonical text, e.g. "micro_batch=4,threads=2|fused_qkv": equal iff configurations equal.
+  [[nodiscard]] std::string key() const;
+  /// Differences from `other`, e.g. "micro_batch 1->4, +fused_qkv".
+  [[nodiscard]] std::string diff_from(const configuration& other) const;
+  friend bool operator==(const configuration& a, const configuration& b) {
+    return a.knobs == b.knobs && a.patches == b.patches;
+  }
+};
+
+/// Terminal state of a trial (mirrors wire::Outcome).
+enum class trial_outcome : std::uint8_t {
+  unset = 0, ok = 1, oom = 2, crash = 3, timeout = 4, launch_error = 5,
+  contract_violation = 6, lost = 7, preempted = 8,
+};
+
+const char* to_string(trial_outcome o);
+
+/// One reported step.
+struct step_point {
+  std::uint32_t step = 0;
+  double loss = 0.0;
+  std::uint64_t tokens = 0;
+  double step_time_s = 0.0;
+};
+
+/// One trial attempt and what is known about it.
+struct trial_record {
+  std::uint64_t trial_id = 0;
+  std::uint32_t attempt = 0;
+  /// "baseline", "explore", "verify-baseline", "verify-candidate".
+  std::string purpose;
+  configuration config;
+  /// Set once the trial has ended.
+  bool finished = false;
+  trial_outcome outcome = trial_outcome::unset;
+  std::vector<step_point> steps;
+  double wall_time_s = 0.0;
+  double device_seconds = 0.0;
+  std::uint64_t peak_memory_bytes = 0;
+  std::string detail;
+  /// Set once the verifier has checked it.
+  bool verified = false;
+  /// Contract violations found by the verifier (empty: passed).
+  std::vector<std::string> violations;
+  /// Median step time over the contract's timed window, seconds (0: not available).
+  double timed_step_time_s = 0.0;
+
+  /// Finished ok and passed the contract.
+  [[nodiscard]] bool usable() const {
+    return finished && outcome == trial_outcome::ok && verified && violations.empty()
+           && timed_step_time_s > 0;
+  }
+};
+
+} // namespace infrarsi::tuning
