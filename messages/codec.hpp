@@ -85,6 +85,8 @@ public:
   /// The root table, or nullptr when empty. Valid as long as this message (or a copy) lives.
   [[nodiscard]] const Table* get() const noexcept;
   const Table* operator->() const noexcept { return get(); }
+  /// The root table; the message must not be empty.
+  const Table& operator*() const noexcept { return *get(); }
 
   /// A native (object-API) copy of the content, or nullptr when empty.
   [[nodiscard]] std::unique_ptr<native_type> unpack() const;

@@ -80,23 +80,56 @@ def main():
     ap.add_argument("--max-wait-s", type=float, default=120)
     ap.add_argument("--idle-busy", type=float, default=0.15)
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--min-clean", type=int, default=0,
+                    help="keep running extra rounds (up to --max-rounds) until every config has this many "
+                         "runs with foreign load <= --max-foreign cores")
+    ap.add_argument("--max-foreign", type=float, default=0.1)
+    ap.add_argument("--max-rounds", type=int, default=20)
+    ap.add_argument("--summarize", action="store_true", help="only print the table of --out")
     a = ap.parse_args()
+    if a.summarize:
+        return summarize(a.out, a.max_foreign, [c.split("=", 1)[0] for c in a.configs])
     configs = [c.split("=", 1) for c in a.configs]
     with open(a.out, "a") as out:
-        for r in range(a.rounds):
+        clean = {name: 0 for name, _ in configs}
+        for r in range(a.max_rounds if a.min_clean else a.rounds):
+            if a.min_clean and r >= a.rounds and all(v >= a.min_clean for v in clean.values()):
+                break
             order = configs[r % len(configs):] + configs[:r % len(configs)]
             for name, spec in order:
+                if a.min_clean and r >= a.rounds and clean[name] >= a.min_clean:
+                    continue
                 t0 = time.time()
                 while busy_fraction() > a.idle_busy and time.time() - t0 < a.max_wait_s:
                     pass
                 rec = run_one(name, spec, a.timeout)
                 rec["round"] = r
                 rec["waited_s"] = time.time() - t0
+                if rec["rc"] == 0 and rec["foreign_load_cores"] <= a.max_foreign:
+                    clean[name] += 1
                 out.write(json.dumps(rec) + "\n")
                 out.flush()
                 print("%-24s round %d rc %s median %.3fs foreign %.2f cores" % (
                     name, r, rec["rc"], rec.get("step_time_median_s", float("nan")),
                     rec["foreign_load_cores"]), flush=True)
+
+
+def summarize(path, max_foreign, names):
+    runs = [json.loads(l) for l in open(path)]
+    if names == ["all"]:
+        names = list(dict.fromkeys(r["name"] for r in runs))
+    print("| config | clean runs (all) | median step s | min | max | peak RSS MB | foreign load (clean) |")
+    print("|---|---|---|---|---|---|---|")
+    for n in names:
+        rs = [r for r in runs if r["name"] == n]
+        ok = [r for r in rs if r["rc"] == 0 and r["foreign_load_cores"] <= max_foreign]
+        if not ok:
+            print("| %s | 0 (%d) | | | | | |" % (n, len(rs)))
+            continue
+        t = [r["step_time_median_s"] for r in ok]
+        print("| %s | %d (%d) | %.3f | %.3f | %.3f | %.0f | %.2f |" % (
+            n, len(ok), len(rs), statistics.median(t), min(t), max(t),
+            max(r["peak_memory_bytes"] for r in ok) / 1e6, max(r["foreign_load_cores"] for r in ok)))
 
 
 if __name__ == "__main__":

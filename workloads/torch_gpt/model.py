@@ -58,14 +58,22 @@ class CausalSelfAttention(nn.Module):
         return self.proj(y)
 
 
+class NewGELU(nn.Module):
+    """GELU, tanh approximation (as in GPT-2 / minGPT): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+
+    def forward(self, x):
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
 class MLP(nn.Module):
     def __init__(self, d_model):
         super().__init__()
         self.fc = nn.Linear(d_model, 4 * d_model)
+        self.act = NewGELU()
         self.proj = nn.Linear(4 * d_model, d_model)
 
     def forward(self, x):
-        return self.proj(F.gelu(self.fc(x)))
+        return self.proj(self.act(self.fc(x)))
 
 
 class Block(nn.Module):

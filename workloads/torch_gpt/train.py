@@ -41,9 +41,9 @@ def parse_args(argv=None):
     w.add_argument("--warmup-steps", type=int, default=2, help="first steps, executed and reported but not timed")
     w.add_argument("--global-batch", type=int, default=16, help="sequences per optimizer step, all ranks")
     w.add_argument("--seq-len", type=int, default=256, help="tokens per sequence")
-    w.add_argument("--layers", type=int, default=4)
-    w.add_argument("--d-model", type=int, default=256)
-    w.add_argument("--heads", type=int, default=4)
+    w.add_argument("--layers", type=int, default=6)
+    w.add_argument("--d-model", type=int, default=384)
+    w.add_argument("--heads", type=int, default=6)
     w.add_argument("--seed", type=int, default=1234)
     w.add_argument("--lr", type=float, default=1e-3)
     k = p.add_argument_group("launch knobs (speed, not work)")
@@ -54,7 +54,7 @@ def parse_args(argv=None):
     k.add_argument("--attention", choices=model_lib.ATTENTION_IMPLS, default=model_lib.ATTENTION_IMPLS[0])
     k.add_argument("--foreach", type=int, choices=(0, 1), default=0, help="AdamW foreach implementation")
     k.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32", help="bf16 = autocast (changes numerics)")
-    k.add_argument("--device", choices=("auto", "cpu", "cuda"), default="cpu")
+    k.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     k.add_argument("--memory-cap-bytes", type=int, default=None,
                    help="per-rank memory cap (also env INFRARSI_MEMORY_CAP_BYTES); exceeding it exits 86")
     return p.parse_args(argv), p

@@ -1,0 +1,172 @@
+#include "runtime/node_bridge.hpp"
+
+#include <chrono>
+#include <filesystem>
+
+#include "adapters/trial_launcher.hpp"
+#include "messages/errc.hpp"
+#include "store/run_projection.hpp"
+
+namespace infrarsi::runtime {
+
+node_server::node_server(zmq::context_t& ctx, std::string endpoint, const tuning::task_spec& task,
+                         std::string trials_root, std::string node_name)
+  : ctx_(ctx),
+    endpoint_(std::move(endpoint)),
+    task_(task),
+    trials_root_(std::move(trials_root)),
+    node_name_(std::move(node_name)) {
+}
+
+node_server::~node_server() {
+  stop();
+}
+
+caf::error node_server::start() {
+  try {
+    socket_ = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::router);
+    socket_->set(zmq::sockopt::linger, 0);
+    socket_->set(zmq::sockopt::router_mandatory, 1);
+    socket_->bind(endpoint_);
+  } catch (const zmq::error_t& e) {
+    return make_error(errc::io_error, "node-runner: cannot bind '" + endpoint_ + "': " + e.what());
+  }
+  thread_ = std::thread{[this] { serve(); }};
+  return caf::none;
+}
+
+void node_server::stop() {
+  stop_ = true;
+  if (thread_.joinable())
+    thread_.join();
+  socket_.reset();
+}
+
+messages::trial_result_msg node_server::run_one(const messages::trial_spec_msg& spec) {
+  adapters::trial_request req;
+  req.task = &task_;
+  auto config = store::configuration_of(*spec);
+  req.knobs = config.knobs;
+  req.patches = config.patches;
+  if (spec->patches() != nullptr) { // keep the requested order of application
+    req.patches.clear();
+    for (const auto* p : *spec->patches())
+      req.patches.push_back(p->str());
+  }
+  req.trial_id = spec->trial_id();
+  req.attempt = spec->attempt();
+  req.timeout_s = spec->timeout_s();
+  req.memory_cap_bytes = spec->memory_cap_bytes();
+  req.trial_dir = trials_root_ + "/trial-" + std::to_string(req.trial_id) + "-"
+                  + std::to_string(req.attempt);
+  req.stop = &stop_;
+  auto report = adapters::run_trial(req);
+  if (report)
+    return report->result;
+  // The tool could not run it (bad knob value, template error): a launch error of this trial.
+  wire::TrialResultT r;
+  r.trial_id = req.trial_id;
+  r.attempt = req.attempt;
+  r.outcome = wire::Outcome::LaunchError;
+  r.detail = "node-runner " + node_name_ + ": " + describe(report.error());
+  return messages::trial_result_msg::pack(r);
+}
+
+void node_server::serve() {
+  while (!stop_) {
+    zmq::pollitem_t item{socket_->handle(), 0, ZMQ_POLLIN, 0};
+    try {
+      zmq::poll(&item, 1, std::chrono::milliseconds(100));
+    } catch (const zmq::error_t&) {
+      continue; // EINTR; re-check stop_
+    }
+    if ((item.revents & ZMQ_POLLIN) == 0)
+      continue;
+    std::vector<zmq::message_t> frames;
+    for (;;) {
+      zmq::message_t frame;
+      if (!socket_->recv(frame, zmq::recv_flags::none))
+        break;
+      bool more = frame.more();
+      frames.push_back(std::move(frame));
+      if (!more)
+        break;
+    }
+    if (frames.size() < 2)
+      continue;
+    auto& identity = frames.front();
+    auto& body = frames.back();
+    auto env = messages::envelope_msg::decode(body.data(), body.size());
+    if (!env)
+      continue; // a malformed request gets no reply; the client times out and reports it
+    auto spec = messages::open<wire::TrialSpec>(*env);
+    if (!spec)
+      continue;
+    auto result = run_one(*spec);
+    auto reply = messages::seal(result, (*env)->run_id() != nullptr ? (*env)->run_id()->str() : "",
+                                node_name_, sequence_++);
+    try {
+      socket_->send(zmq::buffer(identity.data(), identity.size()), zmq::send_flags::sndmore);
+      socket_->send(zmq::message_t{}, zmq::send_flags::sndmore);
+      socket_->send(zmq::buffer(reply.bytes().data(), reply.bytes().size()),
+                    zmq::send_flags::none);
+    } catch (const zmq::error_t&) {
+      // The client is gone (EHOSTUNREACH with ROUTER_MANDATORY): its trial is lost and will be
+      // re-queued by the supervisor. Swallowed on purpose.
+    }
+  }
+}
+
+node_client::node_client(zmq::context_t& ctx, std::string endpoint, std::string run_id,
+                         std::string sender)
+  : socket_(ctx, zmq::socket_type::dealer),
+    endpoint_(std::move(endpoint)),
+    run_id_(std::move(run_id)),
+    sender_(std::move(sender)) {
+  socket_.set(zmq::sockopt::linger, 0);
+  socket_.connect(endpoint_);
+}
+
+caf::expected<messages::trial_result_msg> node_client::run(const messages::trial_spec_msg& spec,
+                                                           double timeout_s) {
+  auto env = messages::seal(spec, run_id_, sender_, sequence_++);
+  try {
+    socket_.send(zmq::message_t{}, zmq::send_flags::sndmore);
+    socket_.send(zmq::buffer(env.bytes().data(), env.bytes().size()), zmq::send_flags::none);
+    auto deadline = std::chrono::steady_clock::now()
+                    + std::chrono::milliseconds(static_cast<long>(timeout_s * 1000));
+    while (std::chrono::steady_clock::now() < deadline) {
+      zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
+      zmq::poll(&item, 1, std::chrono::milliseconds(200));
+      if ((item.revents & ZMQ_POLLIN) == 0)
+        continue;
+      std::vector<zmq::message_t> frames;
+      for (;;) {
+        zmq::message_t frame;
+        if (!socket_.recv(frame, zmq::recv_flags::none))
+          break;
+        bool more = frame.more();
+        frames.push_back(std::move(frame));
+        if (!more)
+          break;
+      }
+      const auto& body = frames.back();
+      auto reply = messages::envelope_msg::decode(body.data(), body.size());
+      if (!reply)
+        return make_error(errc::corrupt_data, "node-runner '" + endpoint_
+                                                + "' sent a bad reply: " + describe(reply.error()));
+      auto result = messages::open<wire::TrialResult>(*reply);
+      if (!result)
+        return std::move(result.error());
+      if ((*result)->trial_id() != spec->trial_id() || (*result)->attempt() != spec->attempt())
+        continue; // a stale reply for an earlier attempt: never counted for this one
+      return std::move(*result);
+    }
+  } catch (const zmq::error_t& e) {
+    return make_error(errc::io_error, "node-runner '" + endpoint_ + "': " + e.what());
+  }
+  return make_error(errc::not_found, "node-runner '" + endpoint_ + "' did not answer within "
+                                       + std::to_string(timeout_s) + " s (trial lost)");
+}
+
+} // namespace infrarsi::runtime

@@ -1,0 +1,78 @@
+#pragma once
+/// @file node_bridge.hpp
+/// The ZeroMQ bridge between the supervisor and node-runners. The node-runner is reached through
+/// a socket even in embedded mode (an inproc:// or ipc:// endpoint), so going multi-machine
+/// changes an endpoint, not the code path. Frames are Envelopes (messages/envelope.fbs):
+/// TrialSpec requests, TrialResult replies, verified on receipt.
+///
+/// Protocol (ROUTER on the node, DEALER on the client): the client sends [empty, envelope]; the
+/// node replies [empty, envelope] on the same connection when the trial has ended.
+/// Each socket is owned by exactly one thread (ZeroMQ sockets are not thread-safe).
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <caf/expected.hpp>
+#include <zmq.hpp>
+
+#include "messages/codec.hpp"
+#include "tuning/task.hpp"
+
+namespace infrarsi::runtime {
+
+/// A node-runner serving one task's trials on `endpoint`, one at a time, on its own thread.
+class node_server {
+public:
+  /// `trials_root`: trial directories are created below it as trial-<id>-<attempt>.
+  node_server(zmq::context_t& ctx, std::string endpoint, const tuning::task_spec& task,
+              std::string trials_root, std::string node_name);
+  ~node_server();
+  node_server(const node_server&) = delete;
+  node_server& operator=(const node_server&) = delete;
+
+  /// Binds the endpoint and starts serving. Error: errc::io_error naming the endpoint.
+  [[nodiscard]] caf::error start();
+
+  /// Stops serving; a running trial is stopped (it ends as preempted). Idempotent.
+  void stop();
+
+  [[nodiscard]] const std::string& endpoint() const noexcept { return endpoint_; }
+
+private:
+  void serve();
+  messages::trial_result_msg run_one(const messages::trial_spec_msg& spec);
+
+  zmq::context_t& ctx_;
+  std::string endpoint_;
+  const tuning::task_spec& task_;
+  std::string trials_root_;
+  std::string node_name_;
+  std::unique_ptr<zmq::socket_t> socket_; // owned by the serving thread after start()
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::uint64_t sequence_ = 0;
+};
+
+/// The supervisor's end: sends one TrialSpec at a time and waits for its TrialResult.
+/// Use from one thread only (a detached actor).
+class node_client {
+public:
+  node_client(zmq::context_t& ctx, std::string endpoint, std::string run_id, std::string sender);
+
+  /// Sends `spec` and waits up to `timeout_s` for the result. Errors: errc::io_error (socket),
+  /// errc::not_found (no reply within the timeout: the node vanished), errc::corrupt_data
+  /// (a reply that fails verification).
+  [[nodiscard]] caf::expected<messages::trial_result_msg>
+  run(const messages::trial_spec_msg& spec, double timeout_s);
+
+private:
+  zmq::socket_t socket_;
+  std::string endpoint_;
+  std::string run_id_;
+  std::string sender_;
+  std::uint64_t sequence_ = 0;
+};
+
+} // namespace infrarsi::runtime

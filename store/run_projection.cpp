@@ -1,0 +1,308 @@
+#include "store/run_projection.hpp"
+
+#include <algorithm>
+
+namespace infrarsi::store {
+
+using tuning::knob_value;
+
+tuning::configuration configuration_of(const wire::TrialSpec& spec) {
+  tuning::configuration c;
+  if (spec.knobs() != nullptr)
+    for (const auto* k : *spec.knobs()) {
+      auto name = k->name()->str();
+      switch (k->value_type()) {
+        case wire::KnobValue::IntKnob: c.knobs[name] = k->value_as_IntKnob()->value(); break;
+        case wire::KnobValue::RealKnob: c.knobs[name] = k->value_as_RealKnob()->value(); break;
+        case wire::KnobValue::BoolKnob: c.knobs[name] = k->value_as_BoolKnob()->value(); break;
+        case wire::KnobValue::TextKnob:
+          c.knobs[name] = k->value_as_TextKnob()->value() == nullptr
+                            ? std::string{}
+                            : k->value_as_TextKnob()->value()->str();
+          break;
+        default: break;
+      }
+    }
+  if (spec.patches() != nullptr)
+    for (const auto* p : *spec.patches())
+      c.patches.push_back(p->str());
+  std::sort(c.patches.begin(), c.patches.end());
+  return c;
+}
+
+nlohmann::json to_tagged_json(const knob_value& v) {
+  if (const auto* i = std::get_if<std::int64_t>(&v))
+    return {{"int", *i}};
+  if (const auto* d = std::get_if<double>(&v))
+    return {{"real", *d}};
+  if (const auto* b = std::get_if<bool>(&v))
+    return {{"bool", *b}};
+  return {{"text", std::get<std::string>(v)}};
+}
+
+std::optional<knob_value> from_tagged_json(const nlohmann::json& j) {
+  if (!j.is_object() || j.size() != 1)
+    return std::nullopt;
+  const auto& [tag, value] = *j.items().begin();
+  if (tag == "int" && value.is_number_integer())
+    return knob_value{value.get<std::int64_t>()};
+  if (tag == "real" && value.is_number())
+    return knob_value{value.get<double>()};
+  if (tag == "bool" && value.is_boolean())
+    return knob_value{value.get<bool>()};
+  if (tag == "text" && value.is_string())
+    return knob_value{value.get<std::string>()};
+  return std::nullopt;
+}
+
+nlohmann::json to_json(const tuning::configuration& c) {
+  nlohmann::json knobs = nlohmann::json::object();
+  for (const auto& [k, v] : c.knobs)
+    knobs[k] = to_tagged_json(v);
+  return {{"knobs", knobs}, {"patches", c.patches}};
+}
+
+std::optional<tuning::configuration> configuration_from_json(const nlohmann::json& j) {
+  if (!j.is_object() || !j.contains("knobs") || !j["knobs"].is_object())
+    return std::nullopt;
+  tuning::configuration c;
+  for (const auto& [k, v] : j["knobs"].items()) {
+    auto value = from_tagged_json(v);
+    if (!value)
+      return std::nullopt;
+    c.knobs[k] = *value;
+  }
+  if (j.contains("patches") && j["patches"].is_array())
+    for (const auto& p : j["patches"])
+      if (p.is_string())
+        c.patches.push_back(p.get<std::string>());
+  std::sort(c.patches.begin(), c.patches.end());
+  return c;
+}
+
+nlohmann::json to_json(const tuning::prior_set& p) {
+  nlohmann::json settings = nlohmann::json::array();
+  for (const auto& s : p.settings)
+    settings.push_back({{"knob", s.knob},
+                        {"value", to_tagged_json(s.value)},
+                        {"speedup", s.speedup},
+                        {"memory_bytes", s.memory_bytes},
+                        {"source", s.source}});
+  nlohmann::json patches = nlohmann::json::array();
+  for (const auto& x : p.patches)
+    patches.push_back({{"patch", x.patch},
+                       {"speedup", x.speedup},
+                       {"memory_bytes", x.memory_bytes},
+                       {"source", x.source}});
+  return {{"settings", settings}, {"patches", patches}};
+}
+
+tuning::prior_set priors_from_json(const nlohmann::json& j) {
+  tuning::prior_set p;
+  if (j.contains("settings"))
+    for (const auto& s : j["settings"]) {
+      auto v = from_tagged_json(s.value("value", nlohmann::json{}));
+      if (!v)
+        continue;
+      p.settings.push_back({s.value("knob", ""), *v, s.value("speedup", 1.0),
+                            s.value("memory_bytes", 0.0), s.value("source", "")});
+    }
+  if (j.contains("patches"))
+    for (const auto& x : j["patches"])
+      p.patches.push_back({x.value("patch", ""), x.value("speedup", 1.0),
+                           x.value("memory_bytes", 0.0), x.value("source", "")});
+  return p;
+}
+
+const tuning::trial_record* run_state::find(std::uint64_t id, std::uint32_t attempt) const {
+  for (const auto& t : trials)
+    if (t.trial_id == id && t.attempt == attempt)
+      return &t;
+  return nullptr;
+}
+
+tuning::trial_record* run_state::find(std::uint64_t id, std::uint32_t attempt) {
+  for (auto& t : trials)
+    if (t.trial_id == id && t.attempt == attempt)
+      return &t;
+  return nullptr;
+}
+
+std::uint64_t run_state::next_trial_id() const {
+  std::uint64_t next = 0;
+  for (const auto& t : trials)
+    next = std::max(next, t.trial_id + 1);
+  return next;
+}
+
+bool run_state::stage_done(const std::string& stage) const {
+  return std::find(stages_completed.begin(), stages_completed.end(), stage)
+         != stages_completed.end();
+}
+
+namespace {
+
+std::optional<nlohmann::json> document_json(const recorded_event& ev) {
+  auto doc = messages::document_msg::decode(ev.payload);
+  if (!doc || (*doc)->json() == nullptr)
+    return std::nullopt;
+  auto j = nlohmann::json::parse((*doc)->json()->str(), nullptr, false);
+  if (j.is_discarded())
+    return std::nullopt;
+  return j;
+}
+
+tuning::trial_outcome outcome_of(wire::Outcome o) {
+  return static_cast<tuning::trial_outcome>(static_cast<std::uint8_t>(o));
+}
+
+std::string stage_name(wire::Stage s) {
+  switch (s) {
+    case wire::Stage::Init: return "init";
+    case wire::Stage::Doctor: return "doctor";
+    case wire::Stage::Run: return "run";
+    case wire::Stage::Report: return "report";
+    case wire::Stage::Apply: return "apply";
+    default: return "unknown";
+  }
+}
+
+} // namespace
+
+void run_projection::apply(const recorded_event& ev) {
+  auto& s = state_;
+  ++s.events;
+  switch (static_cast<wire::EventKind>(ev.kind)) {
+    case wire::EventKind::RunCreated: {
+      if (auto m = messages::run_created_msg::decode(ev.payload)) {
+        s.task_path = (*m)->task() != nullptr ? (*m)->task()->str() : "";
+        s.seed = (*m)->seed();
+      }
+      break;
+    }
+    case wire::EventKind::StageStarted:
+    case wire::EventKind::StageCompleted: {
+      if (auto m = messages::stage_event_msg::decode(ev.payload)) {
+        auto name = stage_name((*m)->stage());
+        auto& list = ev.kind == static_cast<event_kind_t>(wire::EventKind::StageStarted)
+                       ? s.stages_started
+                       : s.stages_completed;
+        if (std::find(list.begin(), list.end(), name) == list.end())
+          list.push_back(name);
+      }
+      break;
+    }
+    case wire::EventKind::ContractLocked: s.contract_doc = document_json(ev); break;
+    case wire::EventKind::PriorsLoaded:
+      if (auto j = document_json(ev)) {
+        s.priors = priors_from_json(*j);
+        s.priors_loaded = true;
+      }
+      break;
+    case wire::EventKind::ExperienceSeeded:
+      if (auto j = document_json(ev)) {
+        s.experience_seeded = true;
+        if (j->contains("seeds"))
+          for (const auto& c : (*j)["seeds"])
+            if (auto cfg = configuration_from_json(c.value("config", nlohmann::json{})))
+              s.experience_seeds.push_back(*cfg);
+      }
+      break;
+    case wire::EventKind::BaselineCalibrated:
+      if (auto j = document_json(ev)) {
+        s.doctor_doc = j;
+        tuning::noise_estimate n;
+        const auto& nj = (*j)["noise"];
+        n.runs = nj.value("runs", std::size_t{0});
+        n.mean_step_time_s = nj.value("mean_step_time_s", 0.0);
+        n.log_sd = nj.value("log_sd", 0.0);
+        n.cv = nj.value("cv", 0.0);
+        n.min_detectable_speedup = nj.value("min_detectable_speedup", 0.0);
+        s.noise = n;
+        for (const auto& r : (*j)["reference"]) {
+          auto step = r.value("step", 0u);
+          s.reference.loss[step] = r.value("loss", 0.0);
+          s.reference.spread[step] = r.value("spread", 0.0);
+        }
+      }
+      break;
+    case wire::EventKind::TrialProposed:
+      if (auto m = messages::trial_spec_msg::decode(ev.payload)) {
+        tuning::trial_record t;
+        t.trial_id = (*m)->trial_id();
+        t.attempt = (*m)->attempt();
+        t.purpose = (*m)->purpose() != nullptr ? (*m)->purpose()->str() : "";
+        t.config = configuration_of(**m);
+        if (s.find(t.trial_id, t.attempt) == nullptr)
+          s.trials.push_back(std::move(t));
+      }
+      break;
+    case wire::EventKind::TrialCompleted:
+      if (auto m = messages::trial_result_msg::decode(ev.payload)) {
+        auto* t = s.find((*m)->trial_id(), (*m)->attempt());
+        if (t == nullptr || t->finished)
+          break; // a stale or duplicate result never counts twice
+        t->finished = true;
+        t->outcome = outcome_of((*m)->outcome());
+        if ((*m)->steps() != nullptr)
+          for (const auto* st : *(*m)->steps())
+            t->steps.push_back({st->step(), st->loss(), st->tokens(), st->step_time_s()});
+        t->wall_time_s = (*m)->wall_time_s();
+        t->device_seconds = (*m)->device_seconds();
+        t->peak_memory_bytes = (*m)->peak_memory_bytes();
+        t->detail = (*m)->detail() != nullptr ? (*m)->detail()->str() : "";
+      }
+      break;
+    case wire::EventKind::TrialLost:
+      if (auto m = messages::trial_spec_msg::decode(ev.payload)) {
+        auto* t = s.find((*m)->trial_id(), (*m)->attempt());
+        if (t != nullptr && !t->finished) {
+          t->finished = true;
+          t->outcome = tuning::trial_outcome::lost;
+        }
+      }
+      break;
+    case wire::EventKind::TrialVerified:
+      if (auto j = document_json(ev)) {
+        auto* t = s.find(j->value("trial_id", std::uint64_t{0}), j->value("attempt", 0u));
+        if (t == nullptr)
+          break;
+        t->verified = true;
+        t->violations = j->value("violations", std::vector<std::string>{});
+        t->timed_step_time_s = j->value("timed_step_time_s", 0.0);
+        if (!t->violations.empty() && t->outcome == tuning::trial_outcome::ok)
+          t->outcome = tuning::trial_outcome::contract_violation;
+      }
+      break;
+    case wire::EventKind::CandidateReverified:
+      if (auto j = document_json(ev)) {
+        reverification r;
+        r.candidate_trial = j->value("candidate_trial", std::uint64_t{0});
+        if (auto c = configuration_from_json(j->value("config", nlohmann::json{})))
+          r.config = *c;
+        r.baseline_times_s = j->value("baseline_times_s", std::vector<double>{});
+        r.candidate_times_s = j->value("candidate_times_s", std::vector<double>{});
+        r.estimate.speedup = j->value("speedup", 1.0);
+        r.estimate.ci_low = j->value("ci_low", 0.0);
+        r.estimate.ci_high = j->value("ci_high", 0.0);
+        r.estimate.dof = j->value("dof", 0.0);
+        r.promotable = j->value("promotable", false);
+        r.reason = j->value("reason", "");
+        s.reverifications.push_back(std::move(r));
+      }
+      break;
+    case wire::EventKind::CandidatePromoted: s.promotion = document_json(ev); break;
+    case wire::EventKind::ReportWritten: s.report = document_json(ev); break;
+    case wire::EventKind::ChangesApplied: s.applied = document_json(ev); break;
+    default: break;
+  }
+}
+
+caf::expected<run_state> load_run(const event_log& log, const std::string& run_id) {
+  run_projection p{run_id};
+  if (auto err = fold_stream(log, run_id, p))
+    return err;
+  return p.state();
+}
+
+} // namespace infrarsi::store
