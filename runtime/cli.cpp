@@ -18,6 +18,7 @@
 #include "adapters/trial_launcher.hpp"
 #include "messages/json.hpp"
 #include "runtime/task_file.hpp"
+#include "runtime/tune.hpp"
 #include "store/rocksdb_event_log.hpp"
 
 namespace infrarsi::runtime {
@@ -344,6 +345,32 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
                         "Per-rank memory cap, e.g. 3GiB (default: limits.memory_cap_bytes)");
   trial_run->add_flag("--quiet", tr.quiet, "No progress lines on stderr");
 
+  tune_options tune;
+  std::uint64_t tune_seed = 0;
+  auto* tune_cmd = app.add_subcommand(
+    "tune", "Run all five stages on TASK: init (lock scope and contract), doctor (baseline "
+            "and noise), run (search, verify, re-verify, promote), report, apply.\n"
+            "One progress line per trial on stderr; the summary on stdout. The event log, "
+            "experience bank, trial logs and report live under the store directory.");
+  tune_cmd->add_option("TASK", tune.task_path, "Task file (TOML; docs/task-contract.md)")
+    ->required();
+  tune_cmd->add_option("--store", tune.store_dir, "Store directory (default: .infrarsi/ beside TASK)");
+  auto* seed_opt = tune_cmd->add_option("--seed", tune_seed, "Seed (default: the task's budget.seed)");
+  tune_cmd->add_option("--trials", tune.trials, "Search trials (default: the task's budget.trials)");
+  tune_cmd->add_option("--run", tune.run_id, "Continue this run id instead of starting a new one");
+  tune_cmd->add_option("--until", tune.until, "Stop after this stage")
+    ->check(CLI::IsMember({"init", "doctor", "run", "report", "apply"}))
+    ->capture_default_str();
+  tune_cmd->add_option("--knowledge", tune.knowledge_dir,
+                       "Offline priors directory (default: config/knowledge beside the task's "
+                       "directory)");
+  tune_cmd->add_flag("--quiet", tune.quiet, "No progress lines");
+
+  std::string status_store = ".infrarsi";
+  auto* status_cmd = app.add_subcommand("status", "Show every run of a store with its stage and "
+                                                  "promotion");
+  status_cmd->add_option("--store", status_store, "Store directory")->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) { // --help, --help-all, --version
@@ -361,6 +388,13 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       return cmd_log_dump(dump, out, err);
     if (trial_run->parsed())
       return cmd_trial_run(tr, out, err);
+    if (tune_cmd->parsed()) {
+      if (seed_opt->count() > 0)
+        tune.seed = tune_seed;
+      return run_tune(tune, out, err);
+    }
+    if (status_cmd->parsed())
+      return run_status(status_store, out, err);
   } catch (const std::exception& e) {
     err << "infrarsi: internal error: " << e.what() << '\n';
     return exit_failure;

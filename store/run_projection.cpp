@@ -244,9 +244,25 @@ void run_projection::apply(const recorded_event& ev) {
           break; // a stale or duplicate result never counts twice
         t->finished = true;
         t->outcome = outcome_of((*m)->outcome());
-        if ((*m)->steps() != nullptr)
-          for (const auto* st : *(*m)->steps())
+        if ((*m)->steps() != nullptr) {
+          std::map<std::string, std::pair<double, int>> phases;
+          auto add = [&phases](const char* name, const flatbuffers::Optional<double>& v) {
+            if (v.has_value()) {
+              phases[name].first += *v;
+              phases[name].second += 1;
+            }
+          };
+          for (const auto* st : *(*m)->steps()) {
             t->steps.push_back({st->step(), st->loss(), st->tokens(), st->step_time_s()});
+            add("data", st->data_s());
+            add("forward", st->forward_s());
+            add("backward", st->backward_s());
+            add("optimizer", st->optimizer_s());
+            add("communication", st->communication_s());
+          }
+          for (const auto& [name, sum_count] : phases)
+            t->phase_s[name] = sum_count.first / sum_count.second;
+        }
         t->wall_time_s = (*m)->wall_time_s();
         t->device_seconds = (*m)->device_seconds();
         t->peak_memory_bytes = (*m)->peak_memory_bytes();

@@ -72,8 +72,10 @@ double numeric(const knob_value& v) {
   return 0.0;
 }
 
-/// True if `c` needs at least as much memory as `oom` by the task's tags: equal on every
-/// untagged knob and on patches, >= on memory-hungry knobs, <= on memory savers.
+/// True if `c` needs at least as much memory as `oom` by the task's tags: the same patches,
+/// >= on memory-hungry knobs, <= on memory savers (choice knobs with a memory tag: equal).
+/// Knobs without a memory tag are taken as memory-neutral: the task author tags every knob
+/// that changes per-rank memory (docs/task-contract.md).
 bool at_least_as_hungry(const task_spec& task, const configuration& c, const configuration& oom) {
   if (c.patches != oom.patches)
     return false;
@@ -88,7 +90,7 @@ bool at_least_as_hungry(const task_spec& task, const configuration& c, const con
     } else if (saver && k.type != knob_type::choice) {
       if (numeric(a) > numeric(b))
         return false;
-    } else if (a != b) {
+    } else if ((hungry || saver) && a != b) {
       return false;
     }
   }

@@ -4,6 +4,7 @@
 /// log by store/run_projection.hpp). No I/O.
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -58,6 +59,9 @@ struct trial_record {
   double device_seconds = 0.0;
   std::uint64_t peak_memory_bytes = 0;
   std::string detail;
+  /// Mean seconds per step of each phase the workload reported ("data", "forward", "backward",
+  /// "optimizer", "communication"), over all reported steps.
+  std::map<std::string, double> phase_s;
   /// Set once the verifier has checked it.
   bool verified = false;
   /// Contract violations found by the verifier (empty: passed).

@@ -121,9 +121,9 @@ TEST(Planner, NeverProposesTriedOrOomDominatedConfigurations) {
   for (const auto& p : all) {
     EXPECT_NE(p.config.key(), base.key());
     EXPECT_NE(p.config.key(), oom.key());
-    bool same_rest = p.config.knobs.at("world_size") == oom.knobs.at("world_size")
-                     && p.config.knobs.at("checkpointing") == oom.knobs.at("checkpointing")
-                     && p.config.knobs.at("attention") == oom.knobs.at("attention")
+    // Untagged knobs (world_size, attention) are memory-neutral: only the saver and the patches
+    // can make micro_batch >= 4 fit.
+    bool same_rest = p.config.knobs.at("checkpointing") == oom.knobs.at("checkpointing")
                      && p.config.patches == oom.patches;
     if (same_rest) {
       EXPECT_LT(std::get<std::int64_t>(p.config.knobs.at("micro_batch")), 4) << p.config.key();

@@ -43,7 +43,8 @@ std::unique_ptr<CLI::App> make_app(cli_state& st) {
     "GPU's memory would be exceeded. Reads the kernel choices from ./kernels.conf.\n"
     "See docs/simulator.md.",
     "infrarsi-sim");
-  app->option_defaults()->always_capture_default();
+  app->option_defaults()->always_capture_default()->multi_option_policy(
+    CLI::MultiOptionPolicy::TakeLast); // like argparse: the last value wins
   app->get_formatter()->column_width(34);
 
   const char* cluster = "Cluster";

@@ -32,9 +32,9 @@ const std::vector<hardware_profile>& hardware_profiles() {
     {"A100-80GB", 312e12, static_cast<std::uint64_t>(81920 * mib), 2.039e12 * 0.85, 235e9,
      2.5e-6, 22.5e9, 6e-6, 0.86, 32, 0.62, 0.0, 6e-6, 8, 0.012},
     {"H100-80GB", 989e12, static_cast<std::uint64_t>(81559 * mib), 3.35e12 * 0.85, 360e9, 2e-6,
-     45e9, 5e-6, 0.74, 64, 0.40, 0.62, 6e-6, 8, 0.009},
+     45e9, 5e-6, 0.62, 64, 0.40, 0.62, 6e-6, 8, 0.009},
     {"H200-141GB", 989e12, static_cast<std::uint64_t>(143771 * mib), 4.8e12 * 0.85, 360e9, 2e-6,
-     45e9, 5e-6, 0.76, 64, 0.42, 0.64, 6e-6, 8, 0.009},
+     45e9, 5e-6, 0.64, 64, 0.42, 0.64, 6e-6, 8, 0.009},
   };
   return profiles;
 }
@@ -703,7 +703,7 @@ truth compute_truth(const sim_config& cfg) {
 
   // Per stage, per micro-batch (all its chunks together).
   std::vector<double> stage_f(static_cast<std::size_t>(lay.pp)),
-    stage_b(static_cast<std::size_t>(lay.pp)), stage_comm(static_cast<std::size_t>(lay.pp)),
+    stage_b(static_cast<std::size_t>(lay.pp)),
     stage_tp(static_cast<std::size_t>(lay.pp)), stage_ep(static_cast<std::size_t>(lay.pp));
   for (int st = 0; st < lay.pp; ++st) {
     double f, bw;
@@ -722,10 +722,8 @@ truth compute_truth(const sim_config& cfg) {
       f += out_f;
       bw += out_b;
     }
-    double comm = layers_stage * (lt.fwd_comm + lt.bwd_comm + recompute_comm);
     stage_f[static_cast<std::size_t>(st)] = f;
     stage_b[static_cast<std::size_t>(st)] = bw;
-    stage_comm[static_cast<std::size_t>(st)] = comm;
     double full = p.recompute == recompute_mode::full ? 1.0 : 0.0;
     stage_tp[static_cast<std::size_t>(st)] = layers_stage * lt.tp_comm_fwd * (2 + full);
     stage_ep[static_cast<std::size_t>(st)] = layers_stage * lt.ep_comm_fwd * (2 + full);
@@ -767,7 +765,6 @@ truth compute_truth(const sim_config& cfg) {
   }
   double layer_dense_p = attn_p + dense_mlp_p;
   double embed_p = vp * h / t + (m.rope ? 0.0 : static_cast<double>(cfg.seq_len) * h);
-  double output_p = vp * h / t + norm_params(m);
   bool dopt = p.distributed_optimizer;
   double opt_bytes = k.optimizer_states == optimizer_state_impl::bf16 ? 8.0 : 12.0;
   int expert_dp = std::max(1, lay.dp / lay.ep);

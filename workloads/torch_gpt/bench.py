@@ -3,7 +3,8 @@
 
 usage: bench.py --rounds 5 --out results.jsonl CONFIG [CONFIG ...]
 CONFIG is NAME=WS:ENV:FLAGS, e.g.  'mb16=1:OPENBLAS_NUM_THREADS=1:--micro-batch 16'
-(ENV is comma-separated K=V or empty; FLAGS are appended to train.py's argv).
+(ENV is comma-separated K=V or empty, WORKLOAD_DIR=DIR runs DIR/train.py, e.g. a patched copy;
+FLAGS are appended to train.py's argv).
 Round r runs every config once (order rotated by r so no config always runs first). Before each
 run it waits (up to --max-wait-s) until the CPUs are idle (< --idle-busy busy over 1 s). For each
 run it records the per-run median step time over the timed steps (train.py's final line), the
@@ -40,10 +41,14 @@ def busy_fraction(interval=1.0):
 def run_one(name, spec, timeout):
     ws, env_s, flags = spec.split(":", 2)
     env = dict(os.environ)
+    workdir = HERE
     for kv in filter(None, env_s.split(",")):
         k, v = kv.split("=", 1)
-        env[k] = v
-    cmd = ["/usr/bin/python3", os.path.join(HERE, "train.py")] + shlex.split(flags)
+        if k == "WORKLOAD_DIR":  # run a patched copy of the workload
+            workdir = v
+        else:
+            env[k] = v
+    cmd = ["/usr/bin/python3", os.path.join(workdir, "train.py")] + shlex.split(flags)
     if int(ws) > 1:
         cmd = [os.path.join(HERE, "launch_local.sh"), ws] + cmd
     ru0 = os.times()

@@ -1,0 +1,34 @@
+#include "actors/actors.hpp"
+
+namespace infrarsi::actors {
+
+curator_actor::behavior_type curator(curator_actor::pointer, store::experience_bank* bank) {
+  return {
+    [bank](seeds_atom, const std::string& hardware,
+           const std::string& workload) -> caf::result<std::string> {
+      nlohmann::json seeds = nlohmann::json::array();
+      if (bank != nullptr) {
+        auto found = bank->find(hardware, workload);
+        if (!found)
+          return std::move(found.error());
+        for (const auto& f : *found)
+          seeds.push_back({{"config", f.value("config", nlohmann::json::object())},
+                           {"speedup", f.value("speedup", 1.0)},
+                           {"run", f.value("run", "")}});
+      }
+      return nlohmann::json{{"hardware", hardware}, {"workload", workload}, {"seeds", seeds}}
+        .dump();
+    },
+    [bank](ingest_atom, const std::string& finding) -> caf::result<bool> {
+      if (bank == nullptr)
+        return false;
+      auto j = nlohmann::json::parse(finding, nullptr, false);
+      if (j.is_discarded())
+        return make_error(errc::invalid_argument, "experience finding is not JSON");
+      if (auto err = bank->put(j))
+        return err;
+      return true;
+    }};
+}
+
+} // namespace infrarsi::actors

@@ -1,0 +1,70 @@
+#pragma once
+/// @file interfaces.hpp
+/// Every actor interface of InfraRSI in one place (CONVENTIONS 3). Decisions travel as canonical
+/// JSON documents (the same bytes the supervisor appends to the event log, so replay can
+/// byte-compare them); trials travel as FlatBuffers messages (messages/type_ids.hpp).
+/// Actors hold no state that is not derivable from the event log: each request names the run,
+/// and the actor folds what it needs from the log.
+
+#include <cstdint>
+#include <string>
+
+#include <caf/atom.hpp>
+#include <caf/typed_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include "messages/type_ids.hpp"
+
+namespace infrarsi::actors {
+
+using propose_atom = caf::atom_constant<caf::atom("propose")>;
+using priors_atom = caf::atom_constant<caf::atom("priors")>;
+using check_atom = caf::atom_constant<caf::atom("check")>;
+using calibrate_atom = caf::atom_constant<caf::atom("calibrate")>;
+using reverify_atom = caf::atom_constant<caf::atom("reverify")>;
+using run_atom = caf::atom_constant<caf::atom("run")>;
+using seeds_atom = caf::atom_constant<caf::atom("seeds")>;
+using ingest_atom = caf::atom_constant<caf::atom("ingest")>;
+constexpr propose_atom propose_atom_v{};
+constexpr priors_atom priors_atom_v{};
+constexpr check_atom check_atom_v{};
+constexpr calibrate_atom calibrate_atom_v{};
+constexpr reverify_atom reverify_atom_v{};
+constexpr run_atom run_atom_v{};
+constexpr seeds_atom seeds_atom_v{};
+constexpr ingest_atom ingest_atom_v{};
+
+/// planner: the search.
+using planner_actor = caf::typed_actor<
+  /// (run id, n) -> proposals document {"policy", "proposals": [{config, predicted_speedup,
+  /// reason}]}, folded from the run's events.
+  caf::replies_to<propose_atom, std::string, std::uint32_t>::with<std::string>>;
+
+/// llm-proposer: priors per setting and patch (offline knowledge base backend).
+using llm_proposer_actor = caf::typed_actor<
+  /// (task name) -> priors document (store/run_projection.hpp: to_json(prior_set)).
+  caf::replies_to<priors_atom, std::string>::with<std::string>>;
+
+/// verifier: the contract and the statistics.
+using verifier_actor = caf::typed_actor<
+  /// (run id) -> doctor document {"noise", "reference", "phases"} from the baseline runs.
+  caf::replies_to<calibrate_atom, std::string>::with<std::string>,
+  /// (run id, trial id, attempt) -> verdict document {"trial_id", "attempt", "violations",
+  /// "timed_step_time_s"}.
+  caf::replies_to<check_atom, std::string, std::uint64_t, std::uint32_t>::with<std::string>,
+  /// (run id, candidate trial id) -> reverification document from the interleaved runs.
+  caf::replies_to<reverify_atom, std::string, std::uint64_t>::with<std::string>>;
+
+/// node-runner (client end of the ZeroMQ bridge): runs one trial.
+using node_runner_actor = caf::typed_actor<
+  /// (spec) -> result; errors: the node vanished (trial lost) or the bridge failed.
+  caf::replies_to<run_atom, messages::trial_spec_msg>::with<messages::trial_result_msg>>;
+
+/// experience-curator: the experience bank.
+using curator_actor = caf::typed_actor<
+  /// (hardware fingerprint, workload signature) -> pack {"seeds": [{config, speedup, run}]}.
+  caf::replies_to<seeds_atom, std::string, std::string>::with<std::string>,
+  /// (finding document) -> stored.
+  caf::replies_to<ingest_atom, std::string>::with<bool>>;
+
+} // namespace infrarsi::actors

@@ -1,0 +1,91 @@
+#include <filesystem>
+
+#include <toml++/toml.h>
+
+#include "actors/actors.hpp"
+#include "store/run_projection.hpp"
+
+namespace infrarsi::actors {
+
+namespace {
+
+/// Reads the offline knowledge base for `task`; values are typed by the task's knobs. Entries
+/// naming unknown knobs or values of the wrong type are skipped.
+tuning::prior_set load_knowledge(const tuning::task_spec& task, const std::string& dir) {
+  tuning::prior_set priors;
+  namespace fs = std::filesystem;
+  fs::path file = fs::path{dir} / (task.name + ".toml");
+  if (!fs::exists(file))
+    file = fs::path{dir} / "default.toml";
+  if (!fs::exists(file))
+    return priors;
+  toml::table root;
+  try {
+    root = toml::parse_file(file.string());
+  } catch (const toml::parse_error&) {
+    return priors; // a broken knowledge base means neutral priors; the run records which
+  }
+  auto source = "knowledge:" + file.string();
+  if (const auto* settings = root["setting"].as_array())
+    for (const auto& node : *settings) {
+      const auto* t = node.as_table();
+      if (t == nullptr)
+        continue;
+      auto knob_name = (*t)["knob"].value<std::string>();
+      if (!knob_name)
+        continue;
+      const auto* knob = task.find_knob(*knob_name);
+      if (knob == nullptr)
+        continue;
+      std::optional<tuning::knob_value> value;
+      const auto* v = t->get("value");
+      if (v == nullptr)
+        continue;
+      switch (knob->type) {
+        case tuning::knob_type::integer:
+          if (auto x = v->value<std::int64_t>())
+            value = *x;
+          break;
+        case tuning::knob_type::real:
+          if (auto x = v->value<double>())
+            value = *x;
+          break;
+        case tuning::knob_type::boolean:
+          if (auto x = v->value<bool>())
+            value = *x;
+          break;
+        case tuning::knob_type::choice:
+          if (auto x = v->value<std::string>())
+            value = *x;
+          break;
+      }
+      if (!value)
+        continue;
+      priors.settings.push_back({*knob_name, *value, (*t)["speedup"].value_or(1.0),
+                                 (*t)["memory_bytes"].value_or(0.0), source});
+    }
+  if (const auto* patches = root["patch"].as_array())
+    for (const auto& node : *patches) {
+      const auto* t = node.as_table();
+      if (t == nullptr)
+        continue;
+      auto name = (*t)["name"].value<std::string>();
+      if (!name || task.find_patch(*name) == nullptr)
+        continue;
+      priors.patches.push_back({*name, (*t)["speedup"].value_or(1.0),
+                                (*t)["memory_bytes"].value_or(0.0), source});
+    }
+  return priors;
+}
+
+} // namespace
+
+llm_proposer_actor::behavior_type llm_proposer(llm_proposer_actor::pointer,
+                                               const tuning::task_spec* task,
+                                               std::string knowledge_dir) {
+  return {[task, knowledge_dir](priors_atom, const std::string&) -> std::string {
+    return store::to_json(load_knowledge(*task, knowledge_dir)).dump();
+  }};
+}
+
+} // namespace infrarsi::actors

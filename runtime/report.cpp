@@ -1,0 +1,215 @@
+#include "runtime/report.hpp"
+
+#include <cmath>
+#include <fstream>
+#include <iomanip>
+#include <sstream>
+
+#include "adapters/environment.hpp"
+#include "tuning/planner.hpp"
+
+namespace infrarsi::runtime {
+
+namespace {
+
+double constant_number(const tuning::task_spec& task, const char* name) {
+  auto it = task.constants.find(name);
+  if (it == task.constants.end())
+    return 0.0;
+  if (const auto* i = std::get_if<std::int64_t>(&it->second))
+    return static_cast<double>(*i);
+  if (const auto* d = std::get_if<double>(&it->second))
+    return *d;
+  return 0.0;
+}
+
+std::string fixed(double v, int digits) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(digits) << v;
+  return os.str();
+}
+
+} // namespace
+
+nlohmann::json make_report(const tuning::task_spec& task, const store::run_state& run) {
+  auto base = tuning::baseline_configuration(task);
+  double base_time = run.noise ? run.noise->mean_step_time_s : 0.0;
+  nlohmann::json trials = nlohmann::json::array();
+  std::map<std::string, double> failed_cost;
+  std::map<std::string, int> failed_count;
+  double device_seconds = 0;
+  for (const auto& t : run.trials) {
+    device_seconds += t.device_seconds;
+    if (t.finished && !t.usable()) {
+      auto o = tuning::to_string(t.outcome);
+      failed_cost[o] += t.device_seconds;
+      failed_count[o] += 1;
+    }
+    trials.push_back(
+      {{"trial_id", t.trial_id},
+       {"attempt", t.attempt},
+       {"purpose", t.purpose},
+       {"config", store::to_json(t.config)},
+       {"change", t.config.diff_from(base)},
+       {"outcome", tuning::to_string(t.outcome)},
+       {"timed_step_time_s", t.timed_step_time_s},
+       {"speedup_vs_baseline",
+        t.usable() && base_time > 0 ? nlohmann::json(base_time / t.timed_step_time_s) : nullptr},
+       {"violations", t.violations},
+       {"detail", t.detail},
+       {"wall_time_s", t.wall_time_s},
+       {"device_seconds", t.device_seconds},
+       {"peak_memory_bytes", t.peak_memory_bytes}});
+  }
+  nlohmann::json failed = nlohmann::json::object();
+  for (const auto& [o, s] : failed_cost)
+    failed[o] = {{"trials", failed_count[o]}, {"device_seconds", s}};
+
+  nlohmann::json reverifications = nlohmann::json::array();
+  for (const auto& r : run.reverifications)
+    reverifications.push_back({{"candidate_trial", r.candidate_trial},
+                               {"change", r.config.diff_from(base)},
+                               {"baseline_times_s", r.baseline_times_s},
+                               {"candidate_times_s", r.candidate_times_s},
+                               {"speedup", r.estimate.speedup},
+                               {"ci_low", r.estimate.ci_low},
+                               {"ci_high", r.estimate.ci_high},
+                               {"promotable", r.promotable},
+                               {"reason", r.reason}});
+
+  nlohmann::json promoted = nullptr;
+  if (run.promotion && run.promotion->value("promoted", false)) {
+    promoted = *run.promotion;
+    nlohmann::json touched = nlohmann::json::object();
+    if (auto c = store::configuration_from_json(run.promotion->value("config", nlohmann::json{})))
+      for (const auto& p : c->patches)
+        if (const auto* spec = task.find_patch(p)) {
+          std::ifstream in{spec->file};
+          std::string text{std::istreambuf_iterator<char>{in}, {}};
+          touched[p] = adapters::patch_paths(text);
+        }
+    promoted["patch_paths"] = touched;
+  }
+
+  nlohmann::json mfu = {{"value", nullptr},
+                        {"reason", "the task does not give flops_per_step and peak_flops"}};
+  double flops = constant_number(task, "flops_per_step");
+  double peak = constant_number(task, "peak_flops");
+  if (flops > 0 && peak > 0 && base_time > 0) {
+    mfu = {{"baseline", flops / base_time / peak}, {"reason", "flops_per_step / step time / peak"}};
+    if (promoted.is_object() && promoted.value("speedup", 0.0) > 0)
+      mfu["promoted"] = flops / (base_time / promoted.value("speedup", 1.0)) / peak;
+  }
+
+  return {{"run", run.run_id},
+          {"task", task.name},
+          {"task_file", task.source},
+          {"seed", run.seed},
+          {"hardware", run.contract_doc ? run.contract_doc->value("hardware", nlohmann::json{})
+                                        : nlohmann::json{}},
+          {"contract_hash",
+           run.contract_doc ? run.contract_doc->value("contract_hash", "") : std::string{}},
+          {"baseline",
+           {{"config", store::to_json(base)},
+            {"step_time_s", base_time},
+            {"noise", run.doctor_doc ? run.doctor_doc->value("noise", nlohmann::json{})
+                                     : nlohmann::json{}},
+            {"phases_s", run.doctor_doc ? run.doctor_doc->value("phases_s", nlohmann::json{})
+                                        : nlohmann::json{}}}},
+          {"trials", trials},
+          {"reverifications", reverifications},
+          {"promoted", promoted},
+          {"promotion_decision", run.promotion ? *run.promotion : nlohmann::json{}},
+          {"failed_trials_cost", failed},
+          {"device_seconds_total", device_seconds},
+          {"mfu", mfu}};
+}
+
+std::string render_markdown(const nlohmann::json& r) {
+  std::ostringstream md;
+  md << "# InfraRSI report: " << r.value("task", "") << " (run " << r.value("run", "") << ")\n\n";
+  const auto& b = r["baseline"];
+  const auto& noise = b["noise"];
+  md << "## Baseline\n\n"
+     << "- step time: " << fixed(b.value("step_time_s", 0.0), 4) << " s (mean of "
+     << noise.value("runs", 0) << " runs)\n"
+     << "- noise: cv " << fixed(100 * noise.value("cv", 0.0), 2) << "%, minimum detectable speedup "
+     << fixed(100 * noise.value("min_detectable_speedup", 0.0), 2) << "% (alpha 0.05, power 0.8)\n";
+  if (b.contains("phases_s") && b["phases_s"].is_object() && !b["phases_s"].empty()) {
+    md << "- phases per step:";
+    for (const auto& [name, s] : b["phases_s"].items())
+      md << " " << name << " " << fixed(s.get<double>(), 4) << " s;";
+    md << "\n";
+  }
+  md << "\n## Result\n\n";
+  const auto& p = r["promoted"];
+  if (p.is_object()) {
+    md << "**Promoted: " << p.value("change", "") << "** — verified speedup "
+       << fixed(p.value("speedup", 1.0), 3) << "x, 95% interval ["
+       << fixed(p.value("ci_low", 0.0), 3) << ", " << fixed(p.value("ci_high", 0.0), 3)
+       << "] from " << p.value("pairs", 0) << " interleaved pairs.\n\n";
+    if (p.contains("patch_paths") && !p["patch_paths"].empty()) {
+      md << "Source paths touched by the promoted patches:\n\n";
+      for (const auto& [patch, paths] : p["patch_paths"].items())
+        for (const auto& path : paths)
+          md << "- `" << path.get<std::string>() << "` (" << patch << ")\n";
+      md << "\n";
+    }
+  } else {
+    md << "Nothing promoted: "
+       << r["promotion_decision"].value("reason", std::string{"no candidate"}) << "\n\n";
+  }
+  md << "## Trials\n\n| trial | purpose | change | outcome | step time (s) | speedup | notes |\n"
+     << "|---|---|---|---|---|---|---|\n";
+  for (const auto& t : r["trials"]) {
+    std::string notes;
+    for (const auto& v : t["violations"])
+      notes += v.get<std::string>() + "; ";
+    if (t.value("outcome", "") != "ok" && t.value("outcome", "") != "contract_violation")
+      notes += t.value("detail", "");
+    for (auto& c : notes)
+      if (c == '|' || c == '\n')
+        c = ' ';
+    md << "| " << t.value("trial_id", 0) << "." << t.value("attempt", 0) << " | "
+       << t.value("purpose", "") << " | " << t.value("change", "") << " | "
+       << t.value("outcome", "") << " | "
+       << (t.value("timed_step_time_s", 0.0) > 0 ? fixed(t.value("timed_step_time_s", 0.0), 4)
+                                                 : std::string{"-"})
+       << " | "
+       << (t["speedup_vs_baseline"].is_number()
+             ? fixed(t["speedup_vs_baseline"].get<double>(), 3) + "x"
+             : std::string{"-"})
+       << " | " << notes << " |\n";
+  }
+  md << "\n## Rejected, and why\n\n";
+  bool any = false;
+  for (const auto& t : r["trials"])
+    if (!t["violations"].empty() || (t.value("outcome", "") != "ok")) {
+      any = true;
+      md << "- trial " << t.value("trial_id", 0) << " (" << t.value("change", "") << "): "
+         << t.value("outcome", "");
+      for (const auto& v : t["violations"])
+        md << " — " << v.get<std::string>();
+      if (t["violations"].empty() && !t.value("detail", "").empty())
+        md << " — " << t.value("detail", "");
+      md << "\n";
+    }
+  if (!any)
+    md << "Nothing was rejected.\n";
+  md << "\n## Cost of failed trials\n\n";
+  if (r["failed_trials_cost"].empty())
+    md << "No failed trials.\n";
+  for (const auto& [o, c] : r["failed_trials_cost"].items())
+    md << "- " << o << ": " << c.value("trials", 0) << " trial(s), "
+       << fixed(c.value("device_seconds", 0.0), 1) << " device-seconds\n";
+  md << "\nTotal: " << fixed(r.value("device_seconds_total", 0.0), 1) << " device-seconds.\n";
+  md << "\nMFU: ";
+  if (r["mfu"].contains("baseline"))
+    md << "baseline " << fixed(100 * r["mfu"].value("baseline", 0.0), 2) << "%";
+  else
+    md << "not computed (" << r["mfu"].value("reason", "") << ")";
+  md << "\n";
+  return md.str();
+}
+
+} // namespace infrarsi::runtime
