@@ -14,9 +14,14 @@
 #include "actors/interfaces.hpp"
 #include "store/event_log.hpp"
 #include "store/experience_bank.hpp"
+#include "store/run_projection.hpp"
+#include "tuning/planner.hpp"
 #include "tuning/task.hpp"
 
 namespace infrarsi::actors {
+
+/// The planner's input for a run as folded so far (also what a replay recomputes).
+tuning::planner_input planner_input_for(const tuning::task_spec& task, const store::run_state& run);
 
 /// planner: folds the run and calls tuning::seeded_local_search.
 planner_actor::behavior_type planner(planner_actor::pointer self, const store::event_log* log,

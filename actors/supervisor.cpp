@@ -338,7 +338,9 @@ private:
       return std::move(state.error());
     std::size_t done = 0;
     for (const auto& t : state->trials)
-      done += t.purpose == "baseline" && t.finished ? 1 : 0;
+      done += t.purpose == "baseline" && t.finished && t.outcome != tuning::trial_outcome::lost
+                ? 1
+                : 0;
     for (auto i = done; i < task_.budget.baseline_repeats; ++i) {
       auto t = run_trial(base, "baseline", false);
       if (!t)
@@ -390,7 +392,7 @@ private:
     std::size_t explored = 0;
     double best = 1.0;
     for (const auto& t : state->trials)
-      if (t.purpose == "explore") {
+      if (t.purpose == "explore" && t.outcome != tuning::trial_outcome::lost) {
         ++explored;
         if (t.usable() && base_time > 0)
           best = std::max(best, base_time / t.timed_step_time_s);

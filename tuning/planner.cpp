@@ -274,6 +274,8 @@ std::vector<proposal> seeded_local_search::propose(const planner_input& in, std:
   std::set<std::string> tried;
   std::vector<configuration> ooms;
   for (const auto& t : in.history) {
+    if (t.outcome == trial_outcome::lost && t.purpose == "explore")
+      continue; // lost, not measured: may be proposed again (re-queued)
     tried.insert(t.config.key());
     if (t.finished && t.outcome == trial_outcome::oom)
       ooms.push_back(t.config);

@@ -201,13 +201,13 @@ int run_enumerate(const cli_state& st, std::ostream& out, std::ostream& err) {
                       : st.patches_mode == "all" ? patch_scope::all
                                                  : patch_scope::legit;
   auto knobs_json = [](const tuning::knob_assignment& a) {
-    nlohmann::json j = nlohmann::json::object();
+    nlohmann::ordered_json j = nlohmann::ordered_json::object();
     for (const auto& [name, value] : a)
       std::visit([&j, &n = name](const auto& x) { j[n] = x; }, value);
     return j;
   };
   auto entry_json = [&](const enumerated_config& c) {
-    nlohmann::json j;
+    nlohmann::ordered_json j;
     j["knobs"] = knobs_json(c.knobs);
     j["patches"] = c.patches;
     j["valid"] = c.valid;
@@ -255,7 +255,7 @@ int run_enumerate(const cli_state& st, std::ostream& out, std::ostream& err) {
     for (const auto& c : best)
       out << entry_json(c).dump() << "\n";
   }
-  nlohmann::json s;
+  nlohmann::ordered_json s;
   s["event"] = "summary";
   s["task"] = task->name;
   s["assignments"] = summary.assignments;

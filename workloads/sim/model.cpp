@@ -551,10 +551,9 @@ layer_time time_layer(const gpu_model& g, const model_spec& m, const kernel_sett
       moe_launch += local * (2 + 1 + 4); // two GEMMs, activation, four index operations
       ew += 8 * per_expert * local * h;  // per-expert gather/scatter copies
     } else {
-      // Grouped GEMM: one kernel over all local experts (tiles of all groups fill the GPU),
-      // about 8 % below a dense GEMM of the same total size.
-      experts = (g.gemm(per_expert, fc1, h, local) + g.gemm(per_expert, h, m.expert_ffn / t, local))
-                / 0.92;
+      // Grouped GEMM: one kernel over all local experts; the tiles of all groups fill the GPU
+      // together (no per-expert tail wave).
+      experts = g.gemm(per_expert, fc1, h, local) + g.gemm(per_expert, h, m.expert_ffn / t, local);
       moe_launch += 2 + 1 + 2;
     }
     mlp_gemm_f = router + experts;
@@ -685,8 +684,18 @@ truth compute_truth(const sim_config& cfg) {
                                                                 + (p.recompute == recompute_mode::full
                                                                      ? lt.moe_launches
                                                                      : 0));
-  double gpu_f = lt.fwd_compute + lt.fwd_comm;
-  double gpu_b = lt.bwd_compute + recompute_fwd + lt.bwd_comm + recompute_comm;
+  // GPU time also pays a gap between consecutive kernels (drain, launch latency, ramp-up):
+  // about 2.5 us eagerly, 1 us inside a CUDA graph (the MoE part stays eager).
+  const double gap_eager = 2.5e-6, gap_graph = 1.0e-6;
+  auto gaps = [&](double launches, double moe_part) {
+    if (!p.cuda_graphs)
+      return launches * gap_eager;
+    return (launches - moe_part) * gap_graph + moe_part * gap_eager;
+  };
+  double full = p.recompute == recompute_mode::full ? 1.0 : 0.0;
+  double gpu_f = lt.fwd_compute + lt.fwd_comm + gaps(lt.fwd_launches, lt.moe_launches);
+  double gpu_b = lt.bwd_compute + recompute_fwd + lt.bwd_comm + recompute_comm
+                 + gaps(lt.bwd_launches + recompute_launch, (1.5 + full) * lt.moe_launches);
   // Per-layer cost: dense layers let the CPU run ahead (cost = max over the whole stage);
   // MoE layers synchronise with the host once per layer (token counts), so there the CPU and
   // GPU times cannot hide each other beyond the layer.
@@ -724,7 +733,6 @@ truth compute_truth(const sim_config& cfg) {
     }
     stage_f[static_cast<std::size_t>(st)] = f;
     stage_b[static_cast<std::size_t>(st)] = bw;
-    double full = p.recompute == recompute_mode::full ? 1.0 : 0.0;
     stage_tp[static_cast<std::size_t>(st)] = layers_stage * lt.tp_comm_fwd * (2 + full);
     stage_ep[static_cast<std::size_t>(st)] = layers_stage * lt.ep_comm_fwd * (2 + full);
   }
@@ -778,20 +786,35 @@ truth compute_truth(const sim_config& cfg) {
 
   r.stages.resize(static_cast<std::size_t>(lay.pp));
   double dp_exposed = 0, ag_exposed = 0, opt_time = 0;
-  // Ring collectives over the buckets of one gradient buffer: returns the total time and sets
-  // `exposed` to what is left on the critical path. With overlap, bucket i is ready after
-  // (i+1)/nb of the backward window and buckets are reduced one after the other, so the last
-  // one finishes at max(W/nb + nb*tb, W + tb): exposed = max(W/nb + nb*tb - W, tb).
-  auto bucketed = [&](double bytes, int n, bool all_reduce, double bucket_bytes, bool overlap,
-                      double window, double& exposed) {
-    exposed = 0;
+  // Bucketed ring collectives of one gradient (or parameter) buffer: the number of buckets and
+  // the time of one bucket.
+  struct bucket_plan {
+    double nb = 0, tb = 0;
+    [[nodiscard]] double total() const { return nb * tb; }
+  };
+  auto buckets = [&](double bytes, int n, bool all_reduce, double bucket_bytes) {
+    bucket_plan plan;
     if (n <= 1 || bytes <= 0)
+      return plan;
+    plan.nb = std::ceil(bytes / bucket_bytes);
+    plan.tb = ring(bytes / plan.nb, n, dp_bw, dp_lat, all_reduce) + 15e-6; // + launch, bookkeeping
+    return plan;
+  };
+  // What is left on the critical path of the buckets of `a` and `b`, reduced one after the
+  // other on one stream. Without overlap: all of it. With overlap, bucket i becomes ready after
+  // (i+1)/nb of the window W, so the last one finishes at max(W/nb + C, W + t_last):
+  // exposed = max(W/nb + C - W, t_last), plus 3 % of the overlapped time (communication
+  // kernels take SMs from the compute they overlap).
+  auto exposed = [](const bucket_plan& first, const bucket_plan& second, bool overlap,
+                    double w) {
+    double nb = first.nb + second.nb;
+    double c = first.total() + second.total();
+    if (nb == 0)
       return 0.0;
-    double nb = std::ceil(bytes / bucket_bytes);
-    double tb = ring(bytes / nb, n, dp_bw, dp_lat, all_reduce) + 15e-6; // + launch, bookkeeping
-    double total = nb * tb;
-    exposed = overlap ? std::max(window / nb + nb * tb - window, tb) : total;
-    return total;
+    if (!overlap)
+      return c;
+    double last = second.nb > 0 ? second.tb : first.tb;
+    return std::max(w / nb + c - w, last) + 0.03 * std::min(c, w);
   };
   double bucket_bytes = p.bucket_mb * 1e6;
   for (int st = 0; st < lay.pp; ++st) {
@@ -849,26 +872,22 @@ truth compute_truth(const sim_config& cfg) {
     // Data-parallel gradient reduction (fp32): all-reduce, or reduce-scatter with the
     // distributed optimizer; expert gradients over the expert-data-parallel group.
     double window = stage_b[idx]; // the last micro-batch's backward
-    double e1 = 0, e2 = 0;
-    double c1 = bucketed(4 * dense_p, lay.dp, !dopt, bucket_bytes, p.overlap_grad_reduce, window, e1);
-    double c2 = bucketed(4 * exp_p, expert_dp, !dopt, bucket_bytes, p.overlap_grad_reduce, window, e2);
-    double exposed = e1 + e2;
-    if (p.overlap_grad_reduce) // communication kernels slow the overlapped compute a little
-      exposed += 0.03 * std::min(c1 + c2, window);
+    auto rs_dense = buckets(4 * dense_p, lay.dp, !dopt, bucket_bytes);
+    auto rs_expert = buckets(4 * exp_p, expert_dp, !dopt, bucket_bytes);
     double slack_b = st * (b_sum / lay.pp) / v; // this stage's last backward ends earlier
-    dp_exposed = std::max(dp_exposed, std::max(0.0, exposed - slack_b));
+    dp_exposed = std::max(dp_exposed, std::max(0.0, exposed(rs_dense, rs_expert,
+                                                            p.overlap_grad_reduce, window)
+                                                      - slack_b));
     // Parameter all-gather (bf16) after the optimizer step, distributed optimizer only;
     // overlapped with the next step's first forward when asked.
     if (dopt) {
-      double wf = stage_f[idx];
-      double a1 = 0, a2 = 0;
-      double g1 = bucketed(2 * dense_p, lay.dp, false, bucket_bytes / 2, p.overlap_param_gather, wf, a1);
-      double g2 = bucketed(2 * exp_p, expert_dp, false, bucket_bytes / 2, p.overlap_param_gather, wf, a2);
-      double ag = a1 + a2;
-      if (p.overlap_param_gather)
-        ag += 0.03 * std::min(g1 + g2, wf);
+      auto ag_dense = buckets(2 * dense_p, lay.dp, false, bucket_bytes / 2);
+      auto ag_expert = buckets(2 * exp_p, expert_dp, false, bucket_bytes / 2);
       double slack_f = st * (f_sum / lay.pp) / v;
-      ag_exposed = std::max(ag_exposed, std::max(0.0, ag - slack_f));
+      ag_exposed = std::max(ag_exposed, std::max(0.0, exposed(ag_dense, ag_expert,
+                                                              p.overlap_param_gather,
+                                                              stage_f[idx])
+                                                        - slack_f));
     }
     // Optimizer step: Adam is memory-bound. fp32 states: read and write master weights, m and
     // v, read the gradient, write the bf16 parameter (30 bytes per parameter; 22 with bf16

@@ -107,9 +107,9 @@ double synthetic_loss(const sim_config& cfg, const truth& t, int step) {
   return loss;
 }
 
-std::vector<nlohmann::json> simulate_run(const sim_config& cfg, const truth& t,
+std::vector<nlohmann::ordered_json> simulate_run(const sim_config& cfg, const truth& t,
                                          const run_options& opt) {
-  std::vector<nlohmann::json> lines;
+  std::vector<nlohmann::ordered_json> lines;
   auto noise = cluster_noise(cfg, t, opt);
   rng r{combine(combine(combine(0x1a0c4, opt.seed), opt.launch_id), opt.attempt)};
   double launch_offset = opt.noise ? std::exp(noise.launch_sigma * r.normal()) : 1.0;
@@ -143,7 +143,7 @@ std::vector<nlohmann::json> simulate_run(const sim_config& cfg, const truth& t,
     if (!warmup)
       timed.push_back(step_time);
     last_loss = synthetic_loss(cfg, t, step);
-    nlohmann::json j;
+    nlohmann::ordered_json j;
     j["step"] = step;
     j["loss"] = last_loss;
     j["tokens"] = t.tokens_per_step;
@@ -165,7 +165,7 @@ std::vector<nlohmann::json> simulate_run(const sim_config& cfg, const truth& t,
                     : 0.5 * (timed[timed.size() / 2 - 1] + timed[timed.size() / 2]);
   // Model start-up (process launch, NCCL init, weight init) in simulated seconds.
   double startup = 30.0 + 2e-9 * t.params_total / cfg.gpus * 10;
-  nlohmann::json f;
+  nlohmann::ordered_json f;
   f["event"] = "final";
   f["status"] = "ok";
   f["simulated"] = true;
@@ -220,8 +220,8 @@ std::vector<nlohmann::json> simulate_run(const sim_config& cfg, const truth& t,
   return lines;
 }
 
-nlohmann::json truth_json(const sim_config& cfg, const truth& t) {
-  nlohmann::json j;
+nlohmann::ordered_json truth_json(const sim_config& cfg, const truth& t) {
+  nlohmann::ordered_json j;
   j["valid"] = t.valid;
   if (!t.valid) {
     j["error"] = t.error;
@@ -263,7 +263,7 @@ nlohmann::json truth_json(const sim_config& cfg, const truth& t) {
                  {"sequence_parallel", t.lay.sequence_parallel},
                  {"vocab_padded", t.lay.vocab_padded}};
   auto mem = [](const memory_breakdown& m) {
-    return nlohmann::json{{"stage", m.stage},
+    return nlohmann::ordered_json{{"stage", m.stage},
                           {"weights", m.weights},
                           {"gradients", m.gradients},
                           {"optimizer", m.optimizer},
@@ -273,7 +273,7 @@ nlohmann::json truth_json(const sim_config& cfg, const truth& t) {
                           {"total", m.total()}};
   };
   j["memory_peak_stage"] = mem(t.peak);
-  nlohmann::json stages = nlohmann::json::array();
+  nlohmann::ordered_json stages = nlohmann::ordered_json::array();
   for (const auto& s : t.stages)
     stages.push_back(mem(s));
   j["memory_by_stage"] = std::move(stages);
@@ -282,7 +282,7 @@ nlohmann::json truth_json(const sim_config& cfg, const truth& t) {
   return j;
 }
 
-nlohmann::json oom_json(const sim_config& cfg, const truth& t) {
+nlohmann::ordered_json oom_json(const sim_config& cfg, const truth& t) {
   int rank = std::max(0, t.oom_rank);
   int gpn = t.hw->gpus_per_node;
   const memory_breakdown* stage = &t.peak;
@@ -297,7 +297,7 @@ nlohmann::json oom_json(const sim_config& cfg, const truth& t) {
                 "CUDA out of memory (simulated): GPU %d (node %d) of %s needs %.2f GiB, total "
                 "capacity %.2f GiB",
                 rank % gpn, rank / gpn, t.hw->name.c_str(), gib(needed), gib(available));
-  return nlohmann::json{{"gpu", rank % gpn},
+  return nlohmann::ordered_json{{"gpu", rank % gpn},
                         {"node", rank / gpn},
                         {"rank", rank},
                         {"stage", stage->stage},

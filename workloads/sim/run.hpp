@@ -45,14 +45,14 @@ double synthetic_loss(const sim_config& cfg, const truth& t, int step);
 /// Metrics lines of a run: `steps` step objects, then the final object. Requires t.valid and
 /// !t.oom. Each step object has step, loss, tokens, step_time_s, data_s, forward_s,
 /// backward_s, optimizer_s, communication_s, bubble_s, peak_memory_bytes, warmup.
-std::vector<nlohmann::json> simulate_run(const sim_config& cfg, const truth& t,
+std::vector<nlohmann::ordered_json> simulate_run(const sim_config& cfg, const truth& t,
                                          const run_options& opt);
 
 /// The truth as JSON (what `--truth` prints).
-nlohmann::json truth_json(const sim_config& cfg, const truth& t);
+nlohmann::ordered_json truth_json(const sim_config& cfg, const truth& t);
 
 /// The OOM report: {"gpu", "rank", "node", "stage", "needed_bytes", "available_bytes", ...}.
-nlohmann::json oom_json(const sim_config& cfg, const truth& t);
+nlohmann::ordered_json oom_json(const sim_config& cfg, const truth& t);
 
 /// Deterministic 64-bit mixing (splitmix64 finaliser).
 std::uint64_t mix64(std::uint64_t x);

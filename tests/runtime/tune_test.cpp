@@ -1,0 +1,192 @@
+// End-to-end: `infrarsi tune` on a small real task (tests/data/tasks/fake_tune.toml: real
+// processes, two ranks, a real memory cap), then checks on what it left: the report, one
+// terminal event per trial, a replay of the log into the same run state, every planner decision
+// recomputed from the events before it, and the OOM setting never proposed again.
+
+#include "runtime/tune.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "actors/actors.hpp"
+#include "runtime/report.hpp"
+#include "runtime/task_file.hpp"
+#include "store/memory_event_log.hpp"
+#include "store/rocksdb_event_log.hpp"
+#include "store/run_projection.hpp"
+#include "test_util.hpp"
+
+namespace infrarsi::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TuneEndToEnd : public ::testing::Test {
+protected:
+  static void SetUpTestSuite() {
+    dir_ = new test::temp_dir;
+    // A copy outside any git repository, as a user's workload would be.
+    fs::copy(std::string{INFRARSI_TEST_DATA_DIR} + "/workloads", dir_->sub("workloads"),
+             fs::copy_options::recursive);
+    fs::create_directories(dir_->sub("tasks"));
+    fs::copy(std::string{INFRARSI_TEST_DATA_DIR} + "/tasks/fake_tune.toml",
+             dir_->sub("tasks/fake_tune.toml"));
+    tune_options o;
+    o.task_path = dir_->sub("tasks/fake_tune.toml");
+    o.store_dir = dir_->sub("store");
+    o.run_id = "";
+    std::ostringstream out;
+    std::ostringstream err;
+    status_ = run_tune(o, out, err);
+    out_ = out.str();
+    err_ = err.str();
+  }
+  static void TearDownTestSuite() { delete dir_; }
+
+  static std::unique_ptr<store::rocksdb_event_log> open_log() {
+    store::rocksdb_event_log_options ro;
+    ro.read_only = true;
+    auto log = store::rocksdb_event_log::open(dir_->sub("store/events"), ro);
+    EXPECT_TRUE(log) << describe(log.error());
+    return std::move(*log);
+  }
+
+  static std::string run_id() {
+    auto runs = open_log()->list_runs();
+    return runs->front().run_id;
+  }
+
+  static test::temp_dir* dir_;
+  static int status_;
+  static std::string out_;
+  static std::string err_;
+};
+
+test::temp_dir* TuneEndToEnd::dir_ = nullptr;
+int TuneEndToEnd::status_ = -1;
+std::string TuneEndToEnd::out_;
+std::string TuneEndToEnd::err_;
+
+TEST_F(TuneEndToEnd, FinishesWithAVerifiedPromotionInTheReport) {
+  ASSERT_EQ(status_, 0) << err_;
+  EXPECT_NE(out_.find("Promoted step_time 0.08->0.03"), std::string::npos) << out_;
+  std::ifstream in{dir_->sub("store/runs/" + run_id() + "/report.json")};
+  ASSERT_TRUE(in.good());
+  auto report = nlohmann::json::parse(in);
+  EXPECT_NEAR(report["baseline"]["step_time_s"].get<double>(), 0.08, 0.01);
+  EXPECT_EQ(report["baseline"]["noise"]["runs"], 2);
+  std::size_t verified_ok = 0;
+  for (const auto& t : report["trials"])
+    if (t["purpose"] == "explore" && t["outcome"] == "ok" && t["violations"].empty())
+      ++verified_ok;
+  EXPECT_GE(verified_ok, 1u);
+  ASSERT_TRUE(report["promoted"].is_object());
+  EXPECT_GT(report["promoted"]["ci_low"].get<double>(), 1.5); // 0.08 -> 0.03 s/step is 2.67x
+  EXPECT_EQ(report["promoted"]["pairs"], 2);
+  EXPECT_TRUE(fs::exists(dir_->sub("store/runs/" + run_id() + "/report.md")));
+  EXPECT_TRUE(fs::exists(dir_->sub("store/runs/" + run_id() + "/promoted/launch.json")));
+  // One progress line per search trial.
+  EXPECT_NE(err_.find("[1/5] trial 2 "), std::string::npos) << err_;
+}
+
+TEST_F(TuneEndToEnd, EveryTrialHasExactlyOneTerminalEvent) {
+  auto log = open_log();
+  std::map<std::pair<std::uint64_t, std::uint32_t>, int> proposed;
+  std::map<std::pair<std::uint64_t, std::uint32_t>, int> terminal;
+  ASSERT_FALSE(log->for_each_in_stream(run_id(), 0, [&](const store::recorded_event& ev) {
+    auto kind = static_cast<wire::EventKind>(ev.kind);
+    if (kind == wire::EventKind::TrialProposed) {
+      auto s = messages::trial_spec_msg::decode(ev.payload);
+      ++proposed[{(*s)->trial_id(), (*s)->attempt()}];
+    } else if (kind == wire::EventKind::TrialCompleted) {
+      auto r = messages::trial_result_msg::decode(ev.payload);
+      ++terminal[{(*r)->trial_id(), (*r)->attempt()}];
+    } else if (kind == wire::EventKind::TrialLost) {
+      auto s = messages::trial_spec_msg::decode(ev.payload);
+      ++terminal[{(*s)->trial_id(), (*s)->attempt()}];
+    }
+    return true;
+  }));
+  EXPECT_GE(proposed.size(), 7u); // 2 baselines, >= 1 explore, 4 verification runs
+  for (const auto& [key, n] : proposed) {
+    EXPECT_EQ(n, 1);
+    EXPECT_EQ(terminal[key], 1) << "trial " << key.first << "/" << key.second;
+  }
+  EXPECT_EQ(terminal.size(), proposed.size());
+}
+
+TEST_F(TuneEndToEnd, TheLogReplaysIntoTheSameRunState) {
+  auto log = open_log();
+  auto task = load_task_file(dir_->sub("tasks/fake_tune.toml"));
+  ASSERT_TRUE(task);
+  auto from_disk = store::load_run(*log, run_id());
+  ASSERT_TRUE(from_disk);
+  // Copy every event into an in-memory log (a different implementation) and fold again.
+  store::memory_event_log copy;
+  ASSERT_FALSE(log->for_each(0, [&](const store::recorded_event& ev) {
+    EXPECT_TRUE(copy.append(ev.run_id, ev.sequence, {store::new_event{ev.kind, ev.payload}}));
+    return true;
+  }));
+  auto from_copy = store::load_run(copy, run_id());
+  ASSERT_TRUE(from_copy);
+  EXPECT_EQ(make_report(*task, *from_disk).dump(), make_report(*task, *from_copy).dump());
+  EXPECT_EQ(from_disk->stages_completed,
+            (std::vector<std::string>{"init", "doctor", "run", "report", "apply"}));
+}
+
+TEST_F(TuneEndToEnd, EveryProposalIsRecomputedFromTheEventsBeforeIt) {
+  auto log = open_log();
+  auto task = load_task_file(dir_->sub("tasks/fake_tune.toml"));
+  ASSERT_TRUE(task);
+  store::run_projection before{run_id()};
+  std::size_t checked = 0;
+  ASSERT_FALSE(log->for_each_in_stream(run_id(), 0, [&](const store::recorded_event& ev) {
+    if (static_cast<wire::EventKind>(ev.kind) == wire::EventKind::TrialProposed) {
+      auto spec = messages::trial_spec_msg::decode(ev.payload);
+      if ((*spec)->purpose()->str() == "explore") {
+        auto in = actors::planner_input_for(*task, before.state());
+        auto again = tuning::seeded_local_search{}.propose(in, 1);
+        EXPECT_FALSE(again.empty());
+        if (!again.empty()) {
+          EXPECT_EQ(again[0].config.key(), store::configuration_of(**spec).key());
+        }
+        ++checked;
+      }
+    }
+    if (ev.known_kind())
+      before.apply(ev);
+    return true;
+  }));
+  EXPECT_GE(checked, 2u);
+}
+
+TEST_F(TuneEndToEnd, AnOomSettingIsNotProposedAgainUnchanged) {
+  auto log = open_log();
+  auto state = store::load_run(*log, run_id());
+  ASSERT_TRUE(state);
+  std::map<std::string, int> proposals;
+  std::set<std::string> oom;
+  for (const auto& t : state->trials) {
+    ++proposals[t.config.key()];
+    if (t.outcome == tuning::trial_outcome::oom) {
+      oom.insert(t.config.key());
+      EXPECT_NE(t.detail.find("exceeded the per-rank cap"), std::string::npos) << t.detail;
+    }
+  }
+  ASSERT_FALSE(oom.empty()) << "the search never tried alloc_mb=300";
+  for (const auto& key : oom)
+    EXPECT_EQ(proposals[key], 1) << key;
+  // alloc_mb is tagged memory-hungry and nothing saves memory: it is tried once in all.
+  int hungry = 0;
+  for (const auto& t : state->trials)
+    hungry += std::get<std::int64_t>(t.config.knobs.at("alloc_mb")) == 300 ? 1 : 0;
+  EXPECT_EQ(hungry, 1);
+}
+
+} // namespace
+} // namespace infrarsi::runtime
