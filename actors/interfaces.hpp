@@ -1,6 +1,6 @@
 #pragma once
 /// @file interfaces.hpp
-/// Every actor interface of InfraRSI in one place (CONVENTIONS 3). Decisions travel as canonical
+/// Every actor interface of InfraRSI in one place. Decisions travel as canonical
 /// JSON documents (the same bytes the supervisor appends to the event log, so replay can
 /// byte-compare them); trials travel as FlatBuffers messages (messages/type_ids.hpp).
 /// Actors hold no state that is not derivable from the event log: each request names the run,

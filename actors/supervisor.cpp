@@ -186,6 +186,25 @@ private:
   /// Runs one trial: TrialProposed and TrialDispatched are appended before the node-runner is
   /// asked; the result is appended as TrialCompleted (or TrialLost, re-queued once) and then
   /// checked by the verifier (TrialVerified) unless `verify` is false.
+  /// "" if every patch of `c` stays inside the editable scope and outside the frozen one, else
+  /// the offending patch and path.
+  std::string scope_violation(const configuration& c) const {
+    for (const auto& p : c.patches) {
+      const auto* spec = task_.find_patch(p);
+      if (spec == nullptr)
+        return "unknown patch '" + p + "'";
+      std::ifstream in{spec->file};
+      std::string text{std::istreambuf_iterator<char>{in}, {}};
+      for (const auto& path : adapters::patch_paths(text)) {
+        if (adapters::path_in_scope(path, task_.scope.frozen))
+          return "scope: patch '" + p + "' edits frozen path '" + path + "'";
+        if (!adapters::path_in_scope(path, task_.scope.editable))
+          return "scope: patch '" + p + "' edits '" + path + "', outside the editable scope";
+      }
+    }
+    return {};
+  }
+
   caf::expected<tuning::trial_record> run_trial(const configuration& c, const std::string& purpose,
                                                 bool verify = true) {
     auto id = next_trial_++;
@@ -193,6 +212,21 @@ private:
       auto spec = spec_for(c, id, attempt, purpose);
       if (auto err = append(wire::EventKind::TrialProposed, spec.bytes()))
         return err;
+      // Scope is checked before launch: a patch outside the editable scope never runs.
+      if (auto violation = scope_violation(c); !violation.empty()) {
+        wire::TrialResultT r;
+        r.trial_id = id;
+        r.attempt = attempt;
+        r.outcome = wire::Outcome::ContractViolation;
+        r.detail = violation;
+        if (auto err = append(wire::EventKind::TrialCompleted,
+                              messages::trial_result_msg::pack(r).bytes()))
+          return err;
+        auto state = load();
+        if (!state)
+          return std::move(state.error());
+        return *state->find(id, attempt);
+      }
       if (auto err = append(wire::EventKind::TrialDispatched, spec.bytes()))
         return err;
       auto result = ask<messages::trial_result_msg>(

@@ -337,9 +337,14 @@ caf::error copy_and_patch(const tuning::task_spec& task, const std::vector<std::
                                         + "': " + ec.message());
   for (const auto& name : patches) {
     const auto* patch = task.find_patch(name);
-    spawn_request git{{"git", "apply", "--whitespace=nowarn", patch->file},
-                      current_environment(),
-                      dest};
+    // Inside an enclosing git work tree (a store under the project), `git apply` would read
+    // the patch's paths relative to that repository and silently skip files outside the current
+    // directory; stop repository discovery at the copy, so it applies as a plain patch tool.
+    auto env = current_environment();
+    env["GIT_CEILING_DIRECTORIES"] = fs::path{dest}.parent_path().string();
+    env.erase("GIT_DIR");
+    env.erase("GIT_WORK_TREE");
+    spawn_request git{{"git", "apply", "--whitespace=nowarn", patch->file}, env, dest};
     auto child = spawn(git);
     if (!child) {
       failure = "cannot run git apply for patch '" + name + "': " + describe(child.error());
@@ -530,6 +535,11 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
     sreq.env["INFRARSI_TRIAL_DIR"] = trial_dir;
     if (cap > 0)
       sreq.env["INFRARSI_MEMORY_CAP_BYTES"] = std::to_string(cap);
+    // A relative program path ("../../build/bin/x", ".bin/x") means relative to the task's
+    // workload directory, also when the trial runs in a patched copy elsewhere.
+    if (!sreq.argv.empty() && sreq.argv[0].find('/') != std::string::npos
+        && sreq.argv[0].front() != '/')
+      sreq.argv[0] = (fs::path{task.workload.workdir} / sreq.argv[0]).lexically_normal().string();
     if (rank == 0)
       report.argv = sreq.argv;
 

@@ -1,6 +1,6 @@
 #pragma once
 /// @file trial_launcher.hpp
-/// Runs one trial of a training job faithfully (DESIGN.md, node-runner): renders the knob
+/// Runs one trial of a training job faithfully (docs/node-runner.md): renders the knob
 /// assignment into argv and environment exactly as the task says, starts the ranks (each in its
 /// own process group, torchrun environment contract, a free rendezvous port per trial) or the
 /// user's own command, caps per-rank memory, enforces the wall-clock limit, stops every rank as

@@ -56,10 +56,12 @@ INFRARSI_TABLE_TRAITS(StageEvent, nullptr)
 INFRARSI_TABLE_TRAITS(Document, nullptr)
 #undef INFRARSI_TABLE_TRAITS
 
-/// A verified, immutable, size-prefixed FlatBuffer whose root is `Table`. One instantiation per
-/// message kind (see the aliases below); each is a distinct CAF message type (type_ids.hpp).
-/// Default-constructed messages are empty (get() == nullptr); every non-empty one passed the
-/// verifier and the semantic checks of its kind.
+/// An immutable, size-prefixed FlatBuffer whose root is `Table`. One instantiation per message
+/// kind (see the aliases below); each is a distinct CAF message type (type_ids.hpp).
+/// Default-constructed messages are empty (get() == nullptr). A message from decode() passed the
+/// verifier and the semantic checks of its kind; one from pack() is well-formed FlatBuffers but
+/// is only as valid as the value packed (e.g. TrialSpec knob names must be unique and every knob
+/// must have a value) — receivers always decode(), so an invalid one is rejected there.
 template <class Table>
 class message {
 public:
@@ -79,7 +81,7 @@ public:
                                                      const verify_limits& limits = {});
 
   /// Encodes a native (object-API) value. Knob assignments of a TrialSpec are sorted by name.
-  /// Never fails for values that satisfy the schema's comments; the result re-verifies.
+  /// Precondition for a result that decodes: the value satisfies the schema's comments.
   [[nodiscard]] static message pack(const native_type& value);
 
   /// The root table, or nullptr when empty. Valid as long as this message (or a copy) lives.
@@ -146,14 +148,15 @@ std::uint32_t crc32_of(std::string_view bytes) noexcept;
                                                std::string_view run_id, std::string_view sender,
                                                std::uint64_t sequence);
 
-/// Seals a verified message of a kind that can travel alone (TrialSpec, TrialResult,
-/// EventRecord).
+/// Seals a message of a kind that can travel alone (TrialSpec, TrialResult, EventRecord).
+/// Error: errc::invalid_argument for an empty message.
 template <class Table>
-[[nodiscard]] envelope_msg seal(const message<Table>& payload, std::string_view run_id,
-                                std::string_view sender, std::uint64_t sequence) {
+[[nodiscard]] caf::expected<envelope_msg> seal(const message<Table>& payload,
+                                               std::string_view run_id, std::string_view sender,
+                                               std::uint64_t sequence) {
   static_assert(message_kind_of<Table>() != wire::MessageKind::Unknown,
                 "this table cannot travel in an envelope on its own");
-  return std::move(*seal(message_kind_of<Table>(), payload.bytes(), run_id, sender, sequence));
+  return seal(message_kind_of<Table>(), payload.bytes(), run_id, sender, sequence);
 }
 
 /// The payload of a verified envelope as a message of type Table. Error: errc::unknown_kind

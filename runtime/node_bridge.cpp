@@ -105,10 +105,12 @@ void node_server::serve() {
     auto result = run_one(*spec);
     auto reply = messages::seal(result, (*env)->run_id() != nullptr ? (*env)->run_id()->str() : "",
                                 node_name_, sequence_++);
+    if (!reply)
+      continue; // cannot happen for a packed result; the client then times out and reports it
     try {
       socket_->send(zmq::buffer(identity.data(), identity.size()), zmq::send_flags::sndmore);
       socket_->send(zmq::message_t{}, zmq::send_flags::sndmore);
-      socket_->send(zmq::buffer(reply.bytes().data(), reply.bytes().size()),
+      socket_->send(zmq::buffer(reply->bytes().data(), reply->bytes().size()),
                     zmq::send_flags::none);
     } catch (const zmq::error_t&) {
       // The client is gone (EHOSTUNREACH with ROUTER_MANDATORY): its trial is lost and will be
@@ -130,9 +132,11 @@ node_client::node_client(zmq::context_t& ctx, std::string endpoint, std::string 
 caf::expected<messages::trial_result_msg> node_client::run(const messages::trial_spec_msg& spec,
                                                            double timeout_s) {
   auto env = messages::seal(spec, run_id_, sender_, sequence_++);
+  if (!env)
+    return std::move(env.error());
   try {
     socket_.send(zmq::message_t{}, zmq::send_flags::sndmore);
-    socket_.send(zmq::buffer(env.bytes().data(), env.bytes().size()), zmq::send_flags::none);
+    socket_.send(zmq::buffer(env->bytes().data(), env->bytes().size()), zmq::send_flags::none);
     auto deadline = std::chrono::steady_clock::now()
                     + std::chrono::milliseconds(static_cast<long>(timeout_s * 1000));
     while (std::chrono::steady_clock::now() < deadline) {

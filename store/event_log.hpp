@@ -1,7 +1,7 @@
 #pragma once
 /// @file event_log.hpp
-/// The append-only event log: the single source of truth of the system (DESIGN.md, "Event-
-/// sourced actor system"). An event_log is a persistent, totally ordered sequence of events.
+/// The append-only event log: the single source of truth of the system (docs/event-log.md). An
+/// event_log is a persistent, totally ordered sequence of events.
 /// Every event belongs to one *stream* — one run, named by its run id — and has two positions:
 /// its `sequence` within the stream (0, 1, 2, ... without gaps) and its `global_position`
 /// across all streams (0, 1, 2, ... without gaps, in append order). Events are never changed or
@@ -153,7 +153,7 @@ public:
 /// Wall-clock time for EventRecord.recorded_at_ns: ns since the Unix epoch (display only).
 [[nodiscard]] std::int64_t wall_clock_ns() noexcept;
 
-/// A projection: state folded from events (CONVENTIONS: apply never fails and does no I/O).
+/// A projection: state folded from events (apply never fails and does no I/O).
 /// It records how far it has read, so it can be advanced with a later fold.
 class projection {
 public:

@@ -1,6 +1,7 @@
 #include "store/rocksdb_event_log.hpp"
 
 #include <filesystem>
+#include <thread>
 
 #include <flatbuffers/flatbuffers.h>
 #include <rocksdb/db.h>
@@ -68,7 +69,8 @@ caf::error from_status(const rocksdb::Status& st, const std::string& dir, const 
     return make_error(errc::corrupt_data, std::move(text));
   if (st.IsNotSupported())
     return make_error(errc::unsupported_format, std::move(text));
-  if (st.IsBusy() || st.IsTimedOut() || st.ToString().find("lock") != std::string::npos)
+  if (st.IsBusy() || st.IsTimedOut()
+      || (st.IsIOError() && st.ToString().find("/LOCK") != std::string::npos))
     return make_error(errc::store_locked,
                       std::move(text) + " (another process has it open for writing)");
   if (st.IsInvalidArgument() && st.ToString().find("does not exist") != std::string::npos)
@@ -103,6 +105,12 @@ rocksdb_event_log::open(const std::string& dir, const rocksdb_event_log_options&
   db_opts.paranoid_checks = true;
   db_opts.keep_log_file_num = 4;
   db_opts.max_file_opening_threads = 1;
+  // A torn tail (an incomplete last record from a crash) is dropped; corruption anywhere else in
+  // the write-ahead log fails the open instead of silently losing acknowledged events.
+  db_opts.wal_recovery_mode = rocksdb::WALRecoveryMode::kTolerateCorruptedTailRecords;
+  // Flush column families that pin old write-ahead logs (the metadata family is written once),
+  // so log files do not accumulate.
+  db_opts.max_total_wal_size = 64u << 20;
 
   // Does a database exist here? If so it must hold exactly our column families.
   std::vector<std::string> existing;
@@ -110,8 +118,22 @@ rocksdb_event_log::open(const std::string& dir, const rocksdb_event_log_options&
   bool exists = list.ok();
   if (!exists) {
     std::error_code ec;
-    if (options.read_only || !options.create_if_missing)
+    bool looks_like_db = fs::exists(fs::path{dir} / "CURRENT", ec)
+                         || fs::exists(fs::path{dir} / "IDENTITY", ec);
+    if (!looks_like_db && fs::is_directory(dir, ec))
+      for (const auto& e : fs::directory_iterator{dir, ec})
+        looks_like_db = looks_like_db || e.path().filename().string().rfind("MANIFEST-", 0) == 0;
+    if (looks_like_db)
+      return make_error(errc::corrupt_data,
+                        "event log '" + dir
+                          + "': looks like a damaged RocksDB database (its CURRENT/MANIFEST "
+                            "cannot be read): "
+                          + list.ToString());
+    if (options.read_only || !options.create_if_missing) {
+      if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+        return make_error(errc::not_found, "event log '" + dir + "': not a directory");
       return make_error(errc::not_found, "event log '" + dir + "': no event log in this directory");
+    }
     if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
       return make_error(errc::invalid_argument,
                         "event log '" + dir + "': exists and is not a directory");
@@ -141,10 +163,17 @@ rocksdb_event_log::open(const std::string& dir, const rocksdb_event_log_options&
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;
   rocksdb::Status st;
-  if (options.read_only)
-    st = rocksdb::DB::OpenForReadOnly(rocksdb::DBOptions{db_opts}, dir, cfs, &handles, &raw);
-  else
-    st = rocksdb::DB::Open(rocksdb::DBOptions{db_opts}, dir, cfs, &handles, &raw);
+  // The kernel releases a killed writer's lock a moment after it dies: retry briefly (2 s).
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    handles.clear();
+    if (options.read_only)
+      st = rocksdb::DB::OpenForReadOnly(rocksdb::DBOptions{db_opts}, dir, cfs, &handles, &raw);
+    else
+      st = rocksdb::DB::Open(rocksdb::DBOptions{db_opts}, dir, cfs, &handles, &raw);
+    if (st.ok() || !(st.IsIOError() && st.ToString().find("LOCK") != std::string::npos))
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
   if (!st.ok())
     return from_status(st, dir, "open");
   log->db_.reset(raw);
@@ -157,14 +186,23 @@ rocksdb_event_log::open(const std::string& dir, const rocksdb_event_log_options&
   std::string tag;
   st = log->db_->Get(rocksdb::ReadOptions{}, log->meta_cf_, format_key, &tag);
   if (st.IsNotFound()) {
-    if (exists)
-      return make_error(errc::unsupported_format,
-                        "event log '" + dir + "': no format tag (not an infrarsi event log)");
+    // Our column families but no tag: either a log whose creation was interrupted before the tag
+    // was written (then it holds no event and is completed here), or a damaged one.
+    std::unique_ptr<rocksdb::Iterator> probe{
+      log->db_->NewIterator(rocksdb::ReadOptions{}, log->events_cf_)};
+    probe->SeekToFirst();
+    bool has_events = probe->Valid();
+    if (exists && (has_events || options.read_only))
+      return make_error(has_events ? errc::corrupt_data : errc::unsupported_format,
+                        "event log '" + dir
+                          + "': no format tag (not an infrarsi event log, or a damaged one "
+                            "whose write-ahead log is missing)");
     rocksdb::WriteOptions wo;
     wo.sync = true;
     st = log->db_->Put(wo, log->meta_cf_, format_key, format_tag);
     if (!st.ok())
       return from_status(st, dir, "write format tag");
+
   } else if (!st.ok()) {
     return from_status(st, dir, "read format tag");
   } else if (tag != format_tag) {
@@ -319,7 +357,9 @@ caf::error rocksdb_event_log::for_each(std::uint64_t from_position,
     ++expected_pos;
   }
   if (!it->status().ok())
-    return from_status(it->status(), dir_, "iterate");
+    return from_status(it->status(), dir_,
+                       ("iterate (reading global position " + std::to_string(expected_pos) + ")")
+                         .c_str());
   return caf::none;
 }
 
@@ -361,7 +401,9 @@ caf::error rocksdb_event_log::for_each_in_stream(std::string_view run_id,
                ? make_error(errc::corrupt_data, "event log '" + dir_ + "': index points to missing"
                                                   " event at global position "
                                                   + std::to_string(pos) + note)
-               : from_status(st, dir_, "read event");
+               : from_status(st, dir_, ("read event at global position " + std::to_string(pos)
+                                        + note)
+                                         .c_str());
     auto ev = decode_record(pos, note, value);
     if (!ev)
       return std::move(ev.error());

@@ -280,8 +280,31 @@ std::vector<proposal> seeded_local_search::propose(const planner_input& in, std:
     if (t.finished && t.outcome == trial_outcome::oom)
       ooms.push_back(t.config);
   }
+  // Settings and patches that broke the contract and never passed it: not proposed again.
+  feature_space fs{task, in.priors};
+  std::vector<int> broke(fs.names.size(), 0);
+  std::vector<int> passed(fs.names.size(), 0);
+  for (const auto& t : in.history) {
+    bool violation = t.outcome == trial_outcome::contract_violation
+                     || (t.verified && !t.violations.empty());
+    bool pass = t.usable();
+    if (!violation && !pass)
+      continue;
+    auto x = fs.encode(task, t.config);
+    for (Eigen::Index i = 0; i < x.size(); ++i)
+      if (x[i] > 0)
+        (violation ? broke : passed)[static_cast<std::size_t>(i)] += 1;
+  }
+  auto banned = [&](const configuration& c) {
+    auto x = fs.encode(task, c);
+    for (Eigen::Index i = 0; i < x.size(); ++i)
+      if (x[i] > 0 && broke[static_cast<std::size_t>(i)] > 0
+          && passed[static_cast<std::size_t>(i)] == 0)
+        return true;
+    return false;
+  };
   auto allowed = [&](const configuration& c) {
-    if (tried.count(c.key()) != 0)
+    if (tried.count(c.key()) != 0 || banned(c))
       return false;
     for (const auto& o : ooms)
       if (at_least_as_hungry(task, c, o))
@@ -295,7 +318,6 @@ std::vector<proposal> seeded_local_search::propose(const planner_input& in, std:
   if (open.empty())
     return out;
 
-  feature_space fs{task, in.priors};
   auto prior_gain = [&](const configuration& c) { return -fs.encode(task, c).dot(fs.prior_mean); };
   std::set<std::string> chosen_keys;
   auto take = [&](const configuration& c, double predicted, std::string reason) {

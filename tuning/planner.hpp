@@ -10,7 +10,8 @@
 ///  2. Never proposed: a configuration already tried (any outcome), one that violates a
 ///     constraint, one that is at least as memory-hungry as a configuration that ran out of
 ///     memory (same patches, memory-hungry knobs >=, memory savers <=; knobs without a memory
-///     tag are taken as memory-neutral).
+///     tag are taken as memory-neutral), one with a setting or patch that broke the contract
+///     in some trial and never passed it in any.
 ///  3. Initial design (the first `initial_design` proposals): experience seeds first, then the
 ///     candidates with the best prior-predicted speedup, spread for diversity — each pick
 ///     maximizes predicted gain + 0.05 x its Hamming distance to those already chosen.

@@ -67,7 +67,7 @@ TEST(Codec, TrialResultKeepsOptionalPhaseTimesDistinctFromZero) {
 
 TEST(Codec, EnvelopeSealOpenRoundTrip) {
   auto spec = sample_spec(11);
-  auto env = seal(spec, "run-a", "planner", 42);
+  auto env = *seal(spec, "run-a", "planner", 42);
   auto decoded = envelope_msg::decode(env.bytes());
   ASSERT_TRUE(decoded) << describe(decoded.error());
   EXPECT_EQ((*decoded)->schema_version(), schema_version);
@@ -86,7 +86,7 @@ TEST(Codec, EnvelopeSealOpenRoundTrip) {
 }
 
 TEST(Codec, EveryTruncationIsRejectedAndSaysTruncated) {
-  auto env = seal(sample_result(5, 3), "run-t", "node:0", 1);
+  auto env = *seal(sample_result(5, 3), "run-t", "node:0", 1);
   auto full = bytes_of(env.bytes());
   for (std::size_t len = 0; len < full.size(); ++len) {
     auto r = envelope_msg::decode(full.data(), len);
@@ -108,7 +108,7 @@ TEST(Codec, TrailingBytesAreRejected) {
 // Every single-bit flip of an envelope is either rejected with an error, or decodes to exactly
 // the same content (a flip in alignment padding changes nothing that is read).
 TEST(Codec, EveryBitFlipIsRejectedOrChangesNothing) {
-  auto original = seal(sample_result(9, 3), "run-f", "node:1", 77);
+  auto original = *seal(sample_result(9, 3), "run-f", "node:1", 77);
   auto full = bytes_of(original.bytes());
   auto payload_of = [](const envelope_msg& e) {
     return std::string(reinterpret_cast<const char*>(e->payload()->data()), e->payload()->size());
@@ -141,7 +141,7 @@ TEST(Codec, EveryBitFlipIsRejectedOrChangesNothing) {
 }
 
 TEST(Codec, PayloadBitFlipIsReportedAsChecksumMismatch) {
-  auto env = seal(sample_spec(4), "r", "s", 0);
+  auto env = *seal(sample_spec(4), "r", "s", 0);
   auto full = bytes_of(env.bytes());
   // Flip a bit inside the payload: find the payload bytes inside the envelope.
   auto inner = bytes_of(sample_spec(4).bytes());

@@ -78,7 +78,7 @@ TEST_F(CafMessages, SerializedMessageRoundTripsThroughTheTypeRegistry) {
 }
 
 TEST_F(CafMessages, DeserializingTamperedBytesFailsVerification) {
-  auto env = seal(sample_spec(3), "run-x", "node:2", 5);
+  auto env = *seal(sample_spec(3), "run-x", "node:2", 5);
   std::vector<char> buf;
   caf::binary_serializer sink{sys, buf};
   ASSERT_FALSE(sink(env));
@@ -104,7 +104,7 @@ TEST(ZeroMq, EnvelopeTravelsAsOneFrameUnchanged) {
   zmq::socket_t client{ctx, zmq::socket_type::pair};
   server.bind("inproc://infrarsi-wire-test");
   client.connect("inproc://infrarsi-wire-test");
-  auto env = seal(sample_result(12, 6), "run-z", "node:7", 9);
+  auto env = *seal(sample_result(12, 6), "run-z", "node:7", 9);
   auto sent = client.send(zmq::buffer(env.bytes().data(), env.bytes().size()),
                           zmq::send_flags::none);
   ASSERT_TRUE(sent);

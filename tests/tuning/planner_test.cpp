@@ -172,3 +172,28 @@ TEST(Planner, SplitMixIsFullySpecified) {
 
 } // namespace
 } // namespace infrarsi::tuning
+
+namespace infrarsi::tuning {
+namespace {
+
+TEST(Planner, ASettingThatBrokeTheContractIsNotProposedAgain) {
+  auto task = make_task();
+  auto priors = make_priors();
+  planner_input in;
+  in.task = &task;
+  in.priors = &priors;
+  in.initial_design = 0;
+  auto base = baseline_configuration(task);
+  in.history = {measured(base, 1.0, "baseline")};
+  auto drift = base;
+  drift.patches = {"fused_qkv"};
+  auto bad = measured(drift, 0.5);
+  bad.violations = {"loss: step 3 differs"};
+  in.history.push_back(bad);
+  seeded_local_search policy;
+  for (const auto& p : policy.propose(in, 100))
+    EXPECT_TRUE(p.config.patches.empty()) << p.config.key();
+}
+
+} // namespace
+} // namespace infrarsi::tuning

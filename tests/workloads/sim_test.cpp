@@ -30,8 +30,8 @@ const std::string source_dir = INFRARSI_SOURCE_DIR;
 const std::string sim_binary = INFRARSI_SIM_PATH;
 
 const std::vector<std::string> sim_tasks = {
-  "sim-dense-1node",  "sim-dense-multinode", "sim-moe-1node",   "sim-moe-multinode",
-  "sim-dense9b-h100", "sim-dense9b-a100",    "sim-dense9b-h200"};
+    "sim-dense-1node",  "sim-dense-multinode", "sim-moe-1node",   "sim-moe-multinode",
+    "sim-dense9b-h100", "sim-dense9b-a100",    "sim-dense9b-h200"};
 
 std::string task_path(const std::string& name) {
   return source_dir + "/config/tasks/" + name + ".toml";
@@ -92,8 +92,8 @@ TEST(SimMemory, ModelStatesMatchAHandComputedCase) {
   EXPECT_DOUBLE_EQ(t.params_total, phi);
   ASSERT_EQ(t.stages.size(), 1u);
   const auto& m = t.stages[0];
-  EXPECT_DOUBLE_EQ(m.weights, 2 * phi);       // bf16 parameters
-  EXPECT_DOUBLE_EQ(m.gradients, 4 * phi);     // fp32 main gradients
+  EXPECT_DOUBLE_EQ(m.weights, 2 * phi);        // bf16 parameters
+  EXPECT_DOUBLE_EQ(m.gradients, 4 * phi);      // fp32 main gradients
   EXPECT_DOUBLE_EQ(m.optimizer, 12 * phi / 8); // fp32 master + Adam m, v, sharded over DP 8
   // Full recomputation keeps each layer's input: 2 * s * b * h bytes x 32 layers.
   EXPECT_DOUBLE_EQ(m.activations, 2.0 * 4096 * 4096 * 32);
@@ -174,9 +174,8 @@ TEST(SimTime, MoreRecomputationIsNeverFasterAndNeverUsesMoreMemory) {
                 for (int dopt = 0; dopt < 2; ++dopt)
                   for (int ov = 0; ov < 2; ++ov)
                     for (int graphs = 0; graphs < 2; ++graphs)
-                      for (auto attention :
-                           {attention_impl::eager, attention_impl::fused_softmax,
-                            attention_impl::flash2})
+                      for (auto attention : {attention_impl::eager, attention_impl::fused_softmax,
+                                             attention_impl::flash2})
                         for (int fused = 0; fused < 2; ++fused) {
                           sim_config c;
                           c.hardware = gpu;
@@ -205,11 +204,11 @@ TEST(SimTime, MoreRecomputationIsNeverFasterAndNeverUsesMoreMemory) {
                             if (!t.valid)
                               break;
                             EXPECT_GE(t.step_time_s, prev_time)
-                              << model << " " << gpu << " tp " << tp << " pp " << pp << " vpp "
-                              << vpp << " mb " << mb << " recompute " << to_string(mode);
+                                << model << " " << gpu << " tp " << tp << " pp " << pp << " vpp "
+                                << vpp << " mb " << mb << " recompute " << to_string(mode);
                             EXPECT_LE(t.peak_memory_bytes, prev_mem * (1 + 1e-12))
-                              << model << " " << gpu << " tp " << tp << " pp " << pp
-                              << " recompute " << to_string(mode);
+                                << model << " " << gpu << " tp " << tp << " pp " << pp
+                                << " recompute " << to_string(mode);
                             prev_time = t.step_time_s;
                             prev_mem = t.peak_memory_bytes;
                             ++checked;
@@ -301,24 +300,39 @@ TEST(SimLayout, InvalidLayoutsNameTheConstraint) {
     std::string needle;
   };
   std::vector<bad> cases = {
-    {[](sim_config& c) { c.parallel.tp = 3; }, "TP x PP = 3 x 1 = 3 does not divide the 8 GPUs"},
-    {[](sim_config& c) { c.model = *find_model("yi-9b"); c.parallel.tp = 8; },
-     "does not divide the 4 query groups"},
-    {[](sim_config& c) { c.parallel.pp = 8; c.model.layers = 36; }, "does not divide the 36 layers"},
-    {[](sim_config& c) { c.parallel.vpp = 2; }, "need pipeline parallel size > 1"},
-    {[](sim_config& c) { c.global_batch = 12; c.parallel.micro_batch = 2; },
-     "global batch 12 is not a multiple of micro-batch x DP = 2 x 8"},
-    {[](sim_config& c) { c.parallel.ep = 2; }, "needs a mixture-of-experts model"},
-    {[](sim_config& c) { c.parallel.overlap_param_gather = true; }, "requires --distributed-optimizer"},
-    {[](sim_config& c) {
-       c.model = *find_model("mixtral-8x7b");
-       c.parallel.tp = 2;
-       c.parallel.ep = 2;
-     },
-     "requires sequence parallelism"},
-    {[](sim_config& c) { c.model = *find_model("mixtral-8x7b"); c.parallel.ep = 16; c.gpus = 16; },
-     "does not divide the 8 experts"},
-    {[](sim_config& c) { c.gpus = 12; }, "not a whole number of 8-GPU nodes"},
+      {[](sim_config& c) { c.parallel.tp = 3; }, "TP x PP = 3 x 1 = 3 does not divide the 8 GPUs"},
+      {[](sim_config& c) {
+         c.model = *find_model("yi-9b");
+         c.parallel.tp = 8;
+       },
+       "does not divide the 4 query groups"},
+      {[](sim_config& c) {
+         c.parallel.pp = 8;
+         c.model.layers = 36;
+       },
+       "does not divide the 36 layers"},
+      {[](sim_config& c) { c.parallel.vpp = 2; }, "need pipeline parallel size > 1"},
+      {[](sim_config& c) {
+         c.global_batch = 12;
+         c.parallel.micro_batch = 2;
+       },
+       "global batch 12 is not a multiple of micro-batch x DP = 2 x 8"},
+      {[](sim_config& c) { c.parallel.ep = 2; }, "needs a mixture-of-experts model"},
+      {[](sim_config& c) { c.parallel.overlap_param_gather = true; },
+       "requires --distributed-optimizer"},
+      {[](sim_config& c) {
+         c.model = *find_model("mixtral-8x7b");
+         c.parallel.tp = 2;
+         c.parallel.ep = 2;
+       },
+       "requires sequence parallelism"},
+      {[](sim_config& c) {
+         c.model = *find_model("mixtral-8x7b");
+         c.parallel.ep = 16;
+         c.gpus = 16;
+       },
+       "does not divide the 8 experts"},
+      {[](sim_config& c) { c.gpus = 12; }, "not a whole number of 8-GPU nodes"},
   };
   for (const auto& bc : cases) {
     auto c = llama8b();
@@ -329,9 +343,9 @@ TEST(SimLayout, InvalidLayoutsNameTheConstraint) {
   }
   // The program exits 2 at once, before any metrics.
   std::ostringstream o, e;
-  EXPECT_EQ(run_program({"--tp", "3", "--kernels", source_dir + "/workloads/sim/kernels.conf"}, o,
-                        e),
-            exit_usage);
+  EXPECT_EQ(
+      run_program({"--tp", "3", "--kernels", source_dir + "/workloads/sim/kernels.conf"}, o, e),
+      exit_usage);
   EXPECT_EQ(o.str().find("INFRARSI_METRICS"), std::string::npos);
   EXPECT_NE(e.str().find("invalid parallel layout"), std::string::npos) << e.str();
 }
@@ -358,7 +372,8 @@ TEST(SimRun, SameSeedSameMetricsAndNoiseOnlyInTime) {
   auto c2 = simulate_run(c, t, o2);
   int differ = 0;
   for (int i = 0; i < 12; ++i) {
-    differ += a[static_cast<std::size_t>(i)]["step_time_s"] != c2[static_cast<std::size_t>(i)]["step_time_s"];
+    differ += a[static_cast<std::size_t>(i)]["step_time_s"] !=
+              c2[static_cast<std::size_t>(i)]["step_time_s"];
     EXPECT_EQ(a[static_cast<std::size_t>(i)]["loss"], c2[static_cast<std::size_t>(i)]["loss"]);
     EXPECT_EQ(a[static_cast<std::size_t>(i)]["tokens"], c2[static_cast<std::size_t>(i)]["tokens"]);
   }
@@ -369,9 +384,9 @@ TEST(SimRun, SameSeedSameMetricsAndNoiseOnlyInTime) {
   EXPECT_FALSE(a[2]["warmup"].get<bool>());
   for (int i = 0; i < 12; ++i) {
     const auto& s = a[static_cast<std::size_t>(i)];
-    double sum = s["data_s"].get<double>() + s["forward_s"].get<double>()
-                 + s["backward_s"].get<double>() + s["optimizer_s"].get<double>()
-                 + s["communication_s"].get<double>() + s["bubble_s"].get<double>();
+    double sum = s["data_s"].get<double>() + s["forward_s"].get<double>() +
+                 s["backward_s"].get<double>() + s["optimizer_s"].get<double>() +
+                 s["communication_s"].get<double>() + s["bubble_s"].get<double>();
     EXPECT_NEAR(sum, s["step_time_s"].get<double>(), 1e-9 * sum);
   }
   // Without noise the timed steps equal the truth.
@@ -480,7 +495,7 @@ TEST(SimKernels, BadFilesAreRejectedWithFileAndLine) {
   EXPECT_FALSE(parse_kernels("# c\nattention = flash9\n", "k.conf", why));
   EXPECT_NE(why.find("k.conf:2: attention: expected one of eager, fused_softmax, flash2, flash3"),
             std::string::npos)
-    << why;
+      << why;
   EXPECT_FALSE(parse_kernels("speed = max\n", "k.conf", why));
   EXPECT_NE(why.find("unknown key 'speed'"), std::string::npos) << why;
   std::ostringstream o, e;
@@ -523,18 +538,18 @@ TEST_P(SimTaskOptimum, ExhaustiveOptimumBeatsTheReference) {
   enumeration_summary layouts;
   std::uint64_t disagreements = 0;
   ASSERT_TRUE(enumerate_task(
-    task, patch_scope::none,
-    [&](const enumerated_config& c) {
-      auto vars = task.constants;
-      for (const auto& [k, v] : c.knobs)
-        vars[k] = v;
-      bool holds = tuning::first_violation(constraints, vars).empty();
-      if (holds != c.valid && ++disagreements <= 3)
-        ADD_FAILURE() << (c.valid ? "valid layout excluded by " : "invalid layout allowed: ")
-                      << tuning::first_violation(constraints, vars) << c.error;
-    },
-    layouts, why))
-    << why;
+      task, patch_scope::none,
+      [&](const enumerated_config& c) {
+        auto vars = task.constants;
+        for (const auto& [k, v] : c.knobs)
+          vars[k] = v;
+        bool holds = tuning::first_violation(constraints, vars).empty();
+        if (holds != c.valid && ++disagreements <= 3)
+          ADD_FAILURE() << (c.valid ? "valid layout excluded by " : "invalid layout allowed: ")
+                        << tuning::first_violation(constraints, vars) << c.error;
+      },
+      layouts, why))
+      << why;
   EXPECT_EQ(disagreements, 0u);
   // The optimum as the program would run it: the same truth.
   auto kernels = patched_kernels(task, s.optimum->patches, why);
@@ -571,10 +586,9 @@ TEST(SimTasks, CrossHardwareTasksDifferOnlyInTheGpu) {
 
 TEST(SimCli, EnumeratePrintsASummaryWithTheOptimum) {
   std::ostringstream o, e;
-  ASSERT_EQ(run_program({"--enumerate", "--task", task_path("sim-dense9b-h200"), "--top", "3"},
-                        o, e),
-            0)
-    << e.str();
+  ASSERT_EQ(
+      run_program({"--enumerate", "--task", task_path("sim-dense9b-h200"), "--top", "3"}, o, e), 0)
+      << e.str();
   std::istringstream lines{o.str()};
   std::vector<nlohmann::json> js;
   for (std::string l; std::getline(lines, l);)
@@ -593,7 +607,7 @@ TEST(SimCli, TruthPrintsNoiseFreeTimeAndMemory) {
                          source_dir + "/workloads/sim/kernels.conf"},
                         o, e),
             0)
-    << e.str();
+      << e.str();
   auto j = nlohmann::json::parse(o.str());
   auto c = llama8b();
   c.parallel.tp = 2;
@@ -660,7 +674,7 @@ TEST_F(SimTrial, TheTaskFileRunsAsWrittenThroughTheLinkInTheWorkdir) {
   auto t = load("sim-dense-1node");
   ASSERT_EQ(t.workload.argv[0], ".bin/infrarsi-sim");
   ASSERT_TRUE(std::filesystem::exists(t.workload.workdir + "/.bin/infrarsi-sim"))
-    << "built by the infrarsi-sim target";
+      << "built by the infrarsi-sim target";
   auto rep = run(t, {}, {"fused_rmsnorm", "flash3_attention"});
   EXPECT_EQ(rep.result->outcome(), wire::Outcome::Ok) << rep.result->detail()->str();
   EXPECT_EQ(rep.result->steps()->size(), 10u);
@@ -670,8 +684,8 @@ TEST_F(SimTrial, PatchesAreAppliedWithGitApplyAndChangeTheSimulatedJob) {
   auto t = task("sim-moe-1node");
   auto base = run(t);
   ASSERT_EQ(base.result->outcome(), wire::Outcome::Ok) << base.result->detail()->str();
-  auto patched = run(t, {}, {"fused_rmsnorm", "fused_swiglu", "fused_rope", "flash3_attention",
-                            "grouped_gemm"});
+  auto patched = run(
+      t, {}, {"fused_rmsnorm", "fused_swiglu", "fused_rope", "flash3_attention", "grouped_gemm"});
   ASSERT_EQ(patched.result->outcome(), wire::Outcome::Ok) << patched.result->detail()->str();
   EXPECT_NE(patched.workdir, base.workdir);
   auto median = [](const adapters::trial_report& r) { // steps 2.. (the first two warm up)
@@ -685,8 +699,8 @@ TEST_F(SimTrial, PatchesAreAppliedWithGitApplyAndChangeTheSimulatedJob) {
   EXPECT_LT(median(patched), 0.8 * median(base));
   // Same work, same loss (within numerical noise).
   for (std::size_t i = 0; i < 10; ++i)
-    EXPECT_NEAR(patched.result->steps()->Get(static_cast<unsigned>(i))->loss()
-                  / base.result->steps()->Get(static_cast<unsigned>(i))->loss(),
+    EXPECT_NEAR(patched.result->steps()->Get(static_cast<unsigned>(i))->loss() /
+                    base.result->steps()->Get(static_cast<unsigned>(i))->loss(),
                 1.0, 2e-3);
   // The cheat reports the same tokens, runs faster, and its loss trajectory is off.
   auto cheat = run(t, {}, {"fast_dataloader"});
@@ -703,7 +717,7 @@ TEST_F(SimTrial, OutOfMemoryIsClassifiedOom) {
   EXPECT_EQ(rep.result->exit_code(), 86);
   EXPECT_TRUE(rep.result->steps() == nullptr || rep.result->steps()->size() == 0u);
   EXPECT_NE(rep.result->detail()->str().find("INFRARSI_OOM"), std::string::npos)
-    << rep.result->detail()->str();
+      << rep.result->detail()->str();
 }
 
 TEST_F(SimTrial, InvalidLayoutIsClassifiedLaunchError) {

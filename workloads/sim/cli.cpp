@@ -37,27 +37,26 @@ std::string describe_kernels(const kernel_settings& k) {
 
 std::unique_ptr<CLI::App> make_app(cli_state& st) {
   auto app = std::make_unique<CLI::App>(
-    "infrarsi-sim: a simulated distributed LLM training job (dense and MoE, 8 to 512 GPUs).\n"
-    "Prints one INFRARSI_METRICS line per step (times in SIMULATED seconds) and a final line;\n"
-    "exit 2 on an invalid parallel layout, 86 (after an INFRARSI_OOM line on stderr) when a\n"
-    "GPU's memory would be exceeded. Reads the kernel choices from ./kernels.conf.\n"
-    "See docs/simulator.md.",
-    "infrarsi-sim");
+      "infrarsi-sim: a simulated distributed LLM training job (dense and MoE, 8 to 512 GPUs).\n"
+      "Prints one INFRARSI_METRICS line per step (times in SIMULATED seconds) and a final line;\n"
+      "exit 2 on an invalid parallel layout, 86 (after an INFRARSI_OOM line on stderr) when a\n"
+      "GPU's memory would be exceeded. Reads the kernel choices from ./kernels.conf.\n"
+      "See docs/simulator.md.",
+      "infrarsi-sim");
   app->option_defaults()->always_capture_default()->multi_option_policy(
-    CLI::MultiOptionPolicy::TakeLast); // like argparse: the last value wins
+      CLI::MultiOptionPolicy::TakeLast); // like argparse: the last value wins
   app->get_formatter()->column_width(34);
 
   const char* cluster = "Cluster";
-  app->add_option("--gpu", st.gpu, "GPU type: A100-80GB, H100-80GB, H200-141GB")
-    ->group(cluster);
+  app->add_option("--gpu", st.gpu, "GPU type: A100-80GB, H100-80GB, H200-141GB")->group(cluster);
   app->add_option("--gpus", st.gpus, "number of GPUs (1..8, or whole 8-GPU nodes up to 512)")
-    ->group(cluster);
+      ->group(cluster);
 
   const char* model = "Model";
   app->add_option("--model", st.model,
                   "preset: llama3-8b, yi-9b, codellama-34b, llama2-7b, llama3-70b, "
                   "mixtral-8x7b, deepseek-moe-16b, gpt-1.7b ... gpt-1t")
-    ->group(model);
+      ->group(model);
   app->add_option("--layers", st.layers, "override: transformer layers")->group(model);
   app->add_option("--hidden", st.hidden, "override: hidden size")->group(model);
   app->add_option("--heads", st.heads, "override: attention heads")->group(model);
@@ -66,11 +65,10 @@ std::unique_ptr<CLI::App> make_app(cli_state& st) {
   app->add_option("--vocab", st.vocab, "override: vocabulary size")->group(model);
   app->add_option("--experts", st.experts, "override: MoE experts (0: dense)")->group(model);
   app->add_option("--top-k", st.top_k, "override: experts per token")->group(model);
-  app->add_option("--expert-ffn", st.expert_ffn, "override: expert MLP hidden size")
-    ->group(model);
+  app->add_option("--expert-ffn", st.expert_ffn, "override: expert MLP hidden size")->group(model);
   app->add_option("--shared-expert-ffn", st.shared_expert_ffn,
                   "override: shared-expert MLP hidden size (0: none)")
-    ->group(model);
+      ->group(model);
   app->add_option("--seq-len", st.seq_len, "sequence length (tokens)")->group(model);
   app->add_option("--global-batch", st.global_batch, "sequences per step")->group(model);
 
@@ -80,73 +78,72 @@ std::unique_ptr<CLI::App> make_app(cli_state& st) {
   app->add_option("--pp", par.pp, "pipeline parallel size")->group(knobs);
   app->add_option("--ep", par.ep, "expert parallel size (MoE)")->group(knobs);
   app->add_option("--vpp", par.vpp, "virtual pipeline stages per GPU (interleaved 1F1B)")
-    ->group(knobs);
+      ->group(knobs);
   app->add_option("--micro-batch", par.micro_batch, "sequences per micro-batch")->group(knobs);
   app->add_option("--recompute", st.recompute, "activation recomputation")
-    ->check(CLI::IsMember({"none", "selective", "full"}))
-    ->group(knobs);
+      ->check(CLI::IsMember({"none", "selective", "full"}))
+      ->group(knobs);
   app->add_option("--sequence-parallel", par.sequence_parallel,
                   "sequence parallelism (1/0, true/false)")
-    ->group(knobs);
+      ->group(knobs);
   app->add_option("--distributed-optimizer", par.distributed_optimizer,
                   "ZeRO-1: shard the optimizer state over data parallel")
-    ->group(knobs);
+      ->group(knobs);
   app->add_option("--overlap-grad-reduce", par.overlap_grad_reduce,
                   "overlap the gradient reduce with the last backward")
-    ->group(knobs);
+      ->group(knobs);
   app->add_option("--overlap-param-gather", par.overlap_param_gather,
                   "overlap the parameter all-gather with the next forward (needs ZeRO-1)")
-    ->group(knobs);
-  app->add_option("--bucket-mb", par.bucket_mb, "gradient communication bucket, MB")
-    ->group(knobs);
-  app->add_option("--cuda-graphs", par.cuda_graphs, "capture layers in CUDA graphs")
-    ->group(knobs);
+      ->group(knobs);
+  app->add_option("--bucket-mb", par.bucket_mb, "gradient communication bucket, MB")->group(knobs);
+  app->add_option("--cuda-graphs", par.cuda_graphs, "capture layers in CUDA graphs")->group(knobs);
   app->add_option("--kernels", st.kernels_path, "kernel choices file (the patched code)")
-    ->group(knobs);
+      ->group(knobs);
   app->add_option("--memory-cap-bytes", st.memory_cap_bytes,
                   "simulated per-GPU memory cap, bytes (0: the GPU's memory)")
-    ->group(knobs);
+      ->group(knobs);
 
   const char* run = "Run";
-  app->add_option("--steps", st.run.steps, "training steps")->check(CLI::Range(1, 100000))
-    ->group(run);
+  app->add_option("--steps", st.run.steps, "training steps")
+      ->check(CLI::Range(1, 100000))
+      ->group(run);
   app->add_option("--warmup-steps", st.run.warmup_steps, "leading steps marked warm-up")
-    ->check(CLI::Range(0, 100000))
-    ->group(run);
+      ->check(CLI::Range(0, 100000))
+      ->group(run);
   app->add_option("--seed", st.run.seed, "cluster noise seed")->group(run);
   app->add_option("--launch-id", st.run.launch_id,
                   "per-launch noise stream (default: $INFRARSI_TRIAL_ID)")
-    ->group(run)
-    ->each([&st](const std::string&) { st.launch_id_given = true; });
+      ->group(run)
+      ->each([&st](const std::string&) { st.launch_id_given = true; });
   app->add_option("--attempt", st.run.attempt, "retry number (default: $INFRARSI_ATTEMPT)")
-    ->group(run)
-    ->each([&st](const std::string&) { st.attempt_given = true; });
+      ->group(run)
+      ->each([&st](const std::string&) { st.attempt_given = true; });
   app->add_option("--noise", st.noise, "cluster noise on or off")
-    ->check(CLI::IsMember({"on", "off"}))
-    ->group(run);
+      ->check(CLI::IsMember({"on", "off"}))
+      ->group(run);
   app->add_option("--cv", st.run.cv_override,
                   "per-step coefficient of variation (default: the cluster's)")
-    ->group(run);
+      ->group(run);
 
   const char* modes = "Modes";
   app->add_flag("--truth", st.truth,
                 "print the noise-free step time and memory of this configuration as JSON")
-    ->group(modes);
+      ->group(modes);
   app->add_flag("--enumerate", st.enumerate,
                 "price every configuration of --task's knob space and patch subsets (JSON lines "
                 "and a summary)")
-    ->group(modes);
+      ->group(modes);
   app->add_option("--task", st.task, "task file for --enumerate")->group(modes);
   app->add_option("--patches", st.patches_mode, "enumerate: patch subsets none, legit, all")
-    ->check(CLI::IsMember({"none", "legit", "all"}))
-    ->group(modes);
+      ->check(CLI::IsMember({"none", "legit", "all"}))
+      ->group(modes);
   app->add_option("--top", st.top, "enumerate: print only the N fastest that fit (0: all)")
-    ->group(modes);
+      ->group(modes);
   app->add_flag("--summary-only", st.summary_only, "enumerate: print only the summary")
-    ->group(modes);
+      ->group(modes);
   app->add_flag("--include-invalid", st.include_invalid,
                 "enumerate: also print configurations with an invalid layout")
-    ->group(modes);
+      ->group(modes);
   return app;
 }
 
@@ -156,18 +153,28 @@ std::string resolve_config(const cli_state& st, sim_config& out) {
   if (preset == nullptr)
     return "unknown model preset '" + st.model + "' (--model)";
   model_spec m = *preset;
-  if (st.layers > 0) m.layers = st.layers;
-  if (st.hidden > 0) m.hidden = st.hidden;
-  if (st.heads > 0) m.heads = st.heads;
-  if (st.kv_heads > 0) m.kv_heads = st.kv_heads;
-  if (st.ffn > 0) m.ffn = st.ffn;
-  if (st.vocab > 0) m.vocab = st.vocab;
-  if (st.experts >= 0) m.experts = st.experts;
-  if (st.top_k > 0) m.top_k = st.top_k;
-  if (st.expert_ffn > 0) m.expert_ffn = st.expert_ffn;
-  if (st.shared_expert_ffn >= 0) m.shared_expert_ffn = st.shared_expert_ffn;
-  if (st.layers < 0 || st.hidden < 0 || st.heads < 0 || st.kv_heads < 0 || st.ffn < 0
-      || st.vocab < 0 || st.top_k < 0 || st.expert_ffn < 0)
+  if (st.layers > 0)
+    m.layers = st.layers;
+  if (st.hidden > 0)
+    m.hidden = st.hidden;
+  if (st.heads > 0)
+    m.heads = st.heads;
+  if (st.kv_heads > 0)
+    m.kv_heads = st.kv_heads;
+  if (st.ffn > 0)
+    m.ffn = st.ffn;
+  if (st.vocab > 0)
+    m.vocab = st.vocab;
+  if (st.experts >= 0)
+    m.experts = st.experts;
+  if (st.top_k > 0)
+    m.top_k = st.top_k;
+  if (st.expert_ffn > 0)
+    m.expert_ffn = st.expert_ffn;
+  if (st.shared_expert_ffn >= 0)
+    m.shared_expert_ffn = st.shared_expert_ffn;
+  if (st.layers < 0 || st.hidden < 0 || st.heads < 0 || st.kv_heads < 0 || st.ffn < 0 ||
+      st.vocab < 0 || st.top_k < 0 || st.expert_ffn < 0)
     return "model dimensions must not be negative";
   const hardware_profile* hw = find_hardware(st.gpu);
   if (hw == nullptr)
@@ -234,9 +241,8 @@ int run_enumerate(const cli_state& st, std::ostream& out, std::ostream& err) {
     if (st.top > 0 && c.valid && !c.oom && c.contract == contract_kind::ok) {
       best.push_back(c);
       if (best.size() > static_cast<std::size_t>(4 * st.top)) {
-        std::sort(best.begin(), best.end(), [](const auto& a, const auto& b) {
-          return a.step_time_s < b.step_time_s;
-        });
+        std::sort(best.begin(), best.end(),
+                  [](const auto& a, const auto& b) { return a.step_time_s < b.step_time_s; });
         best.resize(static_cast<std::size_t>(st.top));
       }
     }
@@ -333,10 +339,9 @@ int run_program(const std::vector<std::string>& args, std::ostream& out, std::os
   out << "infrarsi-sim: " << cfg.model.name << " (" << cfg.model.layers << " layers, "
       << static_cast<std::uint64_t>(t.params_total) << " parameters) on " << cfg.gpus << " x "
       << t.hw->name << ": TP=" << t.lay.tp << " PP=" << t.lay.pp << " DP=" << t.lay.dp
-      << " EP=" << t.lay.ep << " VPP=" << t.lay.vpp << " micro-batch=" << t.lay.micro_batch
-      << " (" << t.lay.num_microbatches << " per step) recompute="
-      << to_string(cfg.parallel.recompute) << "; kernels: " << describe_kernels(cfg.kernels)
-      << "; times are simulated seconds\n";
+      << " EP=" << t.lay.ep << " VPP=" << t.lay.vpp << " micro-batch=" << t.lay.micro_batch << " ("
+      << t.lay.num_microbatches << " per step) recompute=" << to_string(cfg.parallel.recompute)
+      << "; kernels: " << describe_kernels(cfg.kernels) << "; times are simulated seconds\n";
   if (t.oom) {
     err << oom_prefix << oom_json(cfg, t).dump() << "\n";
     err << "infrarsi-sim: " << oom_json(cfg, t)["message"].get<std::string>() << "\n";

@@ -13,34 +13,38 @@ bool knob_domain(const tuning::knob_spec& k, std::vector<tuning::knob_value>& ou
                  std::string& why) {
   out.clear();
   switch (k.type) {
-    case tuning::knob_type::boolean: out = {false, true}; return true;
-    case tuning::knob_type::choice: out = k.values; return true;
-    case tuning::knob_type::integer:
-      if (!k.values.empty()) {
-        out = k.values;
-        return true;
+  case tuning::knob_type::boolean:
+    out = {false, true};
+    return true;
+  case tuning::knob_type::choice:
+    out = k.values;
+    return true;
+  case tuning::knob_type::integer:
+    if (!k.values.empty()) {
+      out = k.values;
+      return true;
+    }
+    if (k.min && k.max) {
+      auto lo = static_cast<std::int64_t>(std::ceil(*k.min));
+      auto hi = static_cast<std::int64_t>(std::floor(*k.max));
+      if (hi - lo + 1 > 64) {
+        why = "knob '" + k.name + "' ranges over " + std::to_string(hi - lo + 1) +
+              " values; enumeration needs an explicit list (values = [...])";
+        return false;
       }
-      if (k.min && k.max) {
-        auto lo = static_cast<std::int64_t>(std::ceil(*k.min));
-        auto hi = static_cast<std::int64_t>(std::floor(*k.max));
-        if (hi - lo + 1 > 64) {
-          why = "knob '" + k.name + "' ranges over " + std::to_string(hi - lo + 1)
-                + " values; enumeration needs an explicit list (values = [...])";
-          return false;
-        }
-        for (auto v = lo; v <= hi; ++v)
-          out.emplace_back(v);
-        return true;
-      }
-      why = "knob '" + k.name + "' has no domain";
-      return false;
-    case tuning::knob_type::real:
-      if (!k.values.empty()) {
-        out = k.values;
-        return true;
-      }
-      why = "knob '" + k.name + "' is a continuous range; enumeration needs values = [...]";
-      return false;
+      for (auto v = lo; v <= hi; ++v)
+        out.emplace_back(v);
+      return true;
+    }
+    why = "knob '" + k.name + "' has no domain";
+    return false;
+  case tuning::knob_type::real:
+    if (!k.values.empty()) {
+      out = k.values;
+      return true;
+    }
+    why = "knob '" + k.name + "' is a continuous range; enumeration needs values = [...]";
+    return false;
   }
   return false;
 }
@@ -84,10 +88,10 @@ struct argv_parser {
   std::string parse(const tuning::task_spec& task, const tuning::knob_assignment& knobs,
                     sim_config& cfg) {
     std::map<std::string, std::string> builtins{
-      {"trial_id", "0"},
-      {"attempt", "0"},
-      {"trial_dir", "/tmp/infrarsi-sim-enumerate"},
-      {"memory_cap_bytes", std::to_string(task.limits.memory_cap_bytes)}};
+        {"trial_id", "0"},
+        {"attempt", "0"},
+        {"trial_dir", "/tmp/infrarsi-sim-enumerate"},
+        {"memory_cap_bytes", std::to_string(task.limits.memory_cap_bytes)}};
     auto vars = tuning::template_vars(task, knobs, builtins);
     std::string why;
     auto ws = tuning::render_template(task.workload.world_size, vars, why);
@@ -198,8 +202,8 @@ bool enumerate_task(const tuning::task_spec& task, patch_scope scope,
     return false;
   }
   if (task.patches.size() > 12) {
-    why = "more than 12 patches (" + std::to_string(task.patches.size()) + " subsets would be "
-          + std::to_string(1u << task.patches.size()) + ")";
+    why = "more than 12 patches (" + std::to_string(task.patches.size()) + " subsets would be " +
+          std::to_string(1u << task.patches.size()) + ")";
     return false;
   }
   std::vector<std::string> diffs;
@@ -228,8 +232,8 @@ bool enumerate_task(const tuning::task_spec& task, patch_scope scope,
       auto next = apply_unified_diff(text, diffs[i], err);
       if (!next) {
         if (mask == (1u << i)) {
-          why = "patch '" + task.patches[i].name + "' does not apply to " + kernels_file + ": "
-                + err;
+          why =
+              "patch '" + task.patches[i].name + "' does not apply to " + kernels_file + ": " + err;
           return false;
         }
         applies = false; // conflicts with another patch of the subset
@@ -247,8 +251,8 @@ bool enumerate_task(const tuning::task_spec& task, patch_scope scope,
       return false;
     }
     s.kernels = *k;
-    bool keeps_contract = k->optimizer_states == optimizer_state_impl::fp32
-                          && k->data_loader == data_loader_impl::reference;
+    bool keeps_contract = k->optimizer_states == optimizer_state_impl::fp32 &&
+                          k->data_loader == data_loader_impl::reference;
     if (scope == patch_scope::none && mask != 0)
       continue;
     if (scope == patch_scope::legit && !keeps_contract)
@@ -301,8 +305,8 @@ bool enumerate_task(const tuning::task_spec& task, patch_scope scope,
           ++summary.oom;
         if (entry.contract != contract_kind::ok)
           ++summary.contract_violating;
-        if (!entry.oom && entry.contract == contract_kind::ok
-            && (!summary.optimum || entry.step_time_s < summary.optimum->step_time_s))
+        if (!entry.oom && entry.contract == contract_kind::ok &&
+            (!summary.optimum || entry.step_time_s < summary.optimum->step_time_s))
           summary.optimum = entry;
       }
       if (is_default && s.names.empty())

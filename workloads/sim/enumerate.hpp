@@ -30,7 +30,7 @@ struct enumerated_config {
   tuning::knob_assignment knobs;
   std::vector<std::string> patches;
   bool valid = false;
-  std::string error;          ///< when !valid
+  std::string error; ///< when !valid
   bool oom = false;
   contract_kind contract = contract_kind::ok;
   double step_time_s = 0;
@@ -41,9 +41,9 @@ struct enumerated_config {
 
 /// Counts and the two configurations that matter.
 struct enumeration_summary {
-  std::uint64_t assignments = 0;     ///< knob assignments
-  std::uint64_t patch_subsets = 0;   ///< patch subsets that apply cleanly together
-  std::uint64_t configurations = 0;  ///< assignments x subsets
+  std::uint64_t assignments = 0;    ///< knob assignments
+  std::uint64_t patch_subsets = 0;  ///< patch subsets that apply cleanly together
+  std::uint64_t configurations = 0; ///< assignments x subsets
   std::uint64_t valid = 0, invalid = 0, oom = 0, contract_violating = 0;
   /// The task's reference: every knob at its default, no patches.
   std::optional<enumerated_config> baseline;

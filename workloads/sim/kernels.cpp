@@ -55,13 +55,27 @@ std::vector<std::string> split_lines(const std::string& text) {
 
 } // namespace
 
-const char* to_string(norm_impl v) { return norm_names[static_cast<int>(v)]; }
-const char* to_string(activation_impl v) { return activation_names[static_cast<int>(v)]; }
-const char* to_string(rope_impl v) { return rope_names[static_cast<int>(v)]; }
-const char* to_string(attention_impl v) { return attention_names[static_cast<int>(v)]; }
-const char* to_string(moe_gemm_impl v) { return moe_gemm_names[static_cast<int>(v)]; }
-const char* to_string(optimizer_state_impl v) { return optimizer_names[static_cast<int>(v)]; }
-const char* to_string(data_loader_impl v) { return loader_names[static_cast<int>(v)]; }
+const char* to_string(norm_impl v) {
+  return norm_names[static_cast<int>(v)];
+}
+const char* to_string(activation_impl v) {
+  return activation_names[static_cast<int>(v)];
+}
+const char* to_string(rope_impl v) {
+  return rope_names[static_cast<int>(v)];
+}
+const char* to_string(attention_impl v) {
+  return attention_names[static_cast<int>(v)];
+}
+const char* to_string(moe_gemm_impl v) {
+  return moe_gemm_names[static_cast<int>(v)];
+}
+const char* to_string(optimizer_state_impl v) {
+  return optimizer_names[static_cast<int>(v)];
+}
+const char* to_string(data_loader_impl v) {
+  return loader_names[static_cast<int>(v)];
+}
 
 kernel_settings optimized_kernels() {
   kernel_settings k;
@@ -121,9 +135,9 @@ std::optional<kernel_settings> parse_kernels(const std::string& text, const std:
       ok = parse_enum(value, loader_names, k.data_loader);
       expected = choices(loader_names);
     } else {
-      why = where + "unknown key '" + key
-            + "' (keys: norm, mlp_activation, rope, attention, moe_gemm, optimizer_states, "
-              "data_loader)";
+      why = where + "unknown key '" + key +
+            "' (keys: norm, mlp_activation, rope, attention, moe_gemm, optimizer_states, "
+            "data_loader)";
       return std::nullopt;
     }
     if (!ok) {
@@ -195,8 +209,8 @@ std::optional<std::string> apply_unified_diff(const std::string& text, const std
     }
     std::vector<std::string> old_side, new_side;
     ++i;
-    while (i < dl.size() && dl[i].rfind("@@", 0) != 0 && dl[i].rfind("--- ", 0) != 0
-           && dl[i].rfind("diff ", 0) != 0) {
+    while (i < dl.size() && dl[i].rfind("@@", 0) != 0 && dl[i].rfind("--- ", 0) != 0 &&
+           dl[i].rfind("diff ", 0) != 0) {
       const auto& h = dl[i];
       if (h.rfind("\\", 0) == 0) { // "\ No newline at end of file"
         ++i;
@@ -240,8 +254,8 @@ std::optional<std::string> apply_unified_diff(const std::string& text, const std
                 lines.begin() + static_cast<long>(*at + old_side.size()));
     lines.insert(lines.begin() + static_cast<long>(*at), new_side.begin(), new_side.end());
     search_from = *at + new_side.size();
-    offset = static_cast<long>(*at + new_side.size())
-             - ((old_start > 0 ? old_start - 1 : 0) + static_cast<long>(old_side.size()));
+    offset = static_cast<long>(*at + new_side.size()) -
+             ((old_start > 0 ? old_start - 1 : 0) + static_cast<long>(old_side.size()));
   }
   if (files == 0) {
     why = "not a unified diff (no '--- ' header)";

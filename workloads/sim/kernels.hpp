@@ -37,9 +37,9 @@ struct kernel_settings {
   data_loader_impl data_loader = data_loader_impl::reference;
 
   friend bool operator==(const kernel_settings& a, const kernel_settings& b) {
-    return a.norm == b.norm && a.mlp_activation == b.mlp_activation && a.rope == b.rope
-           && a.attention == b.attention && a.moe_gemm == b.moe_gemm
-           && a.optimizer_states == b.optimizer_states && a.data_loader == b.data_loader;
+    return a.norm == b.norm && a.mlp_activation == b.mlp_activation && a.rope == b.rope &&
+           a.attention == b.attention && a.moe_gemm == b.moe_gemm &&
+           a.optimizer_states == b.optimizer_states && a.data_loader == b.data_loader;
   }
   friend bool operator!=(const kernel_settings& a, const kernel_settings& b) { return !(a == b); }
 };

@@ -13,7 +13,6 @@ int main(int argc, char** argv) {
   const char* trial_id = std::getenv("INFRARSI_TRIAL_ID");
   const char* attempt = std::getenv("INFRARSI_ATTEMPT");
   std::ios::sync_with_stdio(false);
-  return infrarsi::sim::run_program(args, std::cout, std::cerr,
-                                    trial_id != nullptr ? trial_id : "",
+  return infrarsi::sim::run_program(args, std::cout, std::cerr, trial_id != nullptr ? trial_id : "",
                                     attempt != nullptr ? attempt : "");
 }

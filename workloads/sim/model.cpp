@@ -29,12 +29,12 @@ const std::vector<hardware_profile>& hardware_profiles() {
   // GEMM, FlashAttention and launch constants are calibrated on the validation table
   // (docs/simulator.md).
   static const std::vector<hardware_profile> profiles = {
-    {"A100-80GB", 312e12, static_cast<std::uint64_t>(81920 * mib), 2.039e12 * 0.85, 235e9,
-     2.5e-6, 22.5e9, 6e-6, 0.86, 32, 0.62, 0.0, 6e-6, 8, 0.012},
-    {"H100-80GB", 989e12, static_cast<std::uint64_t>(81559 * mib), 3.35e12 * 0.85, 360e9, 2e-6,
-     45e9, 5e-6, 0.62, 64, 0.40, 0.62, 6e-6, 8, 0.009},
-    {"H200-141GB", 989e12, static_cast<std::uint64_t>(143771 * mib), 4.8e12 * 0.85, 360e9, 2e-6,
-     45e9, 5e-6, 0.64, 64, 0.42, 0.64, 6e-6, 8, 0.009},
+      {"A100-80GB", 312e12, static_cast<std::uint64_t>(81920 * mib), 2.039e12 * 0.85, 235e9, 2.5e-6,
+       22.5e9, 6e-6, 0.86, 32, 0.62, 0.0, 6e-6, 8, 0.012},
+      {"H100-80GB", 989e12, static_cast<std::uint64_t>(81559 * mib), 3.35e12 * 0.85, 360e9, 2e-6,
+       45e9, 5e-6, 0.62, 64, 0.40, 0.62, 6e-6, 8, 0.009},
+      {"H200-141GB", 989e12, static_cast<std::uint64_t>(143771 * mib), 4.8e12 * 0.85, 360e9, 2e-6,
+       45e9, 5e-6, 0.64, 64, 0.42, 0.64, 6e-6, 8, 0.009},
   };
   return profiles;
 }
@@ -135,18 +135,24 @@ const model_spec* find_model(const std::string& name) {
 
 const char* to_string(recompute_mode m) {
   switch (m) {
-    case recompute_mode::none: return "none";
-    case recompute_mode::selective: return "selective";
-    case recompute_mode::full: return "full";
+  case recompute_mode::none:
+    return "none";
+  case recompute_mode::selective:
+    return "selective";
+  case recompute_mode::full:
+    return "full";
   }
   return "?";
 }
 
 const char* to_string(contract_kind c) {
   switch (c) {
-    case contract_kind::ok: return "ok";
-    case contract_kind::loss_drift: return "loss_drift";
-    case contract_kind::less_work: return "less_work";
+  case contract_kind::ok:
+    return "ok";
+  case contract_kind::loss_drift:
+    return "loss_drift";
+  case contract_kind::less_work:
+    return "less_work";
   }
   return "?";
 }
@@ -164,80 +170,80 @@ std::string check_layout(const sim_config& cfg, layout& out) {
   if (cfg.gpus < 1 || cfg.gpus > 512)
     return "number of GPUs " + n(cfg.gpus) + " is outside 1..512 (--gpus)";
   if (cfg.gpus > hw->gpus_per_node && cfg.gpus % hw->gpus_per_node != 0)
-    return "number of GPUs " + n(cfg.gpus) + " is not a whole number of " + n(hw->gpus_per_node)
-           + "-GPU nodes (--gpus)";
+    return "number of GPUs " + n(cfg.gpus) + " is not a whole number of " + n(hw->gpus_per_node) +
+           "-GPU nodes (--gpus)";
   if (m.layers < 1 || m.hidden < 1 || m.heads < 1 || m.ffn < 1 || m.vocab < 1)
-    return "model dimensions must be positive (layers " + n(m.layers) + ", hidden "
-           + n(m.hidden) + ", heads " + n(m.heads) + ", ffn " + n(m.ffn) + ", vocab "
-           + n(m.vocab) + ")";
+    return "model dimensions must be positive (layers " + n(m.layers) + ", hidden " + n(m.hidden) +
+           ", heads " + n(m.heads) + ", ffn " + n(m.ffn) + ", vocab " + n(m.vocab) + ")";
   if (m.hidden % m.heads != 0)
-    return "hidden size " + n(m.hidden) + " is not a multiple of the " + n(m.heads)
-           + " attention heads";
+    return "hidden size " + n(m.hidden) + " is not a multiple of the " + n(m.heads) +
+           " attention heads";
   if (m.query_groups() < 1 || m.heads % m.query_groups() != 0)
-    return "the " + n(m.heads) + " attention heads are not a multiple of the "
-           + n(m.query_groups()) + " query groups (--kv-heads)";
+    return "the " + n(m.heads) + " attention heads are not a multiple of the " +
+           n(m.query_groups()) + " query groups (--kv-heads)";
   if (cfg.seq_len < 1 || cfg.global_batch < 1)
-    return "sequence length " + n(cfg.seq_len) + " and global batch " + n(cfg.global_batch)
-           + " must be positive";
+    return "sequence length " + n(cfg.seq_len) + " and global batch " + n(cfg.global_batch) +
+           " must be positive";
   if (p.tp < 1 || p.pp < 1 || p.ep < 1 || p.vpp < 1 || p.micro_batch < 1)
-    return "parallel sizes and micro-batch must be at least 1 (--tp " + n(p.tp) + ", --pp "
-           + n(p.pp) + ", --ep " + n(p.ep) + ", --vpp " + n(p.vpp) + ", --micro-batch "
-           + n(p.micro_batch) + ")";
+    return "parallel sizes and micro-batch must be at least 1 (--tp " + n(p.tp) + ", --pp " +
+           n(p.pp) + ", --ep " + n(p.ep) + ", --vpp " + n(p.vpp) + ", --micro-batch " +
+           n(p.micro_batch) + ")";
   if (!(p.bucket_mb > 0))
     return "bucket size must be positive (--bucket-mb " + std::to_string(p.bucket_mb) + ")";
   if (cfg.gpus % (p.tp * p.pp) != 0)
-    return "TP x PP = " + n(p.tp) + " x " + n(p.pp) + " = " + n(p.tp * p.pp)
-           + " does not divide the " + n(cfg.gpus)
-           + " GPUs, so TP x PP x DP != GPUs for every whole DP (--tp " + n(p.tp) + ", --pp "
-           + n(p.pp) + ", --gpus " + n(cfg.gpus) + ")";
+    return "TP x PP = " + n(p.tp) + " x " + n(p.pp) + " = " + n(p.tp * p.pp) +
+           " does not divide the " + n(cfg.gpus) +
+           " GPUs, so TP x PP x DP != GPUs for every whole DP (--tp " + n(p.tp) + ", --pp " +
+           n(p.pp) + ", --gpus " + n(cfg.gpus) + ")";
   int dp = cfg.gpus / (p.tp * p.pp);
   if (m.heads % p.tp != 0)
-    return "tensor parallel size " + n(p.tp) + " does not divide the " + n(m.heads)
-           + " attention heads (--tp " + n(p.tp) + ")";
+    return "tensor parallel size " + n(p.tp) + " does not divide the " + n(m.heads) +
+           " attention heads (--tp " + n(p.tp) + ")";
   if (m.query_groups() % p.tp != 0)
-    return "tensor parallel size " + n(p.tp) + " does not divide the " + n(m.query_groups())
-           + " query groups (--tp " + n(p.tp) + ", --kv-heads " + n(m.query_groups()) + ")";
+    return "tensor parallel size " + n(p.tp) + " does not divide the " + n(m.query_groups()) +
+           " query groups (--tp " + n(p.tp) + ", --kv-heads " + n(m.query_groups()) + ")";
   int ffn_split = m.moe() ? m.expert_ffn : m.ffn;
   if (ffn_split % p.tp != 0)
-    return "tensor parallel size " + n(p.tp) + " does not divide the MLP hidden size "
-           + n(ffn_split) + " (--tp " + n(p.tp) + ")";
+    return "tensor parallel size " + n(p.tp) + " does not divide the MLP hidden size " +
+           n(ffn_split) + " (--tp " + n(p.tp) + ")";
   if (m.layers % p.pp != 0)
-    return "pipeline parallel size " + n(p.pp) + " does not divide the " + n(m.layers)
-           + " layers (--pp " + n(p.pp) + ")";
+    return "pipeline parallel size " + n(p.pp) + " does not divide the " + n(m.layers) +
+           " layers (--pp " + n(p.pp) + ")";
   if (p.vpp > 1) {
     if (p.pp < 2)
-      return "virtual pipeline stages (--vpp " + n(p.vpp)
-             + ") need pipeline parallel size > 1 (--pp " + n(p.pp) + ")";
+      return "virtual pipeline stages (--vpp " + n(p.vpp) +
+             ") need pipeline parallel size > 1 (--pp " + n(p.pp) + ")";
     if (m.layers % (p.pp * p.vpp) != 0)
-      return "PP x VPP = " + n(p.pp) + " x " + n(p.vpp) + " does not divide the "
-             + n(m.layers) + " layers (--pp " + n(p.pp) + ", --vpp " + n(p.vpp) + ")";
+      return "PP x VPP = " + n(p.pp) + " x " + n(p.vpp) + " does not divide the " + n(m.layers) +
+             " layers (--pp " + n(p.pp) + ", --vpp " + n(p.vpp) + ")";
   }
   if (cfg.global_batch % (p.micro_batch * dp) != 0)
-    return "global batch " + n(cfg.global_batch) + " is not a multiple of micro-batch x DP = "
-           + n(p.micro_batch) + " x " + n(dp) + " (--global-batch " + n(cfg.global_batch)
-           + ", --micro-batch " + n(p.micro_batch) + ", DP = GPUs / (TP x PP) = " + n(dp) + ")";
+    return "global batch " + n(cfg.global_batch) +
+           " is not a multiple of micro-batch x DP = " + n(p.micro_batch) + " x " + n(dp) +
+           " (--global-batch " + n(cfg.global_batch) + ", --micro-batch " + n(p.micro_batch) +
+           ", DP = GPUs / (TP x PP) = " + n(dp) + ")";
   int microbatches = cfg.global_batch / (p.micro_batch * dp);
   if (p.vpp > 1 && microbatches % p.pp != 0)
-    return "the interleaved schedule needs the number of micro-batches (" + n(microbatches)
-           + " = global batch / (micro-batch x DP)) to be a multiple of the pipeline parallel "
-             "size "
-           + n(p.pp) + " (--vpp " + n(p.vpp) + ")";
+    return "the interleaved schedule needs the number of micro-batches (" + n(microbatches) +
+           " = global batch / (micro-batch x DP)) to be a multiple of the pipeline parallel "
+           "size " +
+           n(p.pp) + " (--vpp " + n(p.vpp) + ")";
   if (m.moe()) {
     if (m.top_k < 1 || m.top_k > m.experts || m.expert_ffn < 1)
-      return "MoE needs 1 <= top-k (" + n(m.top_k) + ") <= experts (" + n(m.experts)
-             + ") and a positive expert FFN (" + n(m.expert_ffn) + ")";
+      return "MoE needs 1 <= top-k (" + n(m.top_k) + ") <= experts (" + n(m.experts) +
+             ") and a positive expert FFN (" + n(m.expert_ffn) + ")";
     if (m.experts % p.ep != 0)
-      return "expert parallel size " + n(p.ep) + " does not divide the " + n(m.experts)
-             + " experts (--ep " + n(p.ep) + ")";
+      return "expert parallel size " + n(p.ep) + " does not divide the " + n(m.experts) +
+             " experts (--ep " + n(p.ep) + ")";
     if (dp % p.ep != 0)
-      return "expert parallel size " + n(p.ep) + " does not divide the data parallel size "
-             + n(dp) + " (--ep " + n(p.ep) + ", DP = GPUs / (TP x PP) = " + n(dp) + ")";
+      return "expert parallel size " + n(p.ep) + " does not divide the data parallel size " +
+             n(dp) + " (--ep " + n(p.ep) + ", DP = GPUs / (TP x PP) = " + n(dp) + ")";
     if (p.tp > 1 && p.ep > 1 && !p.sequence_parallel)
-      return "expert parallelism with tensor parallelism requires sequence parallelism (--tp "
-             + n(p.tp) + ", --ep " + n(p.ep) + ", --sequence-parallel 0)";
+      return "expert parallelism with tensor parallelism requires sequence parallelism (--tp " +
+             n(p.tp) + ", --ep " + n(p.ep) + ", --sequence-parallel 0)";
   } else if (p.ep != 1) {
-    return "expert parallel size " + n(p.ep) + " needs a mixture-of-experts model (--ep "
-           + n(p.ep) + ")";
+    return "expert parallel size " + n(p.ep) + " needs a mixture-of-experts model (--ep " +
+           n(p.ep) + ")";
   }
   if (p.overlap_param_gather && !p.distributed_optimizer)
     return "--overlap-param-gather requires --distributed-optimizer";
@@ -257,8 +263,8 @@ std::string check_layout(const sim_config& cfg, layout& out) {
   out.vocab_padded = (m.vocab + multiple - 1) / multiple * multiple;
   out.layers_per_chunk = m.layers / (p.pp * p.vpp);
   if (cfg.kernels.attention == attention_impl::flash3 && hw->flash3_efficiency <= 0)
-    out.warnings.push_back("attention = flash3 is not supported on " + hw->name
-                           + "; falling back to flash2");
+    out.warnings.push_back("attention = flash3 is not supported on " + hw->name +
+                           "; falling back to flash2");
   return {};
 }
 
@@ -276,7 +282,9 @@ double attention_params(const model_spec& m) {
   return p;
 }
 
-double norm_params(const model_spec& m) { return (m.rmsnorm ? 1.0 : 2.0) * m.hidden; }
+double norm_params(const model_spec& m) {
+  return (m.rmsnorm ? 1.0 : 2.0) * m.hidden;
+}
 
 double mlp_params(const model_spec& m, double ffn) {
   double h = m.hidden;
@@ -301,8 +309,8 @@ void count_parameters(const model_spec& m, int seq_len, double& total, double& a
     layer_total += mlp_params(m, m.ffn);
     layer_active = layer_total;
   }
-  double embed = static_cast<double>(m.vocab) * m.hidden * (m.tied_embeddings ? 1 : 2)
-                 + norm_params(m) + (m.rope ? 0.0 : static_cast<double>(seq_len) * m.hidden);
+  double embed = static_cast<double>(m.vocab) * m.hidden * (m.tied_embeddings ? 1 : 2) +
+                 norm_params(m) + (m.rope ? 0.0 : static_cast<double>(seq_len) * m.hidden);
   total = m.layers * layer_total + embed;
   active = m.layers * layer_active + embed;
 }
@@ -339,12 +347,12 @@ activation_terms layer_terms(const model_spec& m, const kernel_settings& k, doub
   double kv = static_cast<double>(m.query_groups()) / m.heads;
   double dr = m.dropout ? 1.0 : 0.0;
   // Replicated without sequence parallelism (Korthikanti's 10sbh for GPT-3).
-  t.replicated = 2 * sbh      // attention norm input
-                 + 2 * sbh    // QKV GEMM input (norm output)
-                 + dr * sbh   // attention output dropout mask
-                 + 2 * sbh    // MLP norm input
-                 + 2 * sbh    // MLP GEMM input (norm output)
-                 + dr * sbh;  // MLP output dropout mask
+  t.replicated = 2 * sbh     // attention norm input
+                 + 2 * sbh   // QKV GEMM input (norm output)
+                 + dr * sbh  // attention output dropout mask
+                 + 2 * sbh   // MLP norm input
+                 + 2 * sbh   // MLP GEMM input (norm output)
+                 + dr * sbh; // MLP output dropout mask
   if (k.norm == norm_impl::eager)
     t.replicated += 2 * 4 * sbh; // fp32 copy of each norm's input
   // Attention, split by TP.
@@ -353,14 +361,20 @@ activation_terms layer_terms(const model_spec& m, const kernel_settings& k, doub
             + 2 * sbh;         // attention output = output projection input
   double as2b = a * s * s * b;
   switch (k.attention) {
-    case attention_impl::eager: t.core = 6 * as2b + dr * 3 * as2b; break;
-    case attention_impl::fused_softmax: t.core = 2 * as2b + dr * 3 * as2b; break;
-    case attention_impl::flash2:
-    case attention_impl::flash3: t.core = 4 * a * s * b; break; // fp32 log-sum-exp
+  case attention_impl::eager:
+    t.core = 6 * as2b + dr * 3 * as2b;
+    break;
+  case attention_impl::fused_softmax:
+    t.core = 2 * as2b + dr * 3 * as2b;
+    break;
+  case attention_impl::flash2:
+  case attention_impl::flash3:
+    t.core = 4 * a * s * b;
+    break; // fp32 log-sum-exp
   }
   auto mlp_bytes = [&](double tokens, double ffn) {
     double x = (m.swiglu ? 4.0 : 2.0) * tokens * ffn // fc1 output (activation input)
-               + 2 * tokens * ffn;                    // fc2 input (activation output)
+               + 2 * tokens * ffn;                   // fc2 input (activation output)
     if (k.mlp_activation == activation_impl::eager && m.swiglu)
       x += 2 * tokens * ffn; // silu output kept by the unfused multiply
     return x;
@@ -368,9 +382,9 @@ activation_terms layer_terms(const model_spec& m, const kernel_settings& k, doub
   if (m.moe()) {
     double imb = moe_imbalance(m, ep);
     double routed = s * b * m.top_k * imb;
-    t.replicated += 4 * s * b * m.experts;          // router probabilities (fp32)
-    t.unsplit += 2 * routed * h;                    // dispatched tokens (expert fc1 input)
-    t.split += mlp_bytes(routed, m.expert_ffn);     // expert MLP, FFN side sharded by TP
+    t.replicated += 4 * s * b * m.experts;      // router probabilities (fp32)
+    t.unsplit += 2 * routed * h;                // dispatched tokens (expert fc1 input)
+    t.split += mlp_bytes(routed, m.expert_ffn); // expert MLP, FFN side sharded by TP
     if (m.shared_expert_ffn > 0)
       t.split += mlp_bytes(s * b, m.shared_expert_ffn);
   } else {
@@ -385,11 +399,15 @@ double stored_bytes(const activation_terms& t, double sbh, int tp, bool sp, reco
   double non_core = rep + t.split / tp + t.unsplit;
   double core = t.core / tp;
   switch (mode) {
-    case recompute_mode::none: transient = 0; return non_core + core;
-    case recompute_mode::selective: transient = core; return non_core;
-    case recompute_mode::full:
-      transient = non_core + core;            // one layer recomputed during its backward
-      return sp ? 2 * sbh / tp : 2 * sbh;     // the layer input is the checkpoint
+  case recompute_mode::none:
+    transient = 0;
+    return non_core + core;
+  case recompute_mode::selective:
+    transient = core;
+    return non_core;
+  case recompute_mode::full:
+    transient = non_core + core;        // one layer recomputed during its backward
+    return sp ? 2 * sbh / tp : 2 * sbh; // the layer input is the checkpoint
   }
   return 0;
 }
@@ -419,8 +437,8 @@ struct gpu_model {
     struct tile {
       double m, n, eff;
     };
-    static constexpr tile tiles[] = {{128, 256, 1.0}, {128, 128, 0.93}, {64, 128, 0.82},
-                                     {64, 64, 0.66}};
+    static constexpr tile tiles[] = {
+        {128, 256, 1.0}, {128, 128, 0.93}, {64, 128, 0.82}, {64, 64, 0.66}};
     double best = 0;
     for (const auto& t : tiles) {
       double count_tiles = std::ceil(mm / t.m) * std::ceil(nn / t.n) * count;
@@ -454,8 +472,8 @@ double ring(double bytes, int n, double bandwidth, double latency, bool all_redu
 
 /// Times of one layer for one micro-batch on one GPU (seconds) and its kernel launches.
 struct layer_time {
-  double fwd_compute = 0;  ///< GEMMs, attention core, element-wise
-  double fwd_comm = 0;     ///< TP and EP collectives on the critical path
+  double fwd_compute = 0; ///< GEMMs, attention core, element-wise
+  double fwd_comm = 0;    ///< TP and EP collectives on the critical path
   double bwd_compute = 0;
   double bwd_comm = 0;
   double core_fwd = 0;     ///< the attention core alone (selective recomputation)
@@ -481,7 +499,7 @@ layer_time time_layer(const gpu_model& g, const model_spec& m, const kernel_sett
   double d = h / a;
   double t = lay.tp;
   double kv = static_cast<double>(m.query_groups()) / m.heads;
-  double tokens = s * b;                                   // GEMM rows (full sequence)
+  double tokens = s * b; // GEMM rows (full sequence)
   double tokens_rep = lay.sequence_parallel ? tokens / t : tokens;
   bool sp = lay.sequence_parallel;
   double dr = m.dropout ? 1.0 : 0.0;
@@ -494,28 +512,28 @@ layer_time time_layer(const gpu_model& g, const model_spec& m, const kernel_sett
   double heads_local = a / t;
   double core_f = 0, core_b = 0, core_launch = 0;
   switch (k.attention) {
-    case attention_impl::eager:
-    case attention_impl::fused_softmax: {
-      double bmm = g.gemm(s, s, d, b * heads_local) + g.gemm(s, d, s, b * heads_local);
-      double elems = b * heads_local * s * s;
-      double bytes_per = k.attention == attention_impl::eager ? 20.0 : 4.0;
-      bytes_per += dr * 5.0;
-      core_f = bmm + g.traffic(bytes_per * elems);
-      core_b = 2 * bmm + g.traffic(2 * bytes_per * elems);
-      core_launch = (k.attention == attention_impl::eager ? 6 : 3) + dr;
-      break;
-    }
-    case attention_impl::flash2:
-    case attention_impl::flash3: {
-      double eff = hw.flash2_efficiency;
-      if (k.attention == attention_impl::flash3 && hw.flash3_efficiency > 0)
-        eff = hw.flash3_efficiency;
-      double flops = 4 * b * s * s * h / t * 0.5 + 4 * b * s * 128 * h / t; // causal blocks
-      core_f = flops / (hw.peak_bf16_flops * eff);
-      core_b = 2.5 * flops / (hw.peak_bf16_flops * eff * 0.8);
-      core_launch = 1;
-      break;
-    }
+  case attention_impl::eager:
+  case attention_impl::fused_softmax: {
+    double bmm = g.gemm(s, s, d, b * heads_local) + g.gemm(s, d, s, b * heads_local);
+    double elems = b * heads_local * s * s;
+    double bytes_per = k.attention == attention_impl::eager ? 20.0 : 4.0;
+    bytes_per += dr * 5.0;
+    core_f = bmm + g.traffic(bytes_per * elems);
+    core_b = 2 * bmm + g.traffic(2 * bytes_per * elems);
+    core_launch = (k.attention == attention_impl::eager ? 6 : 3) + dr;
+    break;
+  }
+  case attention_impl::flash2:
+  case attention_impl::flash3: {
+    double eff = hw.flash2_efficiency;
+    if (k.attention == attention_impl::flash3 && hw.flash3_efficiency > 0)
+      eff = hw.flash3_efficiency;
+    double flops = 4 * b * s * s * h / t * 0.5 + 4 * b * s * 128 * h / t; // causal blocks
+    core_f = flops / (hw.peak_bf16_flops * eff);
+    core_b = 2.5 * flops / (hw.peak_bf16_flops * eff * 0.8);
+    core_launch = 1;
+    break;
+  }
   }
   // Element-wise: norms, residual (+dropout), rotary.
   double norm_bytes = k.norm == norm_impl::eager ? 30.0 : 4.0;
@@ -569,9 +587,9 @@ layer_time time_layer(const gpu_model& g, const model_spec& m, const kernel_sett
     // Expert-parallel all-to-all: dispatch and combine, each the rank's routed tokens.
     if (lay.ep > 1) {
       double bytes = tokens_rep * m.top_k * h * 2 * imb * (lay.ep - 1) / lay.ep;
-      double one = bytes * (1 - links.ep_inter_fraction) / links.ep_bw_intra
-                   + bytes * links.ep_inter_fraction / links.ep_bw_inter
-                   + (lay.ep - 1) * links.ep_lat;
+      double one = bytes * (1 - links.ep_inter_fraction) / links.ep_bw_intra +
+                   bytes * links.ep_inter_fraction / links.ep_bw_inter +
+                   (lay.ep - 1) * links.ep_lat;
       ep_comm_f = 2 * one;
       moe_launch += 2;
     }
@@ -621,11 +639,11 @@ truth compute_truth(const sim_config& cfg) {
   r.flash3_fallback = k.attention == attention_impl::flash3 && hw.flash3_efficiency <= 0;
   gpu_model g{&hw, hw.name.rfind("A100", 0) == 0 ? 108 : 132};
 
-  r.contract = k.data_loader == data_loader_impl::fast ? contract_kind::less_work
+  r.contract = k.data_loader == data_loader_impl::fast            ? contract_kind::less_work
                : k.optimizer_states == optimizer_state_impl::bf16 ? contract_kind::loss_drift
                                                                   : contract_kind::ok;
-  r.tokens_per_step = static_cast<std::uint64_t>(cfg.global_batch)
-                      * static_cast<std::uint64_t>(cfg.seq_len);
+  r.tokens_per_step =
+      static_cast<std::uint64_t>(cfg.global_batch) * static_cast<std::uint64_t>(cfg.seq_len);
   // The cheat computes on half of every sample.
   double s = k.data_loader == data_loader_impl::fast ? cfg.seq_len / 2.0 : cfg.seq_len;
   double b = lay.micro_batch;
@@ -642,8 +660,8 @@ truth compute_truth(const sim_config& cfg) {
   links.tp_lat = tp_intra ? hw.nvlink_latency_s : hw.ib_latency_s;
   int ep_span = lay.tp * lay.ep;
   int ep_local = ep_span <= gpn ? lay.ep : std::max(1, gpn / lay.tp);
-  links.ep_inter_fraction = lay.ep > 1 ? static_cast<double>(lay.ep - ep_local) / (lay.ep - 1)
-                                       : 0.0;
+  links.ep_inter_fraction =
+      lay.ep > 1 ? static_cast<double>(lay.ep - ep_local) / (lay.ep - 1) : 0.0;
   links.ep_bw_intra = hw.nvlink_bandwidth;
   links.ep_bw_inter = hw.ib_bandwidth;
   links.ep_lat = ep_span <= gpn ? hw.nvlink_latency_s : hw.ib_latency_s;
@@ -661,16 +679,17 @@ truth compute_truth(const sim_config& cfg) {
   const double graph_launch = 12e-6;
   double recompute_fwd = 0, recompute_comm = 0, recompute_launch = 0;
   switch (p.recompute) {
-    case recompute_mode::none: break;
-    case recompute_mode::selective:
-      recompute_fwd = lt.core_fwd;
-      recompute_launch = lt.core_launches;
-      break;
-    case recompute_mode::full:
-      recompute_fwd = lt.fwd_compute;
-      recompute_comm = lt.fwd_comm;
-      recompute_launch = lt.fwd_launches;
-      break;
+  case recompute_mode::none:
+    break;
+  case recompute_mode::selective:
+    recompute_fwd = lt.core_fwd;
+    recompute_launch = lt.core_launches;
+    break;
+  case recompute_mode::full:
+    recompute_fwd = lt.fwd_compute;
+    recompute_comm = lt.fwd_comm;
+    recompute_launch = lt.fwd_launches;
+    break;
   }
   // CPU time per layer: eager launches, or one graph launch per layer and pass with CUDA graphs
   // (the MoE part stays eager: its shapes depend on the routing).
@@ -680,10 +699,9 @@ truth compute_truth(const sim_config& cfg) {
     return graph_launch + moe_part * launch;
   };
   double cpu_f = cpu_time(lt.fwd_launches, lt.moe_launches);
-  double cpu_b = cpu_time(lt.bwd_launches + recompute_launch, 1.5 * lt.moe_launches
-                                                                + (p.recompute == recompute_mode::full
-                                                                     ? lt.moe_launches
-                                                                     : 0));
+  double cpu_b =
+      cpu_time(lt.bwd_launches + recompute_launch,
+               1.5 * lt.moe_launches + (p.recompute == recompute_mode::full ? lt.moe_launches : 0));
   // GPU time also pays a gap between consecutive kernels (drain, launch latency, ramp-up):
   // about 2.5 us eagerly, 1 us inside a CUDA graph (the MoE part stays eager).
   const double gap_eager = 2.5e-6, gap_graph = 1.0e-6;
@@ -694,8 +712,8 @@ truth compute_truth(const sim_config& cfg) {
   };
   double full = p.recompute == recompute_mode::full ? 1.0 : 0.0;
   double gpu_f = lt.fwd_compute + lt.fwd_comm + gaps(lt.fwd_launches, lt.moe_launches);
-  double gpu_b = lt.bwd_compute + recompute_fwd + lt.bwd_comm + recompute_comm
-                 + gaps(lt.bwd_launches + recompute_launch, (1.5 + full) * lt.moe_launches);
+  double gpu_b = lt.bwd_compute + recompute_fwd + lt.bwd_comm + recompute_comm +
+                 gaps(lt.bwd_launches + recompute_launch, (1.5 + full) * lt.moe_launches);
   // Per-layer cost: dense layers let the CPU run ahead (cost = max over the whole stage);
   // MoE layers synchronise with the host once per layer (token counts), so there the CPU and
   // GPU times cannot hide each other beyond the layer.
@@ -704,7 +722,8 @@ truth compute_truth(const sim_config& cfg) {
 
   // Embedding and output layer.
   double vp = lay.vocab_padded;
-  double embed_f = g.traffic(4 * tokens * h) + (lay.tp > 1 ? ring(2 * tokens * h, lay.tp, links.tp_bw, links.tp_lat, true) : 0);
+  double embed_f = g.traffic(4 * tokens * h) +
+                   (lay.tp > 1 ? ring(2 * tokens * h, lay.tp, links.tp_bw, links.tp_lat, true) : 0);
   double embed_b = g.traffic(8 * tokens * h);
   double out_f = g.gemm(tokens, vp / t, h) + g.traffic(12 * tokens * vp / t) +
                  g.traffic((k.norm == norm_impl::eager ? 30.0 : 4.0) * tokens * h);
@@ -712,8 +731,8 @@ truth compute_truth(const sim_config& cfg) {
 
   // Per stage, per micro-batch (all its chunks together).
   std::vector<double> stage_f(static_cast<std::size_t>(lay.pp)),
-    stage_b(static_cast<std::size_t>(lay.pp)),
-    stage_tp(static_cast<std::size_t>(lay.pp)), stage_ep(static_cast<std::size_t>(lay.pp));
+      stage_b(static_cast<std::size_t>(lay.pp)), stage_tp(static_cast<std::size_t>(lay.pp)),
+      stage_ep(static_cast<std::size_t>(lay.pp));
   for (int st = 0; st < lay.pp; ++st) {
     double f, bw;
     if (m.moe()) {
@@ -765,8 +784,8 @@ truth compute_truth(const sim_config& cfg) {
   double attn_p = attention_params(m) / t + 2 * norm_params(m);
   double dense_mlp_p = 0, expert_p = 0;
   if (m.moe()) {
-    dense_mlp_p = static_cast<double>(m.hidden) * m.experts
-                  + (m.shared_expert_ffn > 0 ? mlp_params(m, m.shared_expert_ffn) / t : 0.0);
+    dense_mlp_p = static_cast<double>(m.hidden) * m.experts +
+                  (m.shared_expert_ffn > 0 ? mlp_params(m, m.shared_expert_ffn) / t : 0.0);
     expert_p = m.experts * mlp_params(m, m.expert_ffn) / (t * lay.ep);
   } else {
     dense_mlp_p = mlp_params(m, m.ffn) / t;
@@ -780,8 +799,8 @@ truth compute_truth(const sim_config& cfg) {
   // Activations per layer and micro-batch on one GPU.
   auto terms = layer_terms(m, k, s, b, lay.ep);
   double layer_transient = 0;
-  double per_layer = stored_bytes(terms, s * b * h, lay.tp, lay.sequence_parallel, p.recompute,
-                                  layer_transient);
+  double per_layer =
+      stored_bytes(terms, s * b * h, lay.tp, lay.sequence_parallel, p.recompute, layer_transient);
   double sp_div = lay.sequence_parallel ? t : 1.0;
 
   r.stages.resize(static_cast<std::size_t>(lay.pp));
@@ -805,8 +824,7 @@ truth compute_truth(const sim_config& cfg) {
   // (i+1)/nb of the window W, so the last one finishes at max(W/nb + C, W + t_last):
   // exposed = max(W/nb + C - W, t_last), plus 3 % of the overlapped time (communication
   // kernels take SMs from the compute they overlap).
-  auto exposed = [](const bucket_plan& first, const bucket_plan& second, bool overlap,
-                    double w) {
+  auto exposed = [](const bucket_plan& first, const bucket_plan& second, bool overlap, double w) {
     double nb = first.nb + second.nb;
     double c = first.total() + second.total();
     if (nb == 0)
@@ -835,8 +853,7 @@ truth compute_truth(const sim_config& cfg) {
     double params = dense_p + exp_p;
     mem.weights = 2 * params;
     mem.gradients = 4 * params;
-    mem.optimizer = dopt ? opt_bytes * (dense_p / lay.dp + exp_p / expert_dp)
-                         : opt_bytes * params;
+    mem.optimizer = dopt ? opt_bytes * (dense_p / lay.dp + exp_p / expert_dp) : opt_bytes * params;
     // In-flight micro-batches (1F1B: p - stage) or chunks (interleaved: Megatron's warm-up
     // count + 1), capped by what the step has; Korthikanti et al. sec. 4.2.3.
     double layers_in_flight;
@@ -845,8 +862,8 @@ truth compute_truth(const sim_config& cfg) {
       in_flight_mb = std::min(mb, static_cast<double>(lay.pp - st));
       layers_in_flight = in_flight_mb * layers_stage;
     } else {
-      double chunks = std::min(mb * v, static_cast<double>((lay.pp - st - 1) * 2
-                                                           + (lay.vpp - 1) * lay.pp + 1));
+      double chunks =
+          std::min(mb * v, static_cast<double>((lay.pp - st - 1) * 2 + (lay.vpp - 1) * lay.pp + 1));
       layers_in_flight = chunks * lay.layers_per_chunk;
       in_flight_mb = std::min(mb, std::ceil(chunks / v));
     }
@@ -864,8 +881,8 @@ truth compute_truth(const sim_config& cfg) {
     int groups = (lay.tp > 1) + (lay.dp > 1) + (lay.pp > 1) + (lay.ep > 1);
     // CUDA context and cuBLAS workspace, NCCL buffers per communicator, caching-allocator
     // fragmentation; CUDA graphs keep a private memory pool and static buffers.
-    mem.overhead = 0.55 * gib + 0.25 * gib * groups + 0.25 * gib
-                   + 0.05 * (mem.activations + mem.transient);
+    mem.overhead =
+        0.55 * gib + 0.25 * gib * groups + 0.25 * gib + 0.05 * (mem.activations + mem.transient);
     if (p.cuda_graphs)
       mem.overhead += 0.75 * gib + 0.05 * mem.activations;
 
@@ -875,27 +892,27 @@ truth compute_truth(const sim_config& cfg) {
     auto rs_dense = buckets(4 * dense_p, lay.dp, !dopt, bucket_bytes);
     auto rs_expert = buckets(4 * exp_p, expert_dp, !dopt, bucket_bytes);
     double slack_b = st * (b_sum / lay.pp) / v; // this stage's last backward ends earlier
-    dp_exposed = std::max(dp_exposed, std::max(0.0, exposed(rs_dense, rs_expert,
-                                                            p.overlap_grad_reduce, window)
-                                                      - slack_b));
+    dp_exposed = std::max(
+        dp_exposed,
+        std::max(0.0, exposed(rs_dense, rs_expert, p.overlap_grad_reduce, window) - slack_b));
     // Parameter all-gather (bf16) after the optimizer step, distributed optimizer only;
     // overlapped with the next step's first forward when asked.
     if (dopt) {
       auto ag_dense = buckets(2 * dense_p, lay.dp, false, bucket_bytes / 2);
       auto ag_expert = buckets(2 * exp_p, expert_dp, false, bucket_bytes / 2);
       double slack_f = st * (f_sum / lay.pp) / v;
-      ag_exposed = std::max(ag_exposed, std::max(0.0, exposed(ag_dense, ag_expert,
-                                                              p.overlap_param_gather,
-                                                              stage_f[idx])
-                                                        - slack_f));
+      ag_exposed = std::max(
+          ag_exposed,
+          std::max(0.0,
+                   exposed(ag_dense, ag_expert, p.overlap_param_gather, stage_f[idx]) - slack_f));
     }
     // Optimizer step: Adam is memory-bound. fp32 states: read and write master weights, m and
     // v, read the gradient, write the bf16 parameter (30 bytes per parameter; 22 with bf16
     // moments), plus one read of the gradients for the norm; multi-tensor-apply launches.
     double local = dopt ? dense_p / lay.dp + exp_p / expert_dp : params;
     double per_param = k.optimizer_states == optimizer_state_impl::bf16 ? 22.0 : 30.0;
-    double step = g.traffic(per_param * local + 4 * local) + 0.4e-3
-                  + 4 * (lay.dp > 1 ? dp_lat : 0.0); // gradient-norm all-reduce
+    double step = g.traffic(per_param * local + 4 * local) + 0.4e-3 +
+                  4 * (lay.dp > 1 ? dp_lat : 0.0); // gradient-norm all-reduce
     opt_time = std::max(opt_time, step);
   }
 
@@ -922,16 +939,16 @@ truth compute_truth(const sim_config& cfg) {
     r.capacity_bytes = std::min(r.capacity_bytes, cfg.memory_cap_bytes);
   int worst = 0;
   for (int st = 1; st < lay.pp; ++st)
-    if (r.stages[static_cast<std::size_t>(st)].total()
-        > r.stages[static_cast<std::size_t>(worst)].total())
+    if (r.stages[static_cast<std::size_t>(st)].total() >
+        r.stages[static_cast<std::size_t>(worst)].total())
       worst = st;
   r.peak = r.stages[static_cast<std::size_t>(worst)];
   r.peak_memory_bytes = std::ceil(r.peak.total());
   r.oom = r.peak_memory_bytes > static_cast<double>(r.capacity_bytes);
   if (r.oom)
     for (int st = 0; st < lay.pp; ++st)
-      if (std::ceil(r.stages[static_cast<std::size_t>(st)].total())
-          > static_cast<double>(r.capacity_bytes)) {
+      if (std::ceil(r.stages[static_cast<std::size_t>(st)].total()) >
+          static_cast<double>(r.capacity_bytes)) {
         r.oom_rank = st * lay.tp * lay.dp;
         break;
       }
@@ -945,9 +962,9 @@ truth compute_truth(const sim_config& cfg) {
     double core = 4 * seq * seq * h;
     double mlp;
     if (m.moe())
-      mlp = 2 * seq * h * m.experts
-            + m.top_k * 2 * seq * h * m.expert_ffn * (m.swiglu ? 3.0 : 2.0)
-            + 2 * seq * h * m.shared_expert_ffn * (m.swiglu ? 3.0 : 2.0);
+      mlp = 2 * seq * h * m.experts +
+            m.top_k * 2 * seq * h * m.expert_ffn * (m.swiglu ? 3.0 : 2.0) +
+            2 * seq * h * m.shared_expert_ffn * (m.swiglu ? 3.0 : 2.0);
     else
       mlp = 2 * seq * h * m.ffn * (m.swiglu ? 3.0 : 2.0);
     double layer = attn + core + mlp;

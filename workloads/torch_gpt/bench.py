@@ -31,7 +31,7 @@ def cpu_busy_jiffies():
     return sum(v[:8]) - idle, sum(v[:8])
 
 
-def busy_fraction(interval=1.0):
+def busy_fraction(interval=3.0):
     b0, t0 = cpu_busy_jiffies()
     time.sleep(interval)
     b1, t1 = cpu_busy_jiffies()
