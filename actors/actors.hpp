@@ -27,7 +27,7 @@ tuning::planner_input planner_input_for(const tuning::task_spec& task, const sto
 planner_actor::behavior_type planner(planner_actor::pointer self, const store::event_log* log,
                                      const tuning::task_spec* task);
 
-/// llm-proposer, offline backend: priors from `knowledge_dir`/<task name>.toml, else
+/// llm-proposer, offline backend: priors from `knowledge_dir`/<task knowledge>.toml, else
 /// `knowledge_dir`/default.toml, else none (every prior neutral).
 llm_proposer_actor::behavior_type llm_proposer(llm_proposer_actor::pointer self,
                                                const tuning::task_spec* task,

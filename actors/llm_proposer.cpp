@@ -14,7 +14,7 @@ namespace {
 tuning::prior_set load_knowledge(const tuning::task_spec& task, const std::string& dir) {
   tuning::prior_set priors;
   namespace fs = std::filesystem;
-  fs::path file = fs::path{dir} / (task.name + ".toml");
+  fs::path file = fs::path{dir} / (task.knowledge + ".toml");
   if (!fs::exists(file))
     file = fs::path{dir} / "default.toml";
   if (!fs::exists(file))

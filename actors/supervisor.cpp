@@ -659,7 +659,8 @@ private:
         std::ifstream in{spec->file};
         std::string text{std::istreambuf_iterator<char>{in}, {}};
         for (const auto& path : adapters::patch_paths(text)) {
-          touched.push_back(path);
+          if (std::find(touched.begin(), touched.end(), path) == touched.end())
+            touched.push_back(path);
           if (!adapters::path_in_scope(path, task_.scope.editable)
               || adapters::path_in_scope(path, task_.scope.frozen))
             outside.push_back(path);

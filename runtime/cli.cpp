@@ -1,6 +1,7 @@
 #include "runtime/cli.hpp"
 
 #include <ctime>
+#include <limits>
 #include <iomanip>
 #include <ostream>
 #include <sstream>
@@ -95,6 +96,10 @@ struct dump_options {
 };
 
 int cmd_log_dump(const dump_options& o, std::ostream& out, std::ostream& err) {
+  if (auto bad = store::validate_run_id(o.run)) {
+    err << "infrarsi log dump: " << describe(bad) << '\n';
+    return exit_usage;
+  }
   auto log = open_for_reading(o.store);
   if (!log) {
     err << "infrarsi log dump: " << describe(log.error()) << '\n';
@@ -152,6 +157,8 @@ int cmd_log_dump(const dump_options& o, std::ostream& out, std::ostream& err) {
     return o.limit == 0 || printed < o.limit;
   });
   err << printed << " event(s) of run '" << o.run << "' (stream version " << *version << ")";
+  if (printed == 0 && o.from >= *version)
+    err << "; --from " << o.from << " is past the last event (sequence " << *version - 1 << ")";
   if (unknown > 0)
     err << ", " << unknown << " of kinds unknown to this build";
   err << '\n';
@@ -313,9 +320,11 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
                      "JSON lines: run, sequence, global_position, recorded_at, kind, kind_id, "
                      "payload");
   dump_cmd->add_option("--from", dump.from, "First stream sequence to print")
-    ->capture_default_str();
+    ->capture_default_str()
+    ->check(CLI::Range(std::uint64_t{0}, std::numeric_limits<std::uint64_t>::max() / 2));
   dump_cmd->add_option("--limit", dump.limit, "Print at most N events (0: all)")
-    ->capture_default_str();
+    ->capture_default_str()
+    ->check(CLI::Range(std::uint64_t{0}, std::numeric_limits<std::uint64_t>::max() / 2));
 
   auto* trial = app.add_subcommand("trial", "Run single trials of a task");
   trial->require_subcommand(1);

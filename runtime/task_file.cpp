@@ -368,9 +368,11 @@ void parse_contract_sections(const reader& r, const toml::table& root, tuning::t
 
 tuning::task_spec parse_task(const reader& r, const toml::table& root) {
   r.only_keys(root, "", {"name", "description", "workload", "knobs", "metrics", "limits",
-                         "patches", "constants", "constraints", "contract", "scope", "budget"});
+                         "patches", "constants", "constraints", "contract", "scope", "budget",
+                         "knowledge"});
   tuning::task_spec task;
   task.name = *r.string(root, "name", "", true);
+  task.knowledge = r.string(root, "knowledge", "", false).value_or(task.name);
   r.string(root, "description", "", false);
 
   const auto& w = r.table(root, "workload", "", true);

@@ -109,10 +109,12 @@ public:
          const std::vector<new_event>& events) = 0;
 
   /// Number of events in `run_id`'s stream (0 for a run that does not exist).
+  /// Error: errc::invalid_argument for an invalid run id (validate_run_id).
   [[nodiscard]] virtual caf::expected<std::uint64_t> version(std::string_view run_id) const = 0;
 
   /// Visits the events of `run_id`'s stream with sequence >= `from_sequence`, in order.
-  /// A run that does not exist has no events (not an error).
+  /// A run that does not exist has no events (not an error); an invalid run id is
+  /// errc::invalid_argument.
   /// Errors: errc::corrupt_data (naming the position), errc::io_error.
   [[nodiscard]] virtual caf::error for_each_in_stream(std::string_view run_id,
                                                       std::uint64_t from_sequence,

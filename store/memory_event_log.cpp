@@ -32,6 +32,8 @@ caf::expected<append_result> memory_event_log::append(std::string_view run_id,
 }
 
 caf::expected<std::uint64_t> memory_event_log::version(std::string_view run_id) const {
+  if (auto err = validate_run_id(run_id))
+    return err;
   std::lock_guard<std::mutex> guard{mtx_};
   auto it = streams_.find(run_id);
   return it == streams_.end() ? std::uint64_t{0} : std::uint64_t{it->second.size()};
@@ -40,6 +42,8 @@ caf::expected<std::uint64_t> memory_event_log::version(std::string_view run_id) 
 caf::error memory_event_log::for_each_in_stream(std::string_view run_id,
                                                 std::uint64_t from_sequence,
                                                 const event_visitor& visit) const {
+  if (auto err = validate_run_id(run_id))
+    return err;
   std::vector<recorded_event> snapshot;
   {
     std::lock_guard<std::mutex> guard{mtx_};

@@ -300,6 +300,8 @@ caf::expected<append_result> rocksdb_event_log::append(std::string_view run_id,
 }
 
 caf::expected<std::uint64_t> rocksdb_event_log::version(std::string_view run_id) const {
+  if (auto err = validate_run_id(run_id))
+    return err;
   run_info meta;
   bool found = false;
   if (auto err = read_run_meta(run_id, meta, found))

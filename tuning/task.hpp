@@ -164,6 +164,9 @@ struct budget_spec {
 /// One tuning task.
 struct task_spec {
   std::string name;
+  /// Name of the offline knowledge-base entry for priors (config/knowledge/<knowledge>.toml).
+  /// Defaults to `name`.
+  std::string knowledge;
   /// Absolute path of the file the task was read from ("" when built in code).
   std::string source;
   workload_spec workload;

@@ -7,7 +7,6 @@ Rank 0 prints one line per step to stdout, ``INFRARSI_METRICS {json}``, and a fi
 """
 import argparse
 import contextlib
-import ctypes
 import json
 import math
 import os
@@ -29,26 +28,6 @@ METRICS_PREFIX = "INFRARSI_METRICS "
 OOM_PREFIX = "INFRARSI_OOM "
 # Headroom of the RLIMIT_DATA backstop above the RSS cap (see README "Out of memory").
 DATA_LIMIT_HEADROOM = 1 << 30
-# glibc mmap threshold (bytes), fixed at start-up; see fix_malloc_threshold().
-MMAP_THRESHOLD = 128 * 1024
-
-
-def fix_malloc_threshold():
-    """Make the resident set track live tensor memory (CPU).
-
-    glibc raises its mmap threshold dynamically (up to 32 MiB) after large blocks are freed, so
-    activations end up in the heap and freed ones stay resident: the peak RSS then measures heap
-    fragmentation (measured: activation checkpointing made it *larger*).  Fixing the threshold at
-    128 KiB (mallopt M_MMAP_THRESHOLD, which also disables the dynamic adjustment) makes every
-    tensor of >= 128 KiB its own mapping, returned to the OS when freed.  Returns True if set.
-    """
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        return bool(libc.mallopt(-3, MMAP_THRESHOLD))  # -3 = M_MMAP_THRESHOLD
-    except (OSError, AttributeError):
-        return False
-
-
 class MemoryCapExceeded(MemoryError):
     pass
 
@@ -147,7 +126,6 @@ def emit(obj):
 
 
 def main(argv=None):
-    malloc_fixed = fix_malloc_threshold()
     args, parser = parse_args(argv)
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -188,7 +166,7 @@ def main(argv=None):
 
     mem = Memory(device, cap)
     try:
-        return run(args, rank, world_size, accumulation, device, mem, malloc_fixed)
+        return run(args, rank, world_size, accumulation, device, mem)
     except BaseException as exc:  # noqa: B902 - classify then re-raise
         if is_oom(exc):
             sys.stdout.flush()
@@ -199,7 +177,7 @@ def main(argv=None):
         raise
 
 
-def run(args, rank, world_size, accumulation, device, mem, malloc_fixed):
+def run(args, rank, world_size, accumulation, device, mem):
     distributed = world_size > 1
     if distributed:
         backend = "nccl" if device.type == "cuda" else "gloo"
@@ -301,8 +279,9 @@ def run(args, rank, world_size, accumulation, device, mem, malloc_fixed):
             raise FloatingPointError("non-finite loss %r at step %d" % (last_loss, step))
 
     if rank == 0:
-        env_threads = {k: os.environ[k] for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-                       if k in os.environ}
+        env_knobs = {k: os.environ[k] for k in sorted(os.environ)
+                     if k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "GLIBC_TUNABLES")
+                     or k.startswith("MALLOC_")}
         emit({"event": "final", "status": "ok", "steps": args.steps, "tokens_total": tokens_total,
               "tokens_per_step": args.global_batch * args.seq_len, "final_loss": last_loss,
               "params": n_params, "layers": args.layers, "d_model": args.d_model, "heads": args.heads,
@@ -310,12 +289,11 @@ def run(args, rank, world_size, accumulation, device, mem, malloc_fixed):
               "micro_batch": args.micro_batch, "accumulation": accumulation, "threads": args.threads,
               "activation_checkpointing": args.activation_checkpointing, "attention": args.attention,
               "foreach": args.foreach, "dtype": args.dtype, "device": device.type, "seed": args.seed,
-              "env_threads": env_threads, "corpus_sha256": corpus_sha, "corpus_files": corpus_files,
+              "env": env_knobs, "corpus_sha256": corpus_sha, "corpus_files": corpus_files,
               "timed_steps": [args.warmup_steps, args.steps - 1],
               "step_time_median_s": statistics.median(step_times),
               "step_time_mean_s": statistics.fmean(step_times),
-              "memory_cap_bytes": mem.cap, "peak_reset": mem.can_reset,
-              "malloc_mmap_threshold": MMAP_THRESHOLD if malloc_fixed else None, "torch": torch.__version__})
+              "memory_cap_bytes": mem.cap, "peak_reset": mem.can_reset, "torch": torch.__version__})
     if distributed:
         dist.barrier()
         dist.destroy_process_group()
