@@ -6,6 +6,7 @@
 
 #include "actors/actors.hpp"
 #include "adapters/environment.hpp"
+#include "adapters/trial_launcher.hpp"
 #include "runtime/report.hpp"
 #include "store/run_projection.hpp"
 #include "tuning/planner.hpp"
@@ -146,46 +147,16 @@ private:
 
   messages::trial_spec_msg spec_for(const configuration& c, std::uint64_t id,
                                     std::uint32_t attempt, const std::string& purpose) {
-    wire::TrialSpecT spec;
-    spec.trial_id = id;
-    spec.attempt = attempt;
-    for (const auto& [name, value] : c.knobs) {
-      auto k = std::make_unique<wire::KnobAssignmentT>();
-      k->name = name;
-      std::visit(
-        [&k](const auto& v) {
-          using T = std::decay_t<decltype(v)>;
-          if constexpr (std::is_same_v<T, std::int64_t>) {
-            wire::IntKnobT x;
-            x.value = v;
-            k->value.Set(std::move(x));
-          } else if constexpr (std::is_same_v<T, double>) {
-            wire::RealKnobT x;
-            x.value = v;
-            k->value.Set(std::move(x));
-          } else if constexpr (std::is_same_v<T, bool>) {
-            wire::BoolKnobT x;
-            x.value = v;
-            k->value.Set(std::move(x));
-          } else {
-            wire::TextKnobT x;
-            x.value = v;
-            k->value.Set(std::move(x));
-          }
-        },
-        value);
-      spec.knobs.push_back(std::move(k));
-    }
-    spec.patches = c.patches;
-    spec.timeout_s = task_.limits.timeout_s;
-    spec.memory_cap_bytes = task_.limits.memory_cap_bytes;
-    spec.purpose = purpose;
-    return messages::trial_spec_msg::pack(spec);
+    adapters::trial_request req;
+    req.knobs = c.knobs;
+    req.patches = c.patches;
+    req.trial_id = id;
+    req.attempt = attempt;
+    req.timeout_s = task_.limits.timeout_s;
+    req.memory_cap_bytes = task_.limits.memory_cap_bytes;
+    return adapters::make_trial_spec(req, purpose);
   }
 
-  /// Runs one trial: TrialProposed and TrialDispatched are appended before the node-runner is
-  /// asked; the result is appended as TrialCompleted (or TrialLost, re-queued once) and then
-  /// checked by the verifier (TrialVerified) unless `verify` is false.
   /// "" if every patch of `c` stays inside the editable scope and outside the frozen one, else
   /// the offending patch and path.
   std::string scope_violation(const configuration& c) const {

@@ -42,7 +42,7 @@ caf::expected<tuning::knob_assignment> complete_assignment(const tuning::task_sp
   return result;
 }
 
-messages::trial_spec_msg make_trial_spec(const trial_request& req) {
+messages::trial_spec_msg make_trial_spec(const trial_request& req, const std::string& purpose) {
   wire::TrialSpecT spec;
   spec.trial_id = req.trial_id;
   spec.attempt = req.attempt;
@@ -76,6 +76,7 @@ messages::trial_spec_msg make_trial_spec(const trial_request& req) {
   spec.patches = req.patches;
   spec.timeout_s = req.timeout_s;
   spec.memory_cap_bytes = req.memory_cap_bytes;
+  spec.purpose = purpose;
   return messages::trial_spec_msg::pack(spec);
 }
 

@@ -70,7 +70,8 @@ complete_assignment(const tuning::task_spec& task, const tuning::knob_assignment
 /// errc::io_error (cannot create the trial directory, fork failed).
 [[nodiscard]] caf::expected<trial_report> run_trial(const trial_request& req);
 
-/// A TrialSpec message for a request (what the node-runner receives and the log records).
-messages::trial_spec_msg make_trial_spec(const trial_request& req);
+/// A TrialSpec message for a request (what the node-runner receives and the log records), with
+/// the trial's purpose ("baseline", "explore", ...).
+messages::trial_spec_msg make_trial_spec(const trial_request& req, const std::string& purpose = {});
 
 } // namespace infrarsi::adapters

@@ -288,21 +288,15 @@ caf::expected<envelope_msg> seal(wire::MessageKind kind, const byte_buffer& payl
   return envelope_msg::decode(fbb.GetBufferPointer(), fbb.GetSize());
 }
 
-caf::error verify_event_payload(std::uint16_t kind, const void* payload, std::size_t size) {
-  if (size == 0)
-    return caf::none;
+event_payload event_payload_of(std::uint16_t kind) noexcept {
   switch (static_cast<wire::EventKind>(kind)) {
-    case wire::EventKind::RunCreated:
-      return error_of(run_created_msg::decode(payload, size));
+    case wire::EventKind::RunCreated: return event_payload::run_created;
     case wire::EventKind::StageStarted:
-    case wire::EventKind::StageCompleted:
-      return error_of(stage_event_msg::decode(payload, size));
+    case wire::EventKind::StageCompleted: return event_payload::stage_event;
     case wire::EventKind::TrialProposed:
     case wire::EventKind::TrialDispatched:
-    case wire::EventKind::TrialLost:
-      return error_of(trial_spec_msg::decode(payload, size));
-    case wire::EventKind::TrialCompleted:
-      return error_of(trial_result_msg::decode(payload, size));
+    case wire::EventKind::TrialLost: return event_payload::trial_spec;
+    case wire::EventKind::TrialCompleted: return event_payload::trial_result;
     case wire::EventKind::ContractLocked:
     case wire::EventKind::PriorsLoaded:
     case wire::EventKind::ExperienceSeeded:
@@ -311,11 +305,23 @@ caf::error verify_event_payload(std::uint16_t kind, const void* payload, std::si
     case wire::EventKind::CandidateReverified:
     case wire::EventKind::CandidatePromoted:
     case wire::EventKind::ReportWritten:
-    case wire::EventKind::ChangesApplied:
-      return error_of(document_msg::decode(payload, size));
-    default:
-      return caf::none; // unknown kinds are skipped and counted by readers, not rejected here
+    case wire::EventKind::ChangesApplied: return event_payload::document;
+    default: return event_payload::none;
   }
+}
+
+caf::error verify_event_payload(std::uint16_t kind, const void* payload, std::size_t size) {
+  if (size == 0)
+    return caf::none;
+  switch (event_payload_of(kind)) {
+    case event_payload::run_created: return error_of(run_created_msg::decode(payload, size));
+    case event_payload::stage_event: return error_of(stage_event_msg::decode(payload, size));
+    case event_payload::trial_spec: return error_of(trial_spec_msg::decode(payload, size));
+    case event_payload::trial_result: return error_of(trial_result_msg::decode(payload, size));
+    case event_payload::document: return error_of(document_msg::decode(payload, size));
+    case event_payload::none: break;
+  }
+  return caf::none; // unknown kinds are skipped and counted by readers, not rejected here
 }
 
 bool is_known_event_kind(std::uint16_t kind) noexcept {

@@ -173,6 +173,19 @@ template <class Table>
   return message<Table>::decode(p->data(), p->size());
 }
 
+/// The table an event kind's payload holds (EventKind comments in event.fbs).
+enum class event_payload : std::uint8_t {
+  none,         ///< a kind unknown to this build
+  run_created,  ///< RunCreated
+  stage_event,  ///< StageEvent
+  trial_spec,   ///< TrialSpec
+  trial_result, ///< TrialResult
+  document,     ///< Document
+};
+
+/// The payload table of `kind`.
+event_payload event_payload_of(std::uint16_t kind) noexcept;
+
 /// Verifies `payload` as the table an event of `kind` carries (see EventKind in event.fbs).
 /// Empty payloads and kinds unknown to this build pass (they are skipped by readers, not
 /// rejected). Errors as message::decode.

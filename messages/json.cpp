@@ -118,23 +118,12 @@ nlohmann::json event_payload_json(std::uint16_t kind, const byte_buffer& payload
     return {{"unknown_kind", kind}, {"bytes", payload.size()}};
   if (payload.empty())
     return nlohmann::json::object();
-  switch (static_cast<wire::EventKind>(kind)) {
-    case wire::EventKind::RunCreated: return decoded_json<wire::RunCreated>(payload);
-    case wire::EventKind::StageStarted:
-    case wire::EventKind::StageCompleted: return decoded_json<wire::StageEvent>(payload);
-    case wire::EventKind::TrialProposed:
-    case wire::EventKind::TrialDispatched:
-    case wire::EventKind::TrialLost: return decoded_json<wire::TrialSpec>(payload);
-    case wire::EventKind::TrialCompleted: return decoded_json<wire::TrialResult>(payload);
-    case wire::EventKind::ContractLocked:
-    case wire::EventKind::PriorsLoaded:
-    case wire::EventKind::ExperienceSeeded:
-    case wire::EventKind::BaselineCalibrated:
-    case wire::EventKind::TrialVerified:
-    case wire::EventKind::CandidateReverified:
-    case wire::EventKind::CandidatePromoted:
-    case wire::EventKind::ReportWritten:
-    case wire::EventKind::ChangesApplied: {
+  switch (event_payload_of(kind)) {
+    case event_payload::run_created: return decoded_json<wire::RunCreated>(payload);
+    case event_payload::stage_event: return decoded_json<wire::StageEvent>(payload);
+    case event_payload::trial_spec: return decoded_json<wire::TrialSpec>(payload);
+    case event_payload::trial_result: return decoded_json<wire::TrialResult>(payload);
+    case event_payload::document: {
       auto doc = document_msg::decode(payload);
       if (!doc)
         return {{"error", describe(doc.error())}};
@@ -142,8 +131,9 @@ nlohmann::json event_payload_json(std::uint16_t kind, const byte_buffer& payload
       return {{"schema", (*doc)->schema()->str()},
               {"data", body.is_discarded() ? nlohmann::json((*doc)->json()->str()) : body}};
     }
-    default: return {{"bytes", payload.size()}};
+    case event_payload::none: break;
   }
+  return {{"bytes", payload.size()}};
 }
 
 } // namespace infrarsi::messages

@@ -17,7 +17,6 @@ import os
 import shlex
 import statistics
 import subprocess
-import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -15,7 +15,6 @@ import resource
 import statistics
 import sys
 import time
-import traceback
 
 import torch
 import torch.distributed as dist
@@ -28,6 +27,8 @@ METRICS_PREFIX = "INFRARSI_METRICS "
 OOM_PREFIX = "INFRARSI_OOM "
 # Headroom of the RLIMIT_DATA backstop above the RSS cap (see README "Out of memory").
 DATA_LIMIT_HEADROOM = 1 << 30
+
+
 class MemoryCapExceeded(MemoryError):
     pass
 
