@@ -10,6 +10,7 @@ tuning::planner_input planner_input_for(const tuning::task_spec& task, const sto
   in.priors = &run.priors;
   in.history = run.trials;
   in.experience_seeds = run.experience_seeds;
+  in.excluded_patches = run.out_of_scope_patches;
   in.noise_log_sd = run.noise ? run.noise->log_sd : 0.02;
   in.seed = run.seed;
   in.initial_design = std::min<std::size_t>(4, std::max<std::size_t>(1, task.budget.trials / 3));

@@ -304,11 +304,28 @@ private:
     std::string task_hash;
     if (auto h = adapters::sha256_file(task_.source))
       task_hash = *h;
+    // Scope of every candidate patch, checked once before anything runs.
+    nlohmann::json patches = nlohmann::json::object();
+    for (const auto& p : task_.patches) {
+      configuration only;
+      only.patches = {p.name};
+      auto violation = scope_violation(only);
+      std::ifstream in{p.file};
+      std::string text{std::istreambuf_iterator<char>{in}, {}};
+      std::string sha = adapters::sha256_hex(text);
+      patches[p.name] = {{"paths", adapters::patch_paths(text)},
+                         {"sha256", sha},
+                         {"in_scope", violation.empty()},
+                         {"violation", violation}};
+      if (!violation.empty())
+        progress() << "init: patch '" << p.name << "' is excluded: " << violation << '\n';
+    }
     nlohmann::json doc = {{"task", task_.source},
                           {"task_sha256", task_hash},
                           {"contract", contract},
                           {"contract_hash", adapters::sha256_hex(contract.dump())},
                           {"knobs", knobs},
+                          {"patches", patches},
                           {"scope", {{"editable", editable}, {"frozen", frozen}}},
                           {"hardware", hardware},
                           {"hardware_fingerprint", hardware_fp_},

@@ -192,7 +192,13 @@ void run_projection::apply(const recorded_event& ev) {
       }
       break;
     }
-    case wire::EventKind::ContractLocked: s.contract_doc = document_json(ev); break;
+    case wire::EventKind::ContractLocked:
+      s.contract_doc = document_json(ev);
+      if (s.contract_doc && s.contract_doc->contains("patches"))
+        for (const auto& [name, p] : (*s.contract_doc)["patches"].items())
+          if (!p.value("in_scope", true))
+            s.out_of_scope_patches.push_back(name);
+      break;
     case wire::EventKind::PriorsLoaded:
       if (auto j = document_json(ev)) {
         s.priors = priors_from_json(*j);

@@ -53,6 +53,8 @@ struct run_state {
   std::uint64_t seed = 0;
   /// The init document (scope hashes, contract hash, hardware), if init ran.
   std::optional<nlohmann::json> contract_doc;
+  /// Patches found at init to touch paths outside the editable scope.
+  std::vector<std::string> out_of_scope_patches;
   tuning::prior_set priors;
   bool priors_loaded = false;
   std::vector<tuning::configuration> experience_seeds;

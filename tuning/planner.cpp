@@ -285,15 +285,26 @@ std::vector<proposal> seeded_local_search::propose(const planner_input& in, std:
   std::vector<int> broke(fs.names.size(), 0);
   std::vector<int> passed(fs.names.size(), 0);
   for (const auto& t : in.history) {
-    bool violation = t.outcome == trial_outcome::contract_violation
-                     || (t.verified && !t.violations.empty());
-    bool pass = t.usable();
-    if (!violation && !pass)
+    if (!t.usable())
       continue;
     auto x = fs.encode(task, t.config);
     for (Eigen::Index i = 0; i < x.size(); ++i)
       if (x[i] > 0)
-        (violation ? broke : passed)[static_cast<std::size_t>(i)] += 1;
+        passed[static_cast<std::size_t>(i)] += 1;
+  }
+  for (const auto& t : in.history) {
+    bool violation = t.outcome == trial_outcome::contract_violation
+                     || (t.verified && !t.violations.empty());
+    if (!violation)
+      continue;
+    // Blame only an unambiguous culprit: the single setting of this trial never seen to pass.
+    auto x = fs.encode(task, t.config);
+    std::vector<std::size_t> unexplained;
+    for (Eigen::Index i = 0; i < x.size(); ++i)
+      if (x[i] > 0 && passed[static_cast<std::size_t>(i)] == 0)
+        unexplained.push_back(static_cast<std::size_t>(i));
+    if (unexplained.size() == 1)
+      broke[unexplained.front()] += 1;
   }
   auto banned = [&](const configuration& c) {
     auto x = fs.encode(task, c);
@@ -306,6 +317,10 @@ std::vector<proposal> seeded_local_search::propose(const planner_input& in, std:
   auto allowed = [&](const configuration& c) {
     if (tried.count(c.key()) != 0 || banned(c))
       return false;
+    for (const auto& p : c.patches)
+      if (std::find(in.excluded_patches.begin(), in.excluded_patches.end(), p)
+          != in.excluded_patches.end())
+        return false;
     for (const auto& o : ooms)
       if (at_least_as_hungry(task, c, o))
         return false;
@@ -345,8 +360,13 @@ std::vector<proposal> seeded_local_search::propose(const planner_input& in, std:
       continue;
     const configuration* best = nullptr;
     double best_score = -1e300;
+    auto base_config = baseline_configuration(task);
     for (const auto& c : open) {
       if (chosen_keys.count(c.key()) != 0)
+        continue;
+      // Sparse designs: at most three changes from the baseline, so an OOM or a contract
+      // violation can be attributed and the model learns per-setting effects.
+      if (hamming(c, base_config) > 3)
         continue;
       std::size_t min_dist = 1000;
       for (const auto& p : out)

@@ -10,11 +10,13 @@
 ///  2. Never proposed: a configuration already tried (any outcome), one that violates a
 ///     constraint, one that is at least as memory-hungry as a configuration that ran out of
 ///     memory (same patches, memory-hungry knobs >=, memory savers <=; knobs without a memory
-///     tag are taken as memory-neutral), one with a setting or patch that broke the contract
-///     in some trial and never passed it in any.
+///     tag are taken as memory-neutral), one with a patch outside the editable scope, one with
+///     a setting or patch that broke the contract when it was the only setting of that trial
+///     never seen to pass (so the blame is unambiguous) and never passed since.
 ///  3. Initial design (the first `initial_design` proposals): experience seeds first, then the
-///     candidates with the best prior-predicted speedup, spread for diversity — each pick
-///     maximizes predicted gain + 0.05 x its Hamming distance to those already chosen.
+///     candidates at most three changes away from the baseline with the best prior-predicted
+///     speedup, spread for diversity — each pick maximizes predicted gain + 0.05 x its Hamming
+///     distance to those already chosen.
 ///  4. Afterwards: a Bayesian additive model of log step time over one-hot settings
 ///     (per-setting effects with Gaussian priors N(-log prior speedup, 0.3^2), noise from the
 ///     doctor's log_sd; closed-form posterior with Eigen) scores the neighbours (Hamming
@@ -39,6 +41,8 @@ struct planner_input {
   std::vector<trial_record> history;
   /// Configurations recommended by the experience bank, best first.
   std::vector<configuration> experience_seeds;
+  /// Patches that touch paths outside the editable scope (found at init): never proposed.
+  std::vector<std::string> excluded_patches;
   /// log-sd of step time from the doctor (noise of one measurement).
   double noise_log_sd = 0.02;
   std::uint64_t seed = 0;

@@ -91,11 +91,18 @@ TEST(Planner, InitialDesignFollowsPriorsAndIsDiverseAndDeterministic) {
   ASSERT_EQ(a.size(), 4u);
   for (std::size_t i = 0; i < a.size(); ++i)
     EXPECT_EQ(a[i].config.key(), b[i].config.key());
-  // The first pick combines every setting the priors like: mb=4, fused attention, fused_qkv.
+  // The first pick combines the settings the priors like (three changes at most): mb=4, fused
+  // attention, fused_qkv.
   EXPECT_EQ(std::get<std::int64_t>(a[0].config.knobs.at("micro_batch")), 4);
   EXPECT_EQ(std::get<std::string>(a[0].config.knobs.at("attention")), "fused");
   EXPECT_EQ(a[0].config.patches, std::vector<std::string>{"fused_qkv"});
   EXPECT_NEAR(a[0].predicted_speedup, 1.5 * 1.2 * 1.1, 1e-9);
+  for (const auto& p : a) {
+    std::size_t changes = p.config.patches.size();
+    for (const auto& [k, v] : p.config.knobs)
+      changes += v == baseline_configuration(task).knobs.at(k) ? 0 : 1;
+    EXPECT_LE(changes, 3u) << p.config.key();
+  }
   std::set<std::string> keys;
   for (const auto& p : a)
     keys.insert(p.config.key());
@@ -193,6 +200,45 @@ TEST(Planner, ASettingThatBrokeTheContractIsNotProposedAgain) {
   seeded_local_search policy;
   for (const auto& p : policy.propose(in, 100))
     EXPECT_TRUE(p.config.patches.empty()) << p.config.key();
+}
+
+} // namespace
+} // namespace infrarsi::tuning
+
+namespace infrarsi::tuning {
+namespace {
+
+TEST(Planner, BlameForAViolationGoesOnlyToAnUnambiguousCulprit) {
+  auto task = make_task();
+  task.patches.push_back({"other_patch", "/y", ""});
+  auto priors = make_priors();
+  planner_input in;
+  in.task = &task;
+  in.priors = &priors;
+  in.initial_design = 0;
+  auto base = baseline_configuration(task);
+  in.history = {measured(base, 1.0, "baseline")};
+  // Two new settings at once broke the contract: neither is banned (ambiguous).
+  auto both = base;
+  both.knobs["world_size"] = std::int64_t{2};
+  both.patches = {"fused_qkv"};
+  auto bad = measured(both, 0.5);
+  bad.violations = {"tokens: step 0 reported 2048 tokens"};
+  in.history.push_back(bad);
+  // world_size=2 passes on its own: now fused_qkv is the only unexplained setting.
+  auto ws2 = base;
+  ws2.knobs["world_size"] = std::int64_t{2};
+  in.history.push_back(measured(ws2, 0.9));
+  in.excluded_patches = {"other_patch"};
+  seeded_local_search policy;
+  auto all = policy.propose(in, 200);
+  ASSERT_FALSE(all.empty());
+  bool ws2_again = false;
+  for (const auto& p : all) {
+    EXPECT_TRUE(p.config.patches.empty()) << p.config.key(); // fused_qkv banned, other excluded
+    ws2_again = ws2_again || std::get<std::int64_t>(p.config.knobs.at("world_size")) == 2;
+  }
+  EXPECT_TRUE(ws2_again); // world_size=2 is not blamed
 }
 
 } // namespace
