@@ -314,6 +314,15 @@ std::vector<proposal> seeded_local_search::propose(const planner_input& in, std:
         return true;
     return false;
   };
+  // One new thing at a time: a proposal brings at most one setting or patch that has not yet
+  // passed the contract in some trial, so any violation or OOM has an unambiguous cause.
+  auto untested = [&](const configuration& c) {
+    auto x = fs.encode(task, c);
+    std::size_t count = 0;
+    for (Eigen::Index i = 0; i < x.size(); ++i)
+      count += x[i] > 0 && passed[static_cast<std::size_t>(i)] == 0 ? 1 : 0;
+    return count;
+  };
   auto allowed = [&](const configuration& c) {
     if (tried.count(c.key()) != 0 || banned(c))
       return false;
@@ -327,9 +336,12 @@ std::vector<proposal> seeded_local_search::propose(const planner_input& in, std:
     return true;
   };
   std::vector<configuration> open;
+  std::vector<configuration> bold; // allowed, but with more than one untested setting
   for (auto& c : candidates)
     if (allowed(c))
-      open.push_back(std::move(c));
+      (untested(c) <= 1 ? open : bold).push_back(std::move(c));
+  if (open.empty())
+    open = std::move(bold); // nothing left that is one step from the known: allow more
   if (open.empty())
     return out;
 

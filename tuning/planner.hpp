@@ -13,6 +13,9 @@
 ///     tag are taken as memory-neutral), one with a patch outside the editable scope, one with
 ///     a setting or patch that broke the contract when it was the only setting of that trial
 ///     never seen to pass (so the blame is unambiguous) and never passed since.
+///     A proposal brings at most one setting or patch that has not yet passed the contract in
+///     some trial (one new thing at a time, so a violation or an OOM has an unambiguous
+///     cause), unless no such candidate is left.
 ///  3. Initial design (the first `initial_design` proposals): experience seeds first, then the
 ///     candidates at most three changes away from the baseline with the best prior-predicted
 ///     speedup, spread for diversity — each pick maximizes predicted gain + 0.05 x its Hamming

@@ -91,12 +91,11 @@ TEST(Planner, InitialDesignFollowsPriorsAndIsDiverseAndDeterministic) {
   ASSERT_EQ(a.size(), 4u);
   for (std::size_t i = 0; i < a.size(); ++i)
     EXPECT_EQ(a[i].config.key(), b[i].config.key());
-  // The first pick combines the settings the priors like (three changes at most): mb=4, fused
-  // attention, fused_qkv.
+  // Only the baseline has passed: each pick changes one setting. The first is the one the priors
+  // like best (micro_batch 4, 1.5x); the design then spreads over other settings.
   EXPECT_EQ(std::get<std::int64_t>(a[0].config.knobs.at("micro_batch")), 4);
-  EXPECT_EQ(std::get<std::string>(a[0].config.knobs.at("attention")), "fused");
-  EXPECT_EQ(a[0].config.patches, std::vector<std::string>{"fused_qkv"});
-  EXPECT_NEAR(a[0].predicted_speedup, 1.5 * 1.2 * 1.1, 1e-9);
+  EXPECT_NEAR(a[0].predicted_speedup, 1.5, 1e-9);
+  EXPECT_EQ(std::get<std::string>(a[1].config.knobs.at("attention")), "fused");
   for (const auto& p : a) {
     std::size_t changes = p.config.patches.size();
     for (const auto& [k, v] : p.config.knobs)
@@ -122,6 +121,9 @@ TEST(Planner, NeverProposesTriedOrOomDominatedConfigurations) {
   auto oom = base;
   oom.knobs["micro_batch"] = std::int64_t{4};
   in.history.push_back(measured(oom, 0, "explore", trial_outcome::oom));
+  auto saver = base;
+  saver.knobs["checkpointing"] = true;
+  in.history.push_back(measured(saver, 1.2)); // the memory saver has passed on its own
   seeded_local_search policy;
   auto all = policy.propose(in, 100);
   EXPECT_FALSE(all.empty());
