@@ -43,7 +43,9 @@ nlohmann::json to_tagged_json(const knob_value& v) {
 std::optional<knob_value> from_tagged_json(const nlohmann::json& j) {
   if (!j.is_object() || j.size() != 1)
     return std::nullopt;
-  const auto& [tag, value] = *j.items().begin();
+  auto it = j.begin(); // (a structured binding of *j.items().begin() would dangle)
+  const std::string tag = it.key();
+  const auto& value = it.value();
   if (tag == "int" && value.is_number_integer())
     return knob_value{value.get<std::int64_t>()};
   if (tag == "real" && value.is_number())

@@ -96,12 +96,21 @@ def main():
     configs = [c.split("=", 1) for c in a.configs]
     with open(a.out, "a") as out:
         clean = {name: 0 for name, _ in configs}
+        try:  # resume: runs already in --out count (same name and spec)
+            with open(a.out) as f:
+                for line in f:
+                    r = json.loads(line)
+                    if (r["name"] in clean and dict(configs)[r["name"]] == r["spec"] and r["rc"] == 0
+                            and r["foreign_load_cores"] <= a.max_foreign):
+                        clean[r["name"]] += 1
+        except FileNotFoundError:
+            pass
         for r in range(a.max_rounds if a.min_clean else a.rounds):
-            if a.min_clean and r >= a.rounds and all(v >= a.min_clean for v in clean.values()):
+            if a.min_clean and all(v >= a.min_clean for v in clean.values()):
                 break
             order = configs[r % len(configs):] + configs[:r % len(configs)]
             for name, spec in order:
-                if a.min_clean and r >= a.rounds and clean[name] >= a.min_clean:
+                if a.min_clean and clean[name] >= a.min_clean:
                     continue
                 t0 = time.time()
                 while busy_fraction() > a.idle_busy and time.time() - t0 < a.max_wait_s:
