@@ -20,6 +20,12 @@
 
 namespace infrarsi::actors {
 
+/// Purpose suffix of a candidate's re-verification runs ("verify-baseline" + tag,
+/// "verify-candidate" + tag): "/<id>" for the first round, "/<id>#<round>" after.
+inline std::string verify_tag(std::uint64_t candidate, std::uint32_t round) {
+  return "/" + std::to_string(candidate) + (round > 1 ? "#" + std::to_string(round) : "");
+}
+
 /// The planner's input for a run as folded so far (also what a replay recomputes).
 tuning::planner_input planner_input_for(const tuning::task_spec& task, const store::run_state& run);
 

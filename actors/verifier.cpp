@@ -71,6 +71,8 @@ verifier_actor::behavior_type verifier(verifier_actor::pointer, const store::eve
       if (t->outcome == tuning::trial_outcome::ok) {
         violations = tuning::check_contract(task->contract, run->reference, *t);
         timed = tuning::timed_step_time(task->contract, t->steps);
+      } else if (t->outcome == tuning::trial_outcome::contract_violation && !t->detail.empty()) {
+        violations.push_back(t->detail); // refused before launch (scope), with its evidence
       }
       return nlohmann::json{{"trial_id", trial_id},
                             {"attempt", attempt},
@@ -93,7 +95,12 @@ verifier_actor::behavior_type verifier(verifier_actor::pointer, const store::eve
       std::vector<double> a;
       std::vector<double> b;
       std::size_t failed = 0;
-      auto tag = "/" + std::to_string(candidate);
+      // Only the latest measurement round counts: "/<id>" is round 1, "/<id>#2" round 2.
+      std::uint32_t round = 1;
+      for (const auto& t : run->trials)
+        if (t.purpose == "verify-baseline/" + std::to_string(candidate) + "#2")
+          round = 2;
+      auto tag = verify_tag(candidate, round);
       for (const auto& t : run->trials) {
         bool base = t.purpose == "verify-baseline" + tag;
         bool cand_run = t.purpose == "verify-candidate" + tag;
@@ -109,6 +116,7 @@ verifier_actor::behavior_type verifier(verifier_actor::pointer, const store::eve
       double mds = run->noise ? run->noise->min_detectable_speedup : 0.0;
       double base_sd = run->noise ? run->noise->log_sd : 0.0;
       bool promotable = true;
+      bool remeasure = false;
       std::string reason;
       if (failed > 0) {
         promotable = false;
@@ -116,10 +124,15 @@ verifier_actor::behavior_type verifier(verifier_actor::pointer, const store::eve
       } else if (a.size() < 2 || b.size() < 2) {
         promotable = false;
         reason = "fewer than two interleaved runs of each";
-      } else if (base_sd > 0 && est.log_sd_b > 3.0 * base_sd) {
+      } else if (base_sd > 0 && std::max(est.log_sd_a, est.log_sd_b) > 3.0 * base_sd) {
+        // Visibly noisier than the doctor's baselines (more than 3x their log-sd): the machine
+        // was disturbed while this pair was measured. Re-measured once, then rejected.
         promotable = false;
-        reason = "measured under visibly higher variance than the baseline's (log-sd "
-                 + std::to_string(est.log_sd_b) + " vs " + std::to_string(base_sd) + ")";
+        remeasure = round == 1;
+        reason = "measured under visibly higher variance than the doctor's baselines (log-sd "
+                 + std::to_string(std::max(est.log_sd_a, est.log_sd_b)) + " vs "
+                 + std::to_string(base_sd) + ")"
+                 + (remeasure ? ": re-measured" : " again in the second round");
       } else if (!(est.ci_low > 1.0 + mds)) {
         promotable = false;
         reason = "the 95% interval's lower bound " + std::to_string(est.ci_low)
@@ -139,6 +152,8 @@ verifier_actor::behavior_type verifier(verifier_actor::pointer, const store::eve
                             {"dof", est.dof},
                             {"min_detectable_speedup", mds},
                             {"promotable", promotable},
+                            {"round", round},
+                            {"remeasure", remeasure},
                             {"reason", reason}}
         .dump();
     }};

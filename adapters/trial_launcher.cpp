@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "adapters/classify.hpp"
+#include "adapters/environment.hpp"
 #include "adapters/process.hpp"
 #include "messages/errc.hpp"
 
@@ -73,6 +74,12 @@ messages::trial_spec_msg make_trial_spec(const trial_request& req, const std::st
       value);
     spec.knobs.push_back(std::move(k));
   }
+  for (const auto& [path, sha] : req.scope_lock) {
+    auto h = std::make_unique<wire::FileHashT>();
+    h->path = path;
+    h->sha256 = sha;
+    spec.scope_lock.push_back(std::move(h));
+  }
   spec.patches = req.patches;
   spec.timeout_s = req.timeout_s;
   spec.memory_cap_bytes = req.memory_cap_bytes;
@@ -120,6 +127,9 @@ struct supervisor {
   bool stopping = false;
   clock_type::time_point stop_time;
   bool sent_kill = false;
+  /// Seconds since launch at which each parsed step's metrics line was read (index-aligned
+  /// with parser.steps()).
+  std::vector<double> observed_at;
 
   supervisor(const trial_request& r, double timeout, std::uint64_t memory_cap)
     : req(r), task(*r.task), timeout_s(timeout), cap(memory_cap), parser(r.task->metrics) {}
@@ -147,6 +157,8 @@ struct supervisor {
     if (s.is_stdout && s.rank == task.metrics.reporting_rank) {
       auto before = parser.steps().size();
       parser.feed(line);
+      while (observed_at.size() < parser.steps().size())
+        observed_at.push_back(now_s()); // the harness clock of each step's line
       if (parser.steps().size() > before) {
         if (obs.first_metrics_at_s < 0)
           obs.first_metrics_at_s = now_s();
@@ -327,8 +339,25 @@ struct supervisor {
   }
 };
 
+/// "" if the copy at `dest` matches the scope lock, else the first difference ("scope: ...").
+std::string check_lock(const std::map<std::string, std::string>& lock, const std::string& dest) {
+  for (const auto& [rel, sha] : lock) {
+    auto now = sha256_file(dest + "/" + rel);
+    if (!now)
+      return "scope: '" + rel + "' was locked at init and is gone from the workload";
+    if (*now != sha)
+      return "scope: '" + rel + "' changed since the scope was locked at init (sha256 "
+             + sha.substr(0, 12) + "... -> " + now->substr(0, 12) + "...)";
+  }
+  return {};
+}
+
+/// Copies the workload to `dest`, checks it against the scope lock, applies the patches and
+/// checks what they changed. A scope breach sets `violation`; a patch that does not apply sets
+/// `failure`; errors are the tool's own (copy failed).
 caf::error copy_and_patch(const tuning::task_spec& task, const std::vector<std::string>& patches,
-                          const std::string& dest, std::string& failure) {
+                          const std::map<std::string, std::string>& lock, const std::string& dest,
+                          std::string& failure, std::string& violation) {
   std::error_code ec;
   fs::remove_all(dest, ec);
   fs::copy(task.workload.workdir, dest,
@@ -336,6 +365,30 @@ caf::error copy_and_patch(const tuning::task_spec& task, const std::vector<std::
   if (ec)
     return make_error(errc::io_error, "copy workload '" + task.workload.workdir + "' to '" + dest
                                         + "': " + ec.message());
+  // Before any patch: the copy is what was locked at init (nobody edited the workload since).
+  violation = check_lock(lock, dest);
+  if (!violation.empty())
+    return caf::none;
+  // Every path a patch names must be editable and not frozen; checked before applying any.
+  for (const auto& name : patches) {
+    const auto* patch = task.find_patch(name);
+    if (patch == nullptr) {
+      failure = "unknown patch '" + name + "'";
+      return caf::none;
+    }
+    std::ifstream in{patch->file};
+    std::string text{std::istreambuf_iterator<char>{in}, {}};
+    for (const auto& path : patch_paths(text)) {
+      if (path_in_scope(path, task.scope.frozen)) {
+        violation = "scope: patch '" + name + "' edits frozen path '" + path + "'";
+        return caf::none;
+      }
+      if (!path_in_scope(path, task.scope.editable)) {
+        violation = "scope: patch '" + name + "' edits '" + path + "', outside the editable scope";
+        return caf::none;
+      }
+    }
+  }
   for (const auto& name : patches) {
     const auto* patch = task.find_patch(name);
     // Inside an enclosing git work tree (a store under the project), `git apply` would read
@@ -371,19 +424,34 @@ caf::error copy_and_patch(const tuning::task_spec& task, const std::vector<std::
       return caf::none;
     }
   }
+  // After the patches: no locked frozen file differs (whatever the patch tool did).
+  if (!patches.empty()) {
+    std::map<std::string, std::string> frozen;
+    for (const auto& [rel, sha] : lock)
+      if (path_in_scope(rel, task.scope.frozen))
+        frozen[rel] = sha;
+    auto v = check_lock(frozen, dest);
+    if (!v.empty())
+      violation = v + " after the patches were applied (a frozen file)";
+  }
   return caf::none;
 }
 
 messages::trial_result_msg make_result(const trial_request& req, const trial_verdict& verdict,
-                                       const metrics_parser& parser, std::uint64_t peak_rss,
-                                       double wall_s, int world_size) {
+                                       const metrics_parser& parser,
+                                       const std::vector<double>& observed_at,
+                                       std::uint64_t peak_rss, double wall_s, int world_size) {
   wire::TrialResultT r;
   r.trial_id = req.trial_id;
   r.attempt = req.attempt;
   r.outcome = verdict.outcome;
   std::uint64_t peak = peak_rss;
-  for (const auto& s : parser.steps()) {
+  for (std::size_t i = 0; i < parser.steps().size(); ++i) {
+    const auto& s = parser.steps()[i];
     auto m = std::make_unique<wire::StepMetricsT>();
+    m->warmup = s.warmup;
+    if (i < observed_at.size())
+      m->observed_at_s = observed_at[i];
     m->step = s.step;
     m->loss = s.loss;
     m->tokens = s.tokens;
@@ -409,6 +477,11 @@ messages::trial_result_msg make_result(const trial_request& req, const trial_ver
   r.device_seconds = wall_s * world_size;
   r.exit_code = verdict.exit_code;
   r.detail = verdict.detail;
+  if (parser.final_line()) {
+    r.final_report = parser.final_line()->dump();
+    if (r.final_report.size() > (64u << 10)) // not evidence anyone reads at that size
+      r.final_report.clear();
+  }
   if (parser.malformed_lines() > 0)
     r.detail += " [" + std::to_string(parser.malformed_lines())
                 + " malformed metrics line(s); first: " + parser.first_malformed() + "]";
@@ -479,15 +552,19 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
     std::uint64_t peak = 0;
     for (const auto& r : sup.ranks)
       peak = std::max(peak, r.peak_rss);
-    report.result = make_result(req, verdict, sup.parser, peak, wall, report.world_size);
+    report.result = make_result(req, verdict, sup.parser, sup.observed_at, peak, wall,
+                                report.world_size);
     return report;
   };
 
-  if (!req.patches.empty()) {
+  if (!req.patches.empty() || !req.scope_lock.empty()) {
     std::string failure;
+    std::string violation;
     auto dest = trial_dir + "/workdir";
-    if (auto err = copy_and_patch(task, req.patches, dest, failure))
+    if (auto err = copy_and_patch(task, req.patches, req.scope_lock, dest, failure, violation))
       return err;
+    if (!violation.empty())
+      return finish({wire::Outcome::ContractViolation, 0, violation});
     if (!failure.empty())
       return finish({wire::Outcome::LaunchError, 0, failure});
     report.workdir = dest;

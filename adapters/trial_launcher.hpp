@@ -29,6 +29,12 @@ struct trial_request {
   tuning::knob_assignment knobs;
   /// Names of task patches to apply, in order (the trial then runs in a patched copy).
   std::vector<std::string> patches;
+  /// The scope lock taken at init: SHA-256 (hex) of each editable and frozen file, by path
+  /// relative to the workload directory. When not empty the trial runs in a fresh copy (also
+  /// without patches); before launch the copy must match every hash, and after the patches are
+  /// applied no frozen file may differ and every path a patch names must be editable. Any
+  /// failure ends the trial as contract_violation ("scope: ...", naming the path) unlaunched.
+  std::map<std::string, std::string> scope_lock;
   std::uint64_t trial_id = 0;
   std::uint32_t attempt = 0;
   /// Directory for this trial's logs (and patched copy); created if missing.

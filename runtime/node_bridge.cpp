@@ -53,6 +53,9 @@ messages::trial_result_msg node_server::run_one(const messages::trial_spec_msg& 
     for (const auto* p : *spec->patches())
       req.patches.push_back(p->str());
   }
+  if (spec->scope_lock() != nullptr)
+    for (const auto* h : *spec->scope_lock())
+      req.scope_lock[h->path()->str()] = h->sha256()->str();
   req.trial_id = spec->trial_id();
   req.attempt = spec->attempt();
   req.timeout_s = spec->timeout_s();

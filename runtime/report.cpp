@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "adapters/environment.hpp"
+#include "tuning/contract_check.hpp"
 #include "tuning/planner.hpp"
 
 namespace infrarsi::runtime {
@@ -26,6 +27,21 @@ double constant_number(const tuning::task_spec& task, const char* name) {
 std::string fixed(double v, int digits) {
   std::ostringstream os;
   os << std::fixed << std::setprecision(digits) << v;
+  return os.str();
+}
+
+/// One line on how step times were checked against the harness clock, for the report.
+std::string clock_note(const tuning::task_spec& task) {
+  const auto& c = task.contract;
+  if (c.simulated_time)
+    return "step times are simulated (contract.simulated_time): not checked against the harness "
+           "clock or wall time";
+  if (!c.clock_check)
+    return "the harness-clock cross-check of step times was WAIVED by the task "
+           "(contract.clock_check = false); step times were only checked against wall time";
+  std::ostringstream os;
+  os << "step times of the timed window checked against the harness clock (tolerance "
+     << 100.0 * c.clock_tolerance << "%) and against wall time";
   return os.str();
 }
 
@@ -75,7 +91,36 @@ nlohmann::json make_report(const tuning::task_spec& task, const store::run_state
                                {"ci_low", r.estimate.ci_low},
                                {"ci_high", r.estimate.ci_high},
                                {"promotable", r.promotable},
+                               {"round", r.round},
                                {"reason", r.reason}});
+
+  // Everything rejected, with its evidence: trials that broke the contract or failed, then
+  // candidates whose re-verification did not clear the bar.
+  nlohmann::json rejected = nlohmann::json::array();
+  for (const auto& t : run.trials) {
+    if (!t.finished || (t.outcome == tuning::trial_outcome::ok && t.violations.empty()))
+      continue;
+    nlohmann::json reasons = nlohmann::json::array();
+    for (const auto& v : t.violations)
+      reasons.push_back(tuning::violation_code(v));
+    if (t.violations.empty())
+      reasons.push_back(tuning::to_string(t.outcome));
+    rejected.push_back({{"trial_id", t.trial_id},
+                        {"attempt", t.attempt},
+                        {"purpose", t.purpose},
+                        {"change", t.config.diff_from(base)},
+                        {"outcome", tuning::to_string(t.outcome)},
+                        {"reasons", reasons},
+                        {"evidence", t.violations.empty() ? std::vector<std::string>{t.detail}
+                                                          : t.violations}});
+  }
+  for (const auto& r : run.reverifications)
+    if (!r.promotable)
+      rejected.push_back({{"candidate_trial", r.candidate_trial},
+                          {"change", r.config.diff_from(base)},
+                          {"outcome", "not promoted"},
+                          {"reasons", {"reverification"}},
+                          {"evidence", {r.reason}}});
 
   nlohmann::json promoted = nullptr;
   if (run.promotion && run.promotion->value("promoted", false)) {
@@ -118,6 +163,8 @@ nlohmann::json make_report(const tuning::task_spec& task, const store::run_state
                                         : nlohmann::json{}}}},
           {"trials", trials},
           {"reverifications", reverifications},
+          {"rejected", rejected},
+          {"clock_check", clock_note(task)},
           {"promoted", promoted},
           {"promotion_decision", run.promotion ? *run.promotion : nlohmann::json{}},
           {"failed_trials_cost", failed},
@@ -182,19 +229,24 @@ std::string render_markdown(const nlohmann::json& r) {
        << " | " << notes << " |\n";
   }
   md << "\n## Rejected, and why\n\n";
-  bool any = false;
-  for (const auto& t : r["trials"])
-    if (!t["violations"].empty() || (t.value("outcome", "") != "ok")) {
-      any = true;
-      md << "- trial " << t.value("trial_id", 0) << " (" << t.value("change", "") << "): "
-         << t.value("outcome", "");
-      for (const auto& v : t["violations"])
-        md << " — " << v.get<std::string>();
-      if (t["violations"].empty() && !t.value("detail", "").empty())
-        md << " — " << t.value("detail", "");
-      md << "\n";
-    }
-  if (!any)
+  md << "Contract: " << r.value("clock_check", "") << "\n\n";
+  for (const auto& x : r["rejected"]) {
+    if (x.contains("trial_id"))
+      md << "- trial " << x.value("trial_id", 0) << "." << x.value("attempt", 0) << " ("
+         << x.value("purpose", "") << ", " << x.value("change", "") << "): ";
+    else
+      md << "- candidate trial " << x.value("candidate_trial", 0) << " ("
+         << x.value("change", "") << "): ";
+    md << x.value("outcome", "") << " [";
+    for (std::size_t i = 0; i < x["reasons"].size(); ++i)
+      md << (i > 0 ? ", " : "") << x["reasons"][i].get<std::string>();
+    md << "]";
+    for (const auto& e : x["evidence"])
+      if (!e.get<std::string>().empty())
+        md << " — " << e.get<std::string>();
+    md << "\n";
+  }
+  if (r["rejected"].empty())
     md << "Nothing was rejected.\n";
   md << "\n## Cost of failed trials\n\n";
   if (r["failed_trials_cost"].empty())

@@ -300,7 +300,9 @@ void parse_contract_sections(const reader& r, const toml::table& root, tuning::t
 
   const auto& c = r.table(root, "contract", "", false);
   r.only_keys(c, "contract", {"steps", "tokens_per_step", "timed_steps", "loss_checkpoints",
-                              "loss_rtol", "loss_atol", "wall_tolerance"});
+                              "loss_rtol", "loss_atol", "wall_tolerance", "global_batch",
+                              "params", "layers", "clock_tolerance", "clock_check",
+                              "simulated_time"});
   auto& k = task.contract;
   if (auto v = r.number(c, "steps", "contract", 0))
     k.steps = static_cast<std::uint32_t>(*v);
@@ -342,6 +344,18 @@ void parse_contract_sections(const reader& r, const toml::table& root, tuning::t
     k.loss_atol = *v;
   if (auto v = r.number(c, "wall_tolerance", "contract", 0))
     k.wall_tolerance = *v;
+  if (auto v = r.number(c, "global_batch", "contract", 0))
+    k.global_batch = static_cast<std::uint64_t>(*v);
+  if (auto v = r.number(c, "params", "contract", 0))
+    k.params = static_cast<std::uint64_t>(*v);
+  if (auto v = r.number(c, "layers", "contract", 0))
+    k.layers = static_cast<std::uint32_t>(*v);
+  if (auto v = r.number(c, "clock_tolerance", "contract", 0))
+    k.clock_tolerance = *v;
+  if (auto v = r.boolean(c, "clock_check", "contract"))
+    k.clock_check = *v;
+  if (auto v = r.boolean(c, "simulated_time", "contract"))
+    k.simulated_time = *v;
 
   const auto& sc = r.table(root, "scope", "", false);
   r.only_keys(sc, "scope", {"editable", "frozen"});

@@ -169,6 +169,30 @@ std::string stage_name(wire::Stage s) {
   }
 }
 
+/// What a workload's final line declares. Keys that are absent, or not non-negative integers,
+/// stay unset (the verifier then reports them as not declared where the contract names them).
+tuning::declared_work declared_work_of(const std::string& final_json) {
+  tuning::declared_work d;
+  auto j = nlohmann::json::parse(final_json, nullptr, false);
+  if (!j.is_object())
+    return d;
+  d.final_seen = true;
+  auto count = [&j](const char* key) -> std::optional<std::uint64_t> {
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_number_integer() || it->get<std::int64_t>() < 0)
+      return std::nullopt;
+    return it->get<std::uint64_t>();
+  };
+  d.global_batch = count("global_batch");
+  d.params = count("params");
+  d.layers = count("layers");
+  auto w = j.find("timed_steps");
+  if (w != j.end() && w->is_array() && w->size() == 2 && (*w)[0].is_number_unsigned()
+      && (*w)[1].is_number_unsigned())
+    d.timed_steps = std::pair{(*w)[0].get<std::uint32_t>(), (*w)[1].get<std::uint32_t>()};
+  return d;
+}
+
 } // namespace
 
 void run_projection::apply(const recorded_event& ev) {
@@ -261,7 +285,10 @@ void run_projection::apply(const recorded_event& ev) {
             }
           };
           for (const auto* st : *(*m)->steps()) {
-            t->steps.push_back({st->step(), st->loss(), st->tokens(), st->step_time_s()});
+            tuning::step_point p{st->step(), st->loss(), st->tokens(), st->step_time_s()};
+            p.warmup = st->warmup();
+            p.observed_at_s = st->observed_at_s().has_value() ? *st->observed_at_s() : -1.0;
+            t->steps.push_back(p);
             add("data", st->data_s());
             add("forward", st->forward_s());
             add("backward", st->backward_s());
@@ -275,6 +302,8 @@ void run_projection::apply(const recorded_event& ev) {
         t->device_seconds = (*m)->device_seconds();
         t->peak_memory_bytes = (*m)->peak_memory_bytes();
         t->detail = (*m)->detail() != nullptr ? (*m)->detail()->str() : "";
+        if ((*m)->final_report() != nullptr && (*m)->final_report()->size() > 0)
+          t->declared = declared_work_of((*m)->final_report()->str());
       }
       break;
     case wire::EventKind::TrialLost:
@@ -312,7 +341,17 @@ void run_projection::apply(const recorded_event& ev) {
         r.estimate.dof = j->value("dof", 0.0);
         r.promotable = j->value("promotable", false);
         r.reason = j->value("reason", "");
-        s.reverifications.push_back(std::move(r));
+        r.round = j->value("round", 1u);
+        r.remeasure = j->value("remeasure", false);
+        // A later round of the same candidate supersedes the earlier one.
+        auto same = std::find_if(s.reverifications.begin(), s.reverifications.end(),
+                                 [&r](const reverification& x) {
+                                   return x.candidate_trial == r.candidate_trial;
+                                 });
+        if (same != s.reverifications.end())
+          *same = std::move(r);
+        else
+          s.reverifications.push_back(std::move(r));
       }
       break;
     case wire::EventKind::CandidatePromoted: s.promotion = document_json(ev); break;

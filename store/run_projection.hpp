@@ -44,6 +44,10 @@ struct reverification {
   tuning::speedup_estimate estimate;
   bool promotable = false;
   std::string reason;
+  /// Measurement round (1, then 2 when the first was re-measured).
+  std::uint32_t round = 1;
+  /// The verifier asked for another round (measured under visibly higher variance).
+  bool remeasure = false;
 };
 
 /// The state of one run.

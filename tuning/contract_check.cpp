@@ -61,21 +61,71 @@ double timed_step_time(const contract_spec& contract, const std::vector<step_poi
   return median(times);
 }
 
+std::string violation_code(const std::string& message) {
+  auto colon = message.find(':');
+  return colon == std::string::npos ? std::string{} : message.substr(0, colon);
+}
+
+clock_check_result clock_check(const contract_spec& contract, const std::vector<step_point>& steps) {
+  clock_check_result r;
+  if (contract.simulated_time) {
+    r.why = "step times are simulated (contract.simulated_time)";
+    return r;
+  }
+  if (!contract.clock_check) {
+    r.why = "waived by the task (contract.clock_check = false)";
+    return r;
+  }
+  auto observed = [&steps](std::uint32_t step) -> const step_point* {
+    for (const auto& s : steps)
+      if (s.step == step && s.observed_at_s >= 0)
+        return &s;
+    return nullptr;
+  };
+  const step_point* a = contract.timed_first > 0 ? observed(contract.timed_first - 1) : nullptr;
+  std::uint32_t first = contract.timed_first;
+  if (a == nullptr) { // no observed step before the window: start at its first step
+    a = observed(first);
+    ++first;
+  }
+  const step_point* b = observed(contract.timed_last);
+  if (a == nullptr || b == nullptr || first > contract.timed_last) {
+    r.why = "fewer than two steps of the timed window were observed by the harness";
+    return r;
+  }
+  r.from_step = a->step;
+  r.to_step = b->step;
+  for (const auto& s : steps)
+    if (s.step >= first && s.step <= contract.timed_last)
+      r.reported_s += s.step_time_s;
+  r.observed_s = b->observed_at_s - a->observed_at_s;
+  // A short observed window is too short to time, unless the reported one is long: then the
+  // lines arrived in a burst (buffered output), which cannot confirm the times either.
+  if (r.observed_s < min_clock_window_s && r.reported_s < 4.0 * min_clock_window_s) {
+    r.why = "the observed window (" + num(r.observed_s) + " s) is too short to time";
+    return r;
+  }
+  r.made = true;
+  return r;
+}
+
 std::vector<std::string> check_contract(const contract_spec& contract, const loss_reference& ref,
                                         const trial_record& trial) {
   std::vector<std::string> v;
   const auto& steps = trial.steps;
-  // Work: the number of steps.
-  if (contract.steps > 0 && steps.size() != contract.steps)
+  const auto& declared = trial.declared;
+  // Work: the number of steps, each reported once, in order.
+  if (contract.steps > 0 && steps.size() != contract.steps) {
     v.push_back("steps: reported " + std::to_string(steps.size()) + " steps, the contract says "
                 + std::to_string(contract.steps));
-  // Work: every step reported once, in order.
-  for (std::size_t i = 0; i < steps.size(); ++i)
-    if (steps[i].step != i) {
-      v.push_back("steps: position " + std::to_string(i) + " reports step "
-                  + std::to_string(steps[i].step) + " (steps must be 0, 1, 2, ... once each)");
-      break;
-    }
+  } else {
+    for (std::size_t i = 0; i < steps.size(); ++i)
+      if (steps[i].step != i) {
+        v.push_back("steps: position " + std::to_string(i) + " reports step "
+                    + std::to_string(steps[i].step) + " (steps must be 0, 1, 2, ... once each)");
+        break;
+      }
+  }
   // Work: tokens per step.
   if (contract.tokens_per_step > 0)
     for (const auto& s : steps)
@@ -85,53 +135,134 @@ std::vector<std::string> check_contract(const contract_spec& contract, const los
                     + std::to_string(contract.tokens_per_step));
         break;
       }
-  // Numerics: finite loss everywhere; within tolerance at the checkpoints.
+  // Work the final line declares: where the workload prints a final line, it must declare the
+  // contract's global batch, parameter and layer counts (a missing key is not a pass).
+  auto declared_check = [&](const char* key, std::uint64_t want,
+                            const std::optional<std::uint64_t>& got) {
+    if (want == 0 || !declared.final_seen)
+      return;
+    if (!got)
+      v.push_back(std::string{key} + ": the final line does not declare " + key
+                  + "; the contract says " + std::to_string(want));
+    else if (*got != want)
+      v.push_back(std::string{key} + ": the final line declares " + key + " = "
+                  + std::to_string(*got) + ", the contract says " + std::to_string(want));
+  };
+  declared_check("global_batch", contract.global_batch, declared.global_batch);
+  declared_check("params", contract.params, declared.params);
+  declared_check("layers", contract.layers, declared.layers);
+  // Numerics: finite loss everywhere.
   for (const auto& s : steps)
     if (!std::isfinite(s.loss)) {
-      v.push_back("loss: step " + std::to_string(s.step) + " reported a non-finite loss ("
-                  + num(s.loss) + ")");
+      v.push_back("loss_non_finite: step " + std::to_string(s.step) + " reported a loss of "
+                  + num(s.loss));
       break;
     }
   std::vector<std::uint32_t> checkpoints = contract.loss_checkpoints;
   if (checkpoints.empty())
     for (const auto& [step, loss] : ref.loss)
       checkpoints.push_back(step);
+  auto loss_at = [&steps](std::uint32_t step) -> const step_point* {
+    for (const auto& s : steps)
+      if (s.step == step)
+        return &s;
+    return nullptr;
+  };
+  // Numerics: the loss must fall where the reference falls. The reference falls when its drop
+  // from the first to the last checkpoint exceeds twice the tolerance there; a trial whose own
+  // drop is under half the reference's did not train (backward or optimizer step skipped).
+  std::vector<std::uint32_t> with_ref;
+  for (auto cp : checkpoints)
+    if (ref.loss.count(cp) != 0)
+      with_ref.push_back(cp);
+  if (with_ref.size() >= 2) {
+    auto first = with_ref.front();
+    auto last = with_ref.back();
+    double ref_drop = ref.loss.at(first) - ref.loss.at(last);
+    const auto* f = loss_at(first);
+    const auto* l = loss_at(last);
+    if (ref_drop > 2.0 * loss_tolerance(contract, ref, last) && f != nullptr && l != nullptr
+        && std::isfinite(f->loss) && std::isfinite(l->loss) && !(f->loss - l->loss > 0.5 * ref_drop))
+      v.push_back("loss_not_falling: the loss went " + num(f->loss) + " -> " + num(l->loss)
+                  + " from step " + std::to_string(first) + " to step " + std::to_string(last)
+                  + " while the reference fell " + num(ref.loss.at(first)) + " -> "
+                  + num(ref.loss.at(last)) + " (backward or optimizer step skipped?)");
+  }
+  // Numerics: within tolerance of the reference at every checkpoint (first failure reported).
   for (auto cp : checkpoints) {
     auto r = ref.loss.find(cp);
     if (r == ref.loss.end())
       continue; // no reference for this step (the baseline did not report it)
-    auto it = std::find_if(steps.begin(), steps.end(),
-                           [cp](const step_point& s) { return s.step == cp; });
-    if (it == steps.end()) {
-      v.push_back("loss: checkpoint step " + std::to_string(cp) + " was not reported");
+    const auto* s = loss_at(cp);
+    if (s == nullptr) {
+      v.push_back("loss_drift: checkpoint step " + std::to_string(cp) + " was not reported");
       break;
     }
+    if (!std::isfinite(s->loss))
+      break; // reported above
     double tol = loss_tolerance(contract, ref, cp);
-    double diff = std::abs(it->loss - r->second);
+    double diff = std::abs(s->loss - r->second);
     if (!(diff <= tol)) {
-      v.push_back("loss: step " + std::to_string(cp) + " loss " + num(it->loss)
+      v.push_back("loss_drift: step " + std::to_string(cp) + " loss " + num(s->loss)
                   + " differs from the reference " + num(r->second) + " by " + num(diff)
                   + " (tolerance " + num(tol) + ")");
       break;
     }
   }
-  // Timing: the contracted window must be reported.
-  if (contract.steps > 0 && timed_step_time(contract, steps) <= 0)
-    v.push_back("timing: the timed window [" + std::to_string(contract.timed_first) + ", "
-                + std::to_string(contract.timed_last) + "] is not fully reported");
-  // Timing: reported step times cannot add up to more than the wall time.
-  double sum = 0;
-  for (const auto& s : steps)
-    sum += s.step_time_s;
-  if (trial.wall_time_s > 0 && sum > trial.wall_time_s * (1.0 + contract.wall_tolerance))
-    v.push_back("timing: step times add up to " + num(sum) + " s but the trial took "
-                + num(trial.wall_time_s) + " s of wall time");
+  // Timing: the contract's window, warm-up excluded, fully reported; the workload's own window
+  // (declared in its final line, or by warm-up marks) must be the contract's.
+  if (contract.steps > 0) {
+    std::string window = "[" + std::to_string(contract.timed_first) + ", "
+                         + std::to_string(contract.timed_last) + "]";
+    if (declared.timed_steps
+        && (declared.timed_steps->first != contract.timed_first
+            || declared.timed_steps->second != contract.timed_last)) {
+      v.push_back("timed_window: the workload timed steps ["
+                  + std::to_string(declared.timed_steps->first) + ", "
+                  + std::to_string(declared.timed_steps->second) + "], the contract's window is "
+                  + window);
+    } else if (timed_step_time(contract, steps) <= 0) {
+      v.push_back("timed_window: the contract's window " + window + " is not fully reported");
+    } else {
+      for (const auto& s : steps)
+        if (s.warmup && s.step >= contract.timed_first && s.step <= contract.timed_last) {
+          v.push_back("timed_window: step " + std::to_string(s.step)
+                      + " is marked warm-up but lies in the contract's timed window " + window);
+          break;
+        }
+    }
+  }
+  // Timing: step times positive and finite.
+  bool times_reported = false;
   for (const auto& s : steps)
     if (!(s.step_time_s > 0) || !std::isfinite(s.step_time_s)) {
-      v.push_back("timing: step " + std::to_string(s.step) + " reported step time "
-                  + num(s.step_time_s));
+      v.push_back("step_times: step " + std::to_string(s.step) + " reported a step time of "
+                  + num(s.step_time_s) + " s");
+      times_reported = true;
       break;
     }
+  if (!times_reported && !contract.simulated_time) {
+    // Timing: reported step times cannot add up to more than the wall time.
+    double sum = 0;
+    for (const auto& s : steps)
+      sum += s.step_time_s;
+    if (trial.wall_time_s > 0 && sum > trial.wall_time_s * (1.0 + contract.wall_tolerance)) {
+      v.push_back("step_times: step times add up to " + num(sum) + " s but the trial took "
+                  + num(trial.wall_time_s) + " s of wall time");
+    } else {
+      // Timing: the timed window against the harness clock (fake timers, unit slips). The same
+      // comparison is the throughput cross-check: tokens / reported time vs tokens / observed.
+      auto c = clock_check(contract, steps);
+      if (c.made && std::abs(c.disagreement()) > contract.clock_tolerance)
+        v.push_back("step_times: steps " + std::to_string(c.from_step + 1) + ".."
+                    + std::to_string(c.to_step) + " report " + num(c.reported_s)
+                    + " s in total but the harness clock saw " + num(c.observed_s)
+                    + " s between their metrics lines (" + num(100.0 * c.disagreement())
+                    + "%, tolerance " + num(100.0 * contract.clock_tolerance) + "%)"
+                    + (c.disagreement() < 0 ? ": a fake or partial step timer"
+                                            : ": lines arrived late (buffered stdout?)"));
+    }
+  }
   return v;
 }
 

@@ -137,6 +137,21 @@ struct contract_spec {
   /// Reported time must agree with wall time: the sum of step times may not exceed the trial's
   /// wall time by more than this fraction. Default 0.10.
   double wall_tolerance = 0.10;
+  /// The work the workload's final line must declare where it reports it (0: not checked):
+  /// sequences per optimizer step over all ranks, parameter count, layer count.
+  std::uint64_t global_batch = 0;
+  std::uint64_t params = 0;
+  std::uint32_t layers = 0;
+  /// Harness-clock cross-check of the timed window: the reported step times of the window must
+  /// agree with the intervals between the arrivals of their metrics lines (read by the
+  /// node-runner) within this fraction. Default 0.10. Catches fake timers and unit slips.
+  double clock_tolerance = 0.10;
+  /// Whether the clock cross-check applies. Default true. Set false only for workloads that
+  /// cannot print their metrics lines as the steps end (the report then says it was waived).
+  bool clock_check = true;
+  /// The reported step times are simulated seconds (workloads/sim), not wall-clock seconds:
+  /// every check against the harness clock or the trial's wall time is skipped. Default false.
+  bool simulated_time = false;
 };
 
 /// Which files a candidate may change (globs relative to the workload directory).

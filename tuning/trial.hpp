@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <vector>
+#include <utility>
 
 #include "tuning/task.hpp"
 
@@ -42,6 +43,21 @@ struct step_point {
   double loss = 0.0;
   std::uint64_t tokens = 0;
   double step_time_s = 0.0;
+  /// The workload marked the step as warm-up.
+  bool warmup = false;
+  /// When the harness read the step's metrics line, seconds since launch (< 0: not observed).
+  double observed_at_s = -1.0;
+};
+
+/// What the workload's final line declares (json_lines workloads; all unset for regex ones).
+struct declared_work {
+  /// A final line was printed.
+  bool final_seen = false;
+  std::optional<std::uint64_t> global_batch;
+  std::optional<std::uint64_t> params;
+  std::optional<std::uint64_t> layers;
+  /// "timed_steps": [first, last] inclusive.
+  std::optional<std::pair<std::uint32_t, std::uint32_t>> timed_steps;
 };
 
 /// One trial attempt and what is known about it.
@@ -55,6 +71,8 @@ struct trial_record {
   bool finished = false;
   trial_outcome outcome = trial_outcome::unset;
   std::vector<step_point> steps;
+  /// The final line's declarations.
+  declared_work declared;
   double wall_time_s = 0.0;
   double device_seconds = 0.0;
   std::uint64_t peak_memory_bytes = 0;

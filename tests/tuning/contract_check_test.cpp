@@ -42,7 +42,7 @@ TEST(ContractCheck, ReferenceAndCalibratedTolerance) {
   EXPECT_TRUE(check_contract(contract(), ref, run(0.0025)).empty());
   auto v = check_contract(contract(), ref, run(0.01));
   ASSERT_EQ(v.size(), 1u);
-  EXPECT_EQ(v[0].rfind("loss: step 0 loss 5.01 differs from the reference 5.001 by 0.009", 0), 0u)
+  EXPECT_EQ(v[0].rfind("loss_drift: step 0 loss 5.01 differs from the reference 5.001 by 0.009", 0), 0u)
     << v[0];
 }
 
@@ -62,7 +62,7 @@ TEST(ContractCheck, NanNeverPasses) {
   t.steps[2].loss = std::numeric_limits<double>::quiet_NaN();
   auto v = check_contract(contract(), ref, t);
   ASSERT_FALSE(v.empty());
-  EXPECT_NE(v[0].find("non-finite loss"), std::string::npos);
+  EXPECT_EQ(v[0], "loss_non_finite: step 2 reported a loss of nan");
 }
 
 TEST(ContractCheck, TimingWindowAndWallTime) {
@@ -77,7 +77,105 @@ TEST(ContractCheck, TimingWindowAndWallTime) {
   fake_timer.steps[1].step_time_s = 0;
   v = check_contract(contract(), ref, fake_timer);
   ASSERT_FALSE(v.empty());
-  EXPECT_NE(v.back().find("timing: step 1 reported step time 0"), std::string::npos);
+  EXPECT_EQ(v.back(), "step_times: step 1 reported a step time of 0 s");
+}
+
+/// A run whose metrics lines were read `gap_s` seconds apart (the harness clock).
+trial_record observed(double reported_scale, double gap_s = 0.5) {
+  auto t = run();
+  t.wall_time_s = 10.0;
+  for (auto& s : t.steps) {
+    s.observed_at_s = 1.0 + gap_s * s.step;
+    s.step_time_s = gap_s * reported_scale;
+  }
+  return t;
+}
+
+TEST(ContractCheck, StepTimesAgainstTheHarnessClock) {
+  auto ref = make_loss_reference({run()});
+  // Honest: steps 1..3 report 1.5 s, the clock saw 1.5 s between the lines of steps 0 and 3.
+  auto honest = observed(1.0);
+  auto c = clock_check(contract(), honest.steps);
+  ASSERT_TRUE(c.made) << c.why;
+  EXPECT_EQ(c.from_step, 0u);
+  EXPECT_EQ(c.to_step, 3u);
+  EXPECT_DOUBLE_EQ(c.reported_s, 1.5);
+  EXPECT_DOUBLE_EQ(c.observed_s, 1.5);
+  EXPECT_TRUE(check_contract(contract(), ref, honest).empty());
+  EXPECT_TRUE(check_contract(contract(), ref, observed(1.09)).empty()); // within 10 %
+  // A timer running 40 % slow: -40 % against the clock.
+  auto fake = check_contract(contract(), ref, observed(0.6));
+  ASSERT_EQ(fake.size(), 1u);
+  EXPECT_EQ(fake[0].rfind("step_times: steps 1..3 report 0.9 s in total but the harness clock saw "
+                          "1.5 s between their metrics lines (-40%",
+                          0),
+            0u)
+    << fake[0];
+  EXPECT_NE(fake[0].find("a fake or partial step timer"), std::string::npos);
+  // Lines that arrive in one burst cannot confirm 1.5 s of reported time.
+  auto burst = check_contract(contract(), ref, observed(1000.0, 0.0005));
+  ASSERT_EQ(burst.size(), 1u);
+  EXPECT_NE(burst[0].find("buffered stdout?"), std::string::npos) << burst[0];
+  // Simulated step times and a waived check are not compared with the clock.
+  auto sim = contract();
+  sim.simulated_time = true;
+  EXPECT_TRUE(check_contract(sim, ref, observed(0.6)).empty());
+  EXPECT_FALSE(clock_check(sim, observed(0.6).steps).made);
+  auto waived = contract();
+  waived.clock_check = false;
+  EXPECT_TRUE(check_contract(waived, ref, observed(0.6)).empty());
+  // Not observed at all (a result built elsewhere): the check is not made.
+  EXPECT_FALSE(clock_check(contract(), run().steps).made);
+}
+
+TEST(ContractCheck, TimedWindowMustBeTheContracts) {
+  auto ref = make_loss_reference({run()});
+  auto t = run();
+  t.declared.final_seen = true;
+  t.declared.timed_steps = std::pair<std::uint32_t, std::uint32_t>{2, 3};
+  auto v = check_contract(contract(), ref, t);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0], "timed_window: the workload timed steps [2, 3], the contract's window is [1, 3]");
+  t.declared.timed_steps = std::pair<std::uint32_t, std::uint32_t>{1, 3};
+  EXPECT_TRUE(check_contract(contract(), ref, t).empty());
+  t.steps[1].warmup = true; // a warm-up mark inside the window
+  v = check_contract(contract(), ref, t);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0], "timed_window: step 1 is marked warm-up but lies in the contract's timed window [1, 3]");
+}
+
+TEST(ContractCheck, DeclaredWorkMustMatchWhereTheFinalLineDeclaresIt) {
+  auto ref = make_loss_reference({run()});
+  auto c = contract();
+  c.global_batch = 16;
+  c.params = 1000;
+  c.layers = 6;
+  auto t = run();
+  EXPECT_TRUE(check_contract(c, ref, t).empty()); // no final line (a regex workload)
+  t.declared.final_seen = true;
+  t.declared.global_batch = 16;
+  t.declared.params = 1000;
+  t.declared.layers = 6;
+  EXPECT_TRUE(check_contract(c, ref, t).empty());
+  t.declared.layers = 3;
+  t.declared.params.reset();
+  auto v = check_contract(c, ref, t);
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_EQ(v[0], "params: the final line does not declare params; the contract says 1000");
+  EXPECT_EQ(v[1], "layers: the final line declares layers = 3, the contract says 6");
+}
+
+TEST(ContractCheck, LossThatDoesNotFallIsNamed) {
+  auto ref = make_loss_reference({run()}); // 5.0, 4.5, 4.0, 3.5
+  auto frozen = run();
+  for (auto& s : frozen.steps)
+    s.loss = 5.0; // nothing trains
+  auto v = check_contract(contract(), ref, frozen);
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_EQ(v[0], "loss_not_falling: the loss went 5 -> 5 from step 0 to step 3 while the "
+                  "reference fell 5 -> 3.5 (backward or optimizer step skipped?)");
+  EXPECT_EQ(violation_code(v[1]), "loss_drift");
+  EXPECT_EQ(violation_code(v[0]), "loss_not_falling");
 }
 
 } // namespace
