@@ -16,6 +16,7 @@
 #include "adapters/environment.hpp"
 #include "adapters/process.hpp"
 #include "messages/errc.hpp"
+#include "tuning/planner.hpp"
 
 namespace infrarsi::adapters {
 
@@ -557,6 +558,15 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
     return report;
   };
 
+  // The search space's constraints hold before anything is copied or launched.
+  {
+    tuning::configuration config;
+    config.knobs = *knobs;
+    auto v = tuning::constraint_violation(task, config);
+    if (!v.empty()) // "constraint 'EXPR' is false for a=1, b=2"
+      return finish({wire::Outcome::ContractViolation, 0,
+                     "constraint: " + v.substr(std::string{"constraint "}.size())});
+  }
   if (!req.patches.empty() || !req.scope_lock.empty()) {
     std::string failure;
     std::string violation;

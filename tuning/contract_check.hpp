@@ -48,6 +48,9 @@ double timed_step_time(const contract_spec& contract, const std::vector<step_poi
 ///   step_times       reported step times disagree with the harness clock or the wall time
 ///                    (fake timers, unit slips), or are not positive
 ///   scope            (set by the node-runner, before launch) a file changed outside the scope
+///   constraint       (set by the node-runner, before launch) the configuration breaks one of
+///                    the task's constraints, e.g. "constraint: 'heads % tp == 0' is false for
+///                    heads=32, tp=3"
 /// e.g. "tokens: step 3 reported 2048 tokens, the contract says 4096".
 std::string violation_code(const std::string& message);
 

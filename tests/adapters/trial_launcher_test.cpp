@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include "adapters/environment.hpp"
 #include "adapters/process.hpp"
 #include "runtime/task_file.hpp"
 #include "test_util.hpp"
@@ -236,6 +237,45 @@ TEST_F(TrialLauncherTest, UnknownKnobOrOutOfDomainValueIsAToolError) {
   r = run_trial(req);
   ASSERT_FALSE(r);
   EXPECT_NE(describe(r.error()).find("no knob 'wrold_size'"), std::string::npos);
+}
+
+TEST_F(TrialLauncherTest, ConstraintViolationIsNeverLaunched) {
+  auto task = fake_task();
+  task.constants["global_batch"] = std::int64_t{8};
+  task.constraints = {"global_batch % world_size == 0"};
+  auto r = run(task, {{"world_size", std::int64_t{3}}});
+  EXPECT_EQ(r.result->outcome(), wire::Outcome::ContractViolation);
+  EXPECT_EQ(r.result->detail()->str(),
+            "constraint: 'global_batch % world_size == 0' is false for global_batch=8, world_size=3");
+  EXPECT_TRUE(r.result->steps() == nullptr || r.result->steps()->size() == 0);
+  EXPECT_TRUE(r.report.log_files.empty()); // no rank was started
+}
+
+/// Every trial with a scope lock runs in a fresh copy that must match the lock; a patch naming
+/// a frozen path is refused before it is applied.
+TEST_F(TrialLauncherTest, ScopeLockRunsInACopyAndRefusesFrozenEdits) {
+  auto task = runtime::load_task_file(data_dir + "/tasks/fake_tune.toml");
+  ASSERT_TRUE(task) << describe(task.error());
+  trial_request req;
+  req.task = &*task;
+  req.trial_dir = dir.sub("locked"); // every knob at its default
+  for (const auto& rel : match_scope(task->workload.workdir, {"fake_train.py", "regex_train.py"}))
+    req.scope_lock[rel] = *sha256_file(task->workload.workdir + "/" + rel);
+  ASSERT_EQ(req.scope_lock.size(), 2u);
+  auto ok = run_trial(req);
+  ASSERT_TRUE(ok) << describe(ok.error());
+  EXPECT_EQ(ok->result->outcome(), wire::Outcome::Ok) << ok->result->detail()->str();
+  EXPECT_EQ(ok->workdir, dir.sub("locked/workdir")); // a copy, not the workload itself
+  // A lock that does not match the workload (edited since init) refuses to launch.
+  req.scope_lock["regex_train.py"] = std::string(64, '0');
+  auto refused = run_trial(req);
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->result->outcome(), wire::Outcome::ContractViolation);
+  EXPECT_EQ(refused->result->detail()->str().rfind(
+              "scope: 'regex_train.py' changed since the scope was locked at init", 0),
+            0u)
+    << refused->result->detail()->str();
+  EXPECT_TRUE(refused->log_files.empty());
 }
 
 } // namespace
