@@ -12,6 +12,7 @@
 #include <thread>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "adapters/trial_launcher.hpp"
 #include "runtime/task_file.hpp"
@@ -176,6 +177,26 @@ TEST_F(TorchGpt, KillingOneRankEndsTheTrialWithinTenSecondsWithNothingLeft) {
     << o.result->detail()->str();
   EXPECT_LT(std::chrono::duration<double>(ended_at - killed_at).count(), 10.0);
   EXPECT_TRUE(trial_processes(trial_dir, -1).empty());
+}
+
+/// The work the shipped tasks' contracts name is the work train.py declares: a task whose
+/// `params`, `layers` or `global_batch` were wrong would reject every trial, the baseline included.
+TEST_F(TorchGpt, ShippedTasksDeclareTheWorkTrainPyDoes) {
+  for (const char* name : {"torch_gpt", "torch_gpt_contract"}) {
+    SCOPED_TRACE(name);
+    auto shipped = runtime::load_task_file(std::string{INFRARSI_SOURCE_DIR} + "/config/tasks/" + name
+                                        + ".toml");
+    ASSERT_TRUE(shipped) << describe(shipped.error());
+    // One step is enough to print the final line (argparse: the last --steps wins).
+    shipped->workload.argv.insert(shipped->workload.argv.end(), {"--steps", "1", "--warmup-steps", "0"});
+    auto o = run(*shipped, {}, dir.sub(name));
+    ASSERT_EQ(o.result->outcome(), wire::Outcome::Ok) << o.result->detail()->str();
+    auto final_line = nlohmann::json::parse(o.result->final_report()->str());
+    EXPECT_EQ(final_line["params"].get<std::uint64_t>(), shipped->contract.params);
+    EXPECT_EQ(final_line["layers"].get<std::uint32_t>(), shipped->contract.layers);
+    EXPECT_EQ(final_line["global_batch"].get<std::uint64_t>(), shipped->contract.global_batch);
+    EXPECT_EQ(final_line["tokens_per_step"].get<std::uint64_t>(), shipped->contract.tokens_per_step);
+  }
 }
 
 } // namespace
