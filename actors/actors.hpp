@@ -11,6 +11,7 @@
 #include <caf/all.hpp>
 #include <zmq.hpp>
 
+#include "actors/decisions.hpp"
 #include "actors/interfaces.hpp"
 #include "store/event_log.hpp"
 #include "store/experience_bank.hpp"
@@ -20,14 +21,6 @@
 
 namespace infrarsi::actors {
 
-/// Purpose suffix of a candidate's re-verification runs ("verify-baseline" + tag,
-/// "verify-candidate" + tag): "/<id>" for the first round, "/<id>#<round>" after.
-inline std::string verify_tag(std::uint64_t candidate, std::uint32_t round) {
-  return "/" + std::to_string(candidate) + (round > 1 ? "#" + std::to_string(round) : "");
-}
-
-/// The planner's input for a run as folded so far (also what a replay recomputes).
-tuning::planner_input planner_input_for(const tuning::task_spec& task, const store::run_state& run);
 
 /// planner: folds the run and calls tuning::seeded_local_search.
 planner_actor::behavior_type planner(planner_actor::pointer self, const store::event_log* log,
@@ -71,6 +64,8 @@ struct supervisor_options {
   std::string until = "apply";
   /// Progress lines (one per trial) go here.
   std::ostream* progress = nullptr;
+  /// When set, "SEQUENCE KIND\n" is written and flushed here after every acknowledged append.
+  std::ostream* append_trace = nullptr;
 };
 
 /// The supervisor: the run's stage machine init -> doctor -> run -> report -> apply. Runs on its

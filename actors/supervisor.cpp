@@ -34,8 +34,8 @@ public:
     if (!state)
       return {describe(state.error()), 1};
     next_trial_ = state->next_trial_id();
-    if (auto err = requeue_lost(*state))
-      return {describe(err), 1};
+    if (auto err = resume_pending(*state))
+      return {"resume: " + describe(err), 1};
     for (const char* stage : {"init", "doctor", "run", "report", "apply"}) {
       auto now = load();
       if (!now)
@@ -127,6 +127,8 @@ private:
     if (!r)
       return std::move(r.error());
     version_ = r->version;
+    if (o_.append_trace != nullptr)
+      *o_.append_trace << version_ - 1 << ' ' << static_cast<unsigned>(kind) << std::endl;
     return caf::none;
   }
 
@@ -197,13 +199,27 @@ private:
     return {};
   }
 
+  /// A trial is tried at most this many times (the first attempt and re-queues after losses).
+  static constexpr std::uint32_t max_attempts = 4;
+
   caf::expected<tuning::trial_record> run_trial(const configuration& c, const std::string& purpose,
                                                 bool verify = true) {
-    auto id = next_trial_++;
-    for (std::uint32_t attempt = 0; attempt < 2; ++attempt) {
+    return run_attempts(next_trial_++, 0, c, purpose, verify, false);
+  }
+
+  /// Runs trial `id` from attempt `first` on until an attempt ends (a lost attempt is re-queued
+  /// once, as the next attempt, up to max_attempts). `proposed`: the first attempt's
+  /// TrialProposed is already logged (a queued trial found on restart).
+  caf::expected<tuning::trial_record> run_attempts(std::uint64_t id, std::uint32_t first,
+                                                   const configuration& c,
+                                                   const std::string& purpose, bool verify,
+                                                   bool proposed) {
+    std::uint32_t attempt = first;
+    for (; attempt < max_attempts; ++attempt) {
       auto spec = spec_for(c, id, attempt, purpose);
-      if (auto err = append(wire::EventKind::TrialProposed, spec.bytes()))
-        return err;
+      if (!(proposed && attempt == first))
+        if (auto err = append(wire::EventKind::TrialProposed, spec.bytes()))
+          return err;
       // Scope is checked before launch: a patch outside the editable scope never runs.
       if (auto violation = scope_violation(c); !violation.empty()) {
         wire::TrialResultT r;
@@ -214,10 +230,7 @@ private:
         if (auto err = append(wire::EventKind::TrialCompleted,
                               messages::trial_result_msg::pack(r).bytes()))
           return err;
-        auto state = load();
-        if (!state)
-          return std::move(state.error());
-        return *state->find(id, attempt);
+        return finish_attempt(id, attempt, verify);
       }
       if (auto err = append(wire::EventKind::TrialDispatched, spec.bytes()))
         return err;
@@ -232,43 +245,84 @@ private:
         if (auto err = append(wire::EventKind::TrialLost, spec.bytes()))
           return err;
         progress() << "trial " << id << " attempt " << attempt << " lost: "
-                   << describe(result.error()) << (attempt == 0 ? " (re-queued)" : "") << '\n';
+                   << describe(result.error())
+                   << (attempt + 1 < max_attempts ? " (re-queued)" : "") << '\n';
         continue;
       }
       if (auto err = append(wire::EventKind::TrialCompleted, result->bytes()))
         return err;
-      if (verify) {
-        auto state = load();
-        if (!state)
-          return std::move(state.error());
-        const auto* t = state->find(id, attempt);
-        auto verdict = ask_verifier_check(*t);
-        if (!verdict)
-          return std::move(verdict.error());
-        if (auto err = append_doc(wire::EventKind::TrialVerified, "verdict/1", *verdict))
-          return err;
-      }
-      auto state = load();
-      if (!state)
-        return std::move(state.error());
-      return *state->find(id, attempt);
+      return finish_attempt(id, attempt, verify);
     }
     auto state = load();
     if (!state)
       return std::move(state.error());
-    return *state->find(id, 1);
+    return *state->find(id, attempt - 1);
   }
 
-  /// A trial dispatched before a crash and never finished: lost, and re-queued once.
-  caf::error requeue_lost(const store::run_state& state) {
-    for (const auto& t : state.trials) {
-      if (t.finished)
-        continue;
-      auto spec = spec_for(t.config, t.trial_id, t.attempt, t.purpose);
-      if (auto err = append(wire::EventKind::TrialLost, spec.bytes()))
+  /// After an attempt's terminal event: the verifier's verdict (logged), then its record.
+  caf::expected<tuning::trial_record> finish_attempt(std::uint64_t id, std::uint32_t attempt,
+                                                     bool verify) {
+    auto state = load();
+    if (!state)
+      return std::move(state.error());
+    if (verify) {
+      auto verdict = ask_verifier_check(*state->find(id, attempt));
+      if (!verdict)
+        return std::move(verdict.error());
+      if (auto err = append_doc(wire::EventKind::TrialVerified, "verdict/1", *verdict))
         return err;
-      progress() << "trial " << t.trial_id << " attempt " << t.attempt
-                 << " was dispatched before a restart and never finished: lost\n";
+      state = load();
+      if (!state)
+        return std::move(state.error());
+    }
+    return *state->find(id, attempt);
+  }
+
+  /// On restart: nothing the log holds is forgotten. A trial dispatched and never finished is
+  /// lost (logged) and re-queued once as its next attempt, with the same trial id, so the
+  /// remaining decisions are those an uninterrupted run would make; a trial proposed but never
+  /// dispatched is dispatched now; a trial that ended but was never verified is verified now
+  /// (baselines are verified by the doctor once it has calibrated).
+  caf::error resume_pending(const store::run_state& state) {
+    struct pending {
+      std::uint64_t id;
+      std::uint32_t attempt;
+      configuration config;
+      std::string purpose;
+      bool dispatched;
+    };
+    std::vector<pending> todo;
+    std::vector<std::pair<std::uint64_t, std::uint32_t>> unverified;
+    for (const auto& t : state.trials) {
+      if (!t.finished)
+        todo.push_back({t.trial_id, t.attempt, t.config, t.purpose, t.dispatched});
+      else if (!t.verified && t.purpose != "baseline" && t.outcome != tuning::trial_outcome::lost)
+        unverified.emplace_back(t.trial_id, t.attempt);
+    }
+    for (const auto& [id, attempt] : unverified)
+      if (auto r = finish_attempt(id, attempt, true); !r)
+        return std::move(r.error());
+    for (const auto& p : todo) {
+      bool verify = p.purpose != "baseline";
+      if (p.dispatched) {
+        auto spec = spec_for(p.config, p.id, p.attempt, p.purpose);
+        if (auto err = append(wire::EventKind::TrialLost, spec.bytes()))
+          return err;
+        progress() << "trial " << p.id << " attempt " << p.attempt
+                   << " was dispatched before a restart and never finished: lost"
+                   << (p.attempt + 1 < max_attempts ? ", re-queued as attempt "
+                                                        + std::to_string(p.attempt + 1)
+                                                    : std::string{})
+                   << '\n';
+        if (p.attempt + 1 < max_attempts)
+          if (auto r = run_attempts(p.id, p.attempt + 1, p.config, p.purpose, verify, false); !r)
+            return std::move(r.error());
+      } else {
+        progress() << "trial " << p.id << " attempt " << p.attempt
+                   << " was queued before a restart: dispatched now\n";
+        if (auto r = run_attempts(p.id, p.attempt, p.config, p.purpose, verify, true); !r)
+          return std::move(r.error());
+      }
     }
     return caf::none;
   }
@@ -304,21 +358,7 @@ private:
     for (const auto* part : {&editable, &frozen})
       for (const auto& [rel, sha] : part->items())
         scope_lock_[rel] = sha.get<std::string>();
-    nlohmann::json contract = {
-      {"steps", task_.contract.steps},
-      {"tokens_per_step", task_.contract.tokens_per_step},
-      {"timed_steps", {task_.contract.timed_first, task_.contract.timed_last}},
-      {"loss_checkpoints", task_.contract.loss_checkpoints},
-      {"loss_rtol", task_.contract.loss_rtol},
-      {"loss_atol", task_.contract.loss_atol},
-      {"wall_tolerance", task_.contract.wall_tolerance},
-      {"global_batch", task_.contract.global_batch},
-      {"params", task_.contract.params},
-      {"layers", task_.contract.layers},
-      {"clock_tolerance", task_.contract.clock_tolerance},
-      {"clock_check", task_.contract.clock_check},
-      {"simulated_time", task_.contract.simulated_time},
-      {"constraints", task_.constraints}};
+    auto contract = contract_json(task_);
     auto hardware = adapters::hardware_description();
     hardware_fp_ = adapters::hardware_fingerprint(hardware);
     nlohmann::json knobs = nlohmann::json::array();
@@ -351,12 +391,29 @@ private:
       if (!violation.empty())
         progress() << "init: patch '" << p.name << "' is excluded: " << violation << '\n';
     }
+    // Patches that cannot be applied together, found once here: never proposed together.
+    std::vector<std::string> in_scope;
+    for (const auto& [name, p] : patches.items())
+      if (p.value("in_scope", false))
+        in_scope.push_back(name);
+    nlohmann::json conflicts = nlohmann::json::array();
+    if (in_scope.size() > 1) {
+      auto pairs = adapters::patch_conflicts(task_, in_scope, o_.run_dir + "/patch-check");
+      if (!pairs)
+        return std::move(pairs.error());
+      for (const auto& [a, b] : *pairs) {
+        conflicts.push_back({a, b});
+        progress() << "init: patches '" << a << "' and '" << b
+                   << "' do not apply together: never proposed together\n";
+      }
+    }
     nlohmann::json doc = {{"task", task_.source},
                           {"task_sha256", task_hash},
                           {"contract", contract},
                           {"contract_hash", adapters::sha256_hex(contract.dump())},
                           {"knobs", knobs},
                           {"patches", patches},
+                          {"patch_conflicts", conflicts},
                           {"scope", {{"editable", editable}, {"frozen", frozen}}},
                           {"hardware", hardware},
                           {"hardware_fingerprint", hardware_fp_},
@@ -497,25 +554,7 @@ private:
     if (!state)
       return std::move(state.error());
     auto base = tuning::baseline_configuration(task_);
-    double base_time = state->noise ? state->noise->mean_step_time_s : 0.0;
-    std::vector<const tuning::trial_record*> ranked;
-    for (const auto& t : state->trials)
-      if (t.purpose == "explore" && t.usable() && !(t.config == base)
-          && t.timed_step_time_s < base_time) {
-        bool dup = false;
-        for (const auto* r : ranked)
-          dup = dup || r->config == t.config;
-        if (!dup)
-          ranked.push_back(&t);
-      }
-    std::stable_sort(ranked.begin(), ranked.end(), [](const auto* a, const auto* b) {
-      return a->timed_step_time_s < b->timed_step_time_s;
-    });
-    if (ranked.size() > task_.budget.verify_top)
-      ranked.resize(task_.budget.verify_top);
-    std::vector<std::pair<std::uint64_t, configuration>> candidates;
-    for (const auto* r : ranked)
-      candidates.emplace_back(r->trial_id, r->config);
+    auto candidates = reverify_candidates(task_, *state);
     for (const auto& [id, config] : candidates)
       for (std::uint32_t round = 1; round <= 2; ++round) {
         // Round 1 always; round 2 only when round 1 asked for it. A round already logged (a
@@ -549,13 +588,22 @@ private:
                  << task_.budget.verify_repeats << " interleaved pairs"
                  << (round > 1 ? " (round " + std::to_string(round) + ")" : std::string{}) << "\n";
       auto tag = verify_tag(id, round);
+      // Pairs already run before a restart count; only the missing runs are made, in ABAB order.
+      std::uint32_t base_done = 0;
+      std::uint32_t cand_done = 0;
+      if (auto state = load())
+        for (const auto& t : state->trials)
+          if (t.finished && t.outcome != tuning::trial_outcome::lost) {
+            base_done += t.purpose == "verify-baseline" + tag ? 1 : 0;
+            cand_done += t.purpose == "verify-candidate" + tag ? 1 : 0;
+          }
       for (std::uint32_t i = 0; i < task_.budget.verify_repeats; ++i) {
-        auto a = run_trial(base, "verify-baseline" + tag);
-        if (!a)
-          return std::move(a.error());
-        auto b = run_trial(config, "verify-candidate" + tag);
-        if (!b)
-          return std::move(b.error());
+        if (i >= base_done)
+          if (auto a = run_trial(base, "verify-baseline" + tag); !a)
+            return std::move(a.error());
+        if (i >= cand_done)
+          if (auto b = run_trial(config, "verify-candidate" + tag); !b)
+            return std::move(b.error());
       }
       auto doc = ask<std::string>(verifier_,
                                   [this] { verifier_ = self_->spawn(verifier, o_.log, o_.task); },
@@ -576,34 +624,15 @@ private:
 
   /// Promotion: the promotable candidate with the highest verified speedup.
   caf::error promote() {
-    auto base = tuning::baseline_configuration(task_);
     auto state = load();
     if (!state)
       return std::move(state.error());
+    auto decision = promotion_decision(task_, *state);
     const store::reverification* winner = nullptr;
-    for (const auto& r : state->reverifications)
-      if (r.promotable && (winner == nullptr || r.estimate.speedup > winner->estimate.speedup))
-        winner = &r;
-    nlohmann::json decision;
-    if (winner == nullptr) {
-      decision = {{"promoted", false},
-                  {"reason", state->reverifications.empty()
-                               ? "no verified trial was faster than the baseline"
-                               : "no candidate's speedup interval cleared the minimum detectable "
-                                 "speedup"}};
-    } else {
-      decision = {{"promoted", true},
-                  {"candidate_trial", winner->candidate_trial},
-                  {"config", store::to_json(winner->config)},
-                  {"change", winner->config.diff_from(base)},
-                  {"speedup", winner->estimate.speedup},
-                  {"ci_low", winner->estimate.ci_low},
-                  {"ci_high", winner->estimate.ci_high},
-                  {"pairs", winner->candidate_times_s.size()},
-                  {"min_detectable_speedup",
-                   state->noise ? state->noise->min_detectable_speedup : 0.0},
-                  {"reason", winner->reason}};
-    }
+    if (decision.value("promoted", false))
+      for (const auto& r : state->reverifications)
+        if (r.candidate_trial == decision.value("candidate_trial", std::uint64_t{0}))
+          winner = &r;
     if (auto err = append_doc(wire::EventKind::CandidatePromoted, "promotion/1", decision.dump()))
       return err;
     if (winner != nullptr && o_.bank != nullptr) {

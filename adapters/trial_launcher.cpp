@@ -340,6 +340,43 @@ struct supervisor {
   }
 };
 
+/// Runs `git apply [--check] PATCH` in `dir` as a plain patch tool; false (with git's stderr in
+/// `err_text`) when it does not apply or git cannot run.
+bool git_apply(const std::string& patch_file, const std::string& dir, bool check_only,
+               std::string& err_text) {
+  // Inside an enclosing git work tree (a store under the project), `git apply` would read
+  // the patch's paths relative to that repository and silently skip files outside the current
+  // directory; stop repository discovery at the copy, so it applies as a plain patch tool.
+  auto env = current_environment();
+  env["GIT_CEILING_DIRECTORIES"] = fs::path{dir}.parent_path().string();
+  env.erase("GIT_DIR");
+  env.erase("GIT_WORK_TREE");
+  std::vector<std::string> argv = {"git", "apply", "--whitespace=nowarn"};
+  if (check_only)
+    argv.push_back("--check");
+  argv.push_back(patch_file);
+  auto child = spawn(spawn_request{argv, env, dir});
+  if (!child) {
+    err_text = "cannot run git apply: " + describe(child.error());
+    return false;
+  }
+  char buf[4096];
+  for (;;) {
+    pollfd pfd{child->stderr_fd, POLLIN, 0};
+    ::poll(&pfd, 1, 1000);
+    auto n = ::read(child->stderr_fd, buf, sizeof buf);
+    if (n > 0)
+      err_text.append(buf, static_cast<std::size_t>(n));
+    else if (n == 0 || (errno != EAGAIN && errno != EINTR))
+      break;
+  }
+  ::close(child->stdout_fd);
+  ::close(child->stderr_fd);
+  int status = 0;
+  ::waitpid(child->pid, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
 /// "" if the copy at `dest` matches the scope lock, else the first difference ("scope: ...").
 std::string check_lock(const std::map<std::string, std::string>& lock, const std::string& dest) {
   for (const auto& [rel, sha] : lock) {
@@ -391,36 +428,8 @@ caf::error copy_and_patch(const tuning::task_spec& task, const std::vector<std::
     }
   }
   for (const auto& name : patches) {
-    const auto* patch = task.find_patch(name);
-    // Inside an enclosing git work tree (a store under the project), `git apply` would read
-    // the patch's paths relative to that repository and silently skip files outside the current
-    // directory; stop repository discovery at the copy, so it applies as a plain patch tool.
-    auto env = current_environment();
-    env["GIT_CEILING_DIRECTORIES"] = fs::path{dest}.parent_path().string();
-    env.erase("GIT_DIR");
-    env.erase("GIT_WORK_TREE");
-    spawn_request git{{"git", "apply", "--whitespace=nowarn", patch->file}, env, dest};
-    auto child = spawn(git);
-    if (!child) {
-      failure = "cannot run git apply for patch '" + name + "': " + describe(child.error());
-      return caf::none;
-    }
     std::string err_text;
-    char buf[4096];
-    for (;;) {
-      pollfd pfd{child->stderr_fd, POLLIN, 0};
-      ::poll(&pfd, 1, 1000);
-      auto n = ::read(child->stderr_fd, buf, sizeof buf);
-      if (n > 0)
-        err_text.append(buf, static_cast<std::size_t>(n));
-      else if (n == 0 || (errno != EAGAIN && errno != EINTR))
-        break;
-    }
-    ::close(child->stdout_fd);
-    ::close(child->stderr_fd);
-    int status = 0;
-    ::waitpid(child->pid, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    if (!git_apply(task.find_patch(name)->file, dest, false, err_text)) {
       failure = "patch '" + name + "' does not apply: " + err_text.substr(0, 500);
       return caf::none;
     }
@@ -667,6 +676,35 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
     sup.obs.final_line_ok = st == f.end() || (st->is_string() && st->get<std::string>() == "ok");
   }
   return finish(classify(sup.obs));
+}
+
+caf::expected<std::vector<std::pair<std::string, std::string>>>
+patch_conflicts(const tuning::task_spec& task, const std::vector<std::string>& names,
+                const std::string& scratch_dir) {
+  std::vector<std::pair<std::string, std::string>> conflicts;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const auto* first = task.find_patch(names[i]);
+    if (first == nullptr)
+      return make_error(errc::invalid_argument, "no patch '" + names[i] + "'");
+    auto dest = scratch_dir + "/" + std::to_string(i);
+    std::error_code ec;
+    fs::remove_all(dest, ec);
+    fs::create_directories(scratch_dir, ec);
+    fs::copy(task.workload.workdir, dest,
+             fs::copy_options::recursive | fs::copy_options::copy_symlinks, ec);
+    if (ec)
+      return make_error(errc::io_error, "copy workload '" + task.workload.workdir + "' to '"
+                                          + dest + "': " + ec.message());
+    std::string err_text;
+    bool applied = git_apply(first->file, dest, false, err_text);
+    for (std::size_t j = i + 1; j < names.size(); ++j) {
+      std::string why;
+      if (!applied || !git_apply(task.find_patch(names[j])->file, dest, true, why))
+        conflicts.emplace_back(names[i], names[j]);
+    }
+    fs::remove_all(dest, ec);
+  }
+  return conflicts;
 }
 
 } // namespace infrarsi::adapters

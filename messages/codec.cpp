@@ -296,7 +296,8 @@ event_payload event_payload_of(std::uint16_t kind) noexcept {
     case wire::EventKind::TrialProposed:
     case wire::EventKind::TrialDispatched:
     case wire::EventKind::TrialLost: return event_payload::trial_spec;
-    case wire::EventKind::TrialCompleted: return event_payload::trial_result;
+    case wire::EventKind::TrialCompleted:
+    case wire::EventKind::TrialResultStale: return event_payload::trial_result;
     case wire::EventKind::ContractLocked:
     case wire::EventKind::PriorsLoaded:
     case wire::EventKind::ExperienceSeeded:

@@ -19,6 +19,7 @@
 #include "adapters/trial_launcher.hpp"
 #include "messages/json.hpp"
 #include "runtime/task_file.hpp"
+#include "runtime/replay.hpp"
 #include "runtime/tune.hpp"
 #include "store/rocksdb_event_log.hpp"
 
@@ -374,6 +375,22 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
                        "Offline priors directory (default: config/knowledge beside the task's "
                        "directory)");
   tune_cmd->add_flag("--quiet", tune.quiet, "No progress lines");
+  tune_cmd->add_option("--trace-appends", tune.trace_appends,
+                       "Append 'SEQUENCE KIND' to this file after every event the log acknowledged "
+                       "(an audit aid: the crash test checks that each survives a kill -9)");
+
+  replay_options replay;
+  auto* replay_cmd = app.add_subcommand(
+    "replay", "Audit a run: fold its events and recompute every decision (proposals, verdicts, "
+              "calibration, re-verifications, promotion) from the events before it, byte-compared "
+              "with what was logged. Launches nothing, calls no LLM, contacts no peer. Exit status: "
+              "0 every decision reproduced, 1 a divergence (printed with both versions), 2 the "
+              "replay could not be made (no such run, damaged log, task file missing)");
+  replay_cmd->add_option("RUN", replay.run_id, "Run id (infrarsi status / infrarsi runs)")->required();
+  replay_cmd->add_option("--store", replay.store_dir, "Store directory (the one infrarsi tune used)")
+    ->required();
+  replay_cmd->add_option("--task", replay.task_path,
+                         "Task file (default: the path the run recorded when it was created)");
 
   std::string status_store = ".infrarsi";
   auto* status_cmd = app.add_subcommand("status", "Show every run of a store with its stage and "
@@ -404,6 +421,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     }
     if (status_cmd->parsed())
       return run_status(status_store, out, err);
+    if (replay_cmd->parsed())
+      return run_replay(replay, out, err);
   } catch (const std::exception& e) {
     err << "infrarsi: internal error: " << e.what() << '\n';
     return exit_failure;

@@ -114,6 +114,17 @@ nlohmann::json make_report(const tuning::task_spec& task, const store::run_state
                         {"evidence", t.violations.empty() ? std::vector<std::string>{t.detail}
                                                           : t.violations}});
   }
+  if (run.contract_doc && run.contract_doc->contains("patches")
+      && (*run.contract_doc)["patches"].is_object()) {
+    const auto& patches = (*run.contract_doc)["patches"];
+    for (auto p = patches.begin(); p != patches.end(); ++p)
+      if (!p.value().value("in_scope", true))
+        rejected.push_back({{"patch", p.key()},
+                            {"change", "+" + p.key()},
+                            {"outcome", "excluded at init, never run"},
+                            {"reasons", {"scope"}},
+                            {"evidence", {p.value().value("violation", std::string{})}}});
+  }
   for (const auto& r : run.reverifications)
     if (!r.promotable)
       rejected.push_back({{"candidate_trial", r.candidate_trial},
@@ -231,7 +242,9 @@ std::string render_markdown(const nlohmann::json& r) {
   md << "\n## Rejected, and why\n\n";
   md << "Contract: " << r.value("clock_check", "") << "\n\n";
   for (const auto& x : r["rejected"]) {
-    if (x.contains("trial_id"))
+    if (x.contains("patch"))
+      md << "- patch " << x.value("patch", "") << ": ";
+    else if (x.contains("trial_id"))
       md << "- trial " << x.value("trial_id", 0) << "." << x.value("attempt", 0) << " ("
          << x.value("purpose", "") << ", " << x.value("change", "") << "): ";
     else
@@ -241,9 +254,14 @@ std::string render_markdown(const nlohmann::json& r) {
     for (std::size_t i = 0; i < x["reasons"].size(); ++i)
       md << (i > 0 ? ", " : "") << x["reasons"][i].get<std::string>();
     md << "]";
-    for (const auto& e : x["evidence"])
-      if (!e.get<std::string>().empty())
-        md << " — " << e.get<std::string>();
+    for (const auto& e : x["evidence"]) {
+      auto text = e.get<std::string>();
+      for (auto& c : text)
+        if (c == '\n')
+          c = ' ';
+      if (!text.empty())
+        md << " — " << text;
+    }
     md << "\n";
   }
   if (r["rejected"].empty())

@@ -2,6 +2,7 @@
 
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include <caf/actor_system.hpp>
@@ -60,6 +61,11 @@ int run_tune(const tune_options& o, std::ostream& out, std::ostream& err) {
     err << "infrarsi tune: " << describe(log.error()) << '\n';
     return 1;
   }
+  if (const auto& rec = (*log)->recovery(); rec.tail_dropped)
+    err << "infrarsi tune: recovered the event log: a torn tail was dropped (" << rec.dropped_bytes
+        << " bytes; RocksDB: " << rec.message << "); " << rec.head
+        << " events survived, the last at global position "
+        << (rec.head > 0 ? std::to_string(rec.head - 1) : std::string{"(none)"}) << '\n';
   auto bank = store::experience_bank::open(store_dir + "/experience");
   if (!bank) {
     err << "infrarsi tune: " << describe(bank.error()) << '\n';
@@ -112,6 +118,15 @@ int run_tune(const tune_options& o, std::ostream& out, std::ostream& err) {
   so.trials = o.trials;
   so.until = o.until;
   so.progress = o.quiet ? nullptr : &err;
+  std::ofstream trace;
+  if (!o.trace_appends.empty()) {
+    trace.open(o.trace_appends, std::ios::app);
+    if (!trace) {
+      err << "infrarsi tune: cannot open --trace-appends file '" << o.trace_appends << "'\n";
+      return 1;
+    }
+    so.append_trace = &trace;
+  }
   if (!o.quiet)
     err << "infrarsi tune: run " << run_id << ", task " << task->name << ", store " << store_dir
         << '\n';

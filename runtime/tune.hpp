@@ -26,6 +26,9 @@ struct tune_options {
   /// Default: config/knowledge next to the task's config/tasks directory.
   std::string knowledge_dir;
   bool quiet = false;
+  /// When set, a line "SEQUENCE KIND" is appended (and flushed) to this file after every event
+  /// the event log acknowledged (sync_writes: on disk).
+  std::string trace_appends;
 };
 
 /// Runs (or continues) a tuning run. Returns an exit status (0: the run finished, whatever it

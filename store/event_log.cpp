@@ -66,6 +66,27 @@ caf::error check_expected_version(std::string_view run_id, std::uint64_t expecte
                       + std::to_string(current));
 }
 
+caf::error validate_snapshot(std::string_view run_id, std::string_view format) {
+  if (auto err = validate_run_id(run_id))
+    return err;
+  if (format.empty() || format.size() > max_snapshot_format_length)
+    return make_error(errc::invalid_argument,
+                      "snapshot of run '" + std::string{run_id} + "': format tag of "
+                        + std::to_string(format.size()) + " bytes (must be 1.."
+                        + std::to_string(max_snapshot_format_length) + ")");
+  return caf::none;
+}
+
+caf::error check_snapshot_covered(std::string_view run_id, std::uint64_t covered,
+                                  std::uint64_t current) {
+  if (covered <= current)
+    return caf::none;
+  return make_error(errc::invalid_argument,
+                    "snapshot of run '" + std::string{run_id} + "': covers "
+                      + std::to_string(covered) + " events but the stream holds "
+                      + std::to_string(current));
+}
+
 std::int64_t wall_clock_ns() noexcept {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
            std::chrono::system_clock::now().time_since_epoch())

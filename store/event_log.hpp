@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -88,6 +89,21 @@ struct run_info {
   std::uint64_t last_global_position = 0;
 };
 
+/// A stored snapshot of a projection of one run's stream (see event_log::write_snapshot).
+struct snapshot_record {
+  /// Number of stream events the snapshot covers: it is the fold of sequences 0..covered-1, and
+  /// the tail to fold on top of it starts at sequence `covered`.
+  std::uint64_t covered = 0;
+  /// Format tag of `bytes`, e.g. "infrarsi-run-state/1" (1..255 bytes). A reader ignores a
+  /// snapshot whose format it does not know: it folds the whole stream instead.
+  std::string format;
+  /// The serialized projection; opaque to the log.
+  std::string bytes;
+};
+
+/// Longest accepted snapshot format tag, in bytes.
+inline constexpr std::size_t max_snapshot_format_length = 255;
+
 /// Called for each event in order; return false to stop early.
 using event_visitor = std::function<bool(const recorded_event&)>;
 
@@ -131,6 +147,24 @@ public:
   /// The global position the next appended event will get (= number of events in the log).
   [[nodiscard]] virtual std::uint64_t head() const = 0;
 
+  /// Stores `bytes` (of format `format`) as the snapshot of `run_id`'s stream covering its first
+  /// `covered` events, replacing any earlier snapshot of that run (one snapshot per run).
+  /// Snapshots are derived data, not events: they are outside the global order, are not fsynced
+  /// (a crash may lose the latest one, never an event), and may be dropped at any time; readers
+  /// validate them and fold the whole stream when one is missing or not trusted.
+  /// Errors: errc::invalid_argument (bad run id; format empty or longer than
+  /// max_snapshot_format_length; `covered` greater than the stream's version), errc::not_permitted
+  /// (read-only log), errc::io_error.
+  [[nodiscard]] virtual caf::error write_snapshot(std::string_view run_id, std::uint64_t covered,
+                                                  std::string_view format,
+                                                  std::string_view bytes) = 0;
+
+  /// The stored snapshot of `run_id`'s stream, or std::nullopt when there is none.
+  /// Errors: errc::invalid_argument (bad run id), errc::corrupt_data (the stored value is
+  /// malformed or fails its checksum; the message names the run), errc::io_error.
+  [[nodiscard]] virtual caf::expected<std::optional<snapshot_record>>
+  read_snapshot(std::string_view run_id) const = 0;
+
   /// Reads events [from_sequence, from_sequence + max_count) of a stream into a vector.
   [[nodiscard]] caf::expected<std::vector<recorded_event>>
   read_stream(std::string_view run_id, std::uint64_t from_sequence = 0,
@@ -150,6 +184,15 @@ public:
 /// Error: errc::version_conflict naming the run and both versions.
 [[nodiscard]] caf::error check_expected_version(std::string_view run_id,
                                                 std::uint64_t expected_version,
+                                                std::uint64_t current);
+
+/// Checks write_snapshot's run id and format tag (1..max_snapshot_format_length bytes).
+/// Error: errc::invalid_argument naming the run.
+[[nodiscard]] caf::error validate_snapshot(std::string_view run_id, std::string_view format);
+
+/// Checks that a snapshot covering `covered` events fits a stream of `current` events.
+/// Error: errc::invalid_argument naming the run and both numbers.
+[[nodiscard]] caf::error check_snapshot_covered(std::string_view run_id, std::uint64_t covered,
                                                 std::uint64_t current);
 
 /// Wall-clock time for EventRecord.recorded_at_ns: ns since the Unix epoch (display only).
@@ -172,6 +215,16 @@ public:
 
   /// Events applied.
   [[nodiscard]] std::uint64_t events_applied() const noexcept { return applied_; }
+
+protected:
+  /// Sets the fold counters, for a projection restored from a snapshot: it continues at
+  /// `next_position` as if it had applied `applied` events and skipped `unknown_skipped`.
+  void restore_position(std::uint64_t next_position, std::uint64_t applied,
+                        std::uint64_t unknown_skipped) noexcept {
+    next_position_ = next_position;
+    applied_ = applied;
+    unknown_skipped_ = unknown_skipped;
+  }
 
 private:
   friend caf::error fold(const event_log&, projection&);

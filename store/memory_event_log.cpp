@@ -87,4 +87,29 @@ std::uint64_t memory_event_log::head() const {
   return events_.size();
 }
 
+caf::error memory_event_log::write_snapshot(std::string_view run_id, std::uint64_t covered,
+                                            std::string_view format, std::string_view bytes) {
+  if (auto err = validate_snapshot(run_id, format))
+    return err;
+  std::lock_guard<std::mutex> guard{mtx_};
+  auto it = streams_.find(run_id);
+  std::uint64_t current = it == streams_.end() ? 0 : it->second.size();
+  if (auto err = check_snapshot_covered(run_id, covered, current))
+    return err;
+  snapshots_[std::string{run_id}] = snapshot_record{covered, std::string{format},
+                                                    std::string{bytes}};
+  return caf::none;
+}
+
+caf::expected<std::optional<snapshot_record>>
+memory_event_log::read_snapshot(std::string_view run_id) const {
+  if (auto err = validate_run_id(run_id))
+    return err;
+  std::lock_guard<std::mutex> guard{mtx_};
+  auto it = snapshots_.find(run_id);
+  if (it == snapshots_.end())
+    return std::optional<snapshot_record>{};
+  return std::optional<snapshot_record>{it->second};
+}
+
 } // namespace infrarsi::store

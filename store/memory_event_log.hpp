@@ -28,11 +28,17 @@ public:
                                     const event_visitor& visit) const override;
   [[nodiscard]] caf::expected<std::vector<run_info>> list_runs() const override;
   [[nodiscard]] std::uint64_t head() const override;
+  [[nodiscard]] caf::error write_snapshot(std::string_view run_id, std::uint64_t covered,
+                                          std::string_view format,
+                                          std::string_view bytes) override;
+  [[nodiscard]] caf::expected<std::optional<snapshot_record>>
+  read_snapshot(std::string_view run_id) const override;
 
 private:
   mutable std::mutex mtx_;
   std::vector<recorded_event> events_;                              // by global position
   std::map<std::string, std::vector<std::uint64_t>, std::less<>> streams_; // run -> positions
+  std::map<std::string, snapshot_record, std::less<>> snapshots_;          // run -> snapshot
 };
 
 } // namespace infrarsi::store

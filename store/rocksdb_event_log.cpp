@@ -1,10 +1,14 @@
 #include "store/rocksdb_event_log.hpp"
 
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
 #include <filesystem>
 #include <thread>
 
 #include <flatbuffers/flatbuffers.h>
 #include <rocksdb/db.h>
+#include <rocksdb/env.h>
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
 
@@ -15,6 +19,7 @@ namespace {
 constexpr const char* events_cf_name = "events";
 constexpr const char* streams_cf_name = "streams";
 constexpr const char* runs_cf_name = "runs";
+constexpr const char* snapshots_cf_name = "snapshots";
 constexpr const char* format_key = "format";
 
 // -- key encoding (FORMAT.md) ------------------------------------------------------------------
@@ -61,6 +66,139 @@ std::string_view as_view(const rocksdb::Slice& s) {
   return {s.data(), s.size()};
 }
 
+std::uint32_t get_be32(std::string_view in) {
+  std::uint32_t v = 0;
+  for (std::size_t i = 0; i < 4; ++i)
+    v = (v << 8) | static_cast<unsigned char>(in[i]);
+  return v;
+}
+
+void put_be32(std::string& out, std::uint32_t v) {
+  for (int shift = 24; shift >= 0; shift -= 8)
+    out.push_back(static_cast<char>((v >> shift) & 0xFF));
+}
+
+// Snapshot value (FORMAT.md): covered u64 BE, CRC-32 u32 BE of the rest, format length u8,
+// format bytes, snapshot bytes.
+constexpr std::size_t snapshot_header_size = 8 + 4 + 1;
+
+std::string snapshot_value(std::uint64_t covered, std::string_view format,
+                           std::string_view bytes) {
+  std::string rest;
+  rest.reserve(1 + format.size() + bytes.size());
+  rest.push_back(static_cast<char>(format.size()));
+  rest.append(format);
+  rest.append(bytes);
+  std::string v;
+  v.reserve(12 + rest.size());
+  put_be64(v, covered);
+  put_be32(v, messages::crc32_of(rest));
+  v.append(rest);
+  return v;
+}
+
+// -- write-ahead-log recovery messages ----------------------------------------------------------
+
+/// A rocksdb::Logger that keeps only RocksDB's WAL recovery reports ("<file>: dropping N bytes;
+/// <status>", logged by DBImpl::RecoverLogFiles' LogReporter) and writes nothing anywhere.
+class recovery_capture_logger final : public rocksdb::Logger {
+public:
+  recovery_capture_logger() : rocksdb::Logger(rocksdb::InfoLogLevel::DEBUG_LEVEL) {}
+
+  using rocksdb::Logger::Logv;
+  void Logv(const char* format, va_list ap) override {
+    Logv(rocksdb::InfoLogLevel::INFO_LEVEL, format, ap);
+  }
+  void Logv(const rocksdb::InfoLogLevel, const char* format, va_list ap) override {
+    char buf[2048];
+    va_list copy;
+    va_copy(copy, ap);
+    int n = std::vsnprintf(buf, sizeof buf, format, copy);
+    va_end(copy);
+    if (n < 0)
+      return;
+    std::string line{buf, std::min(static_cast<std::size_t>(n), sizeof buf - 1)};
+    if (line.find(": dropping ") == std::string::npos)
+      return;
+    std::lock_guard<std::mutex> guard{mtx_};
+    if (lines_.size() < 64) // a bound: strict recovery stops after the first bad record
+      lines_.push_back(std::move(line));
+  }
+
+  std::vector<std::string> lines() const {
+    std::lock_guard<std::mutex> guard{mtx_};
+    return lines_;
+  }
+
+private:
+  mutable std::mutex mtx_;
+  std::vector<std::string> lines_;
+};
+
+/// Sum of N over "dropping N bytes" in RocksDB's recovery messages.
+std::uint64_t dropped_bytes_of(const std::vector<std::string>& lines) {
+  std::uint64_t total = 0;
+  for (const auto& line : lines) {
+    auto at = line.find(": dropping ");
+    if (at == std::string::npos)
+      continue;
+    auto p = at + std::string_view{": dropping "}.size();
+    std::uint64_t n = 0;
+    bool digits = false;
+    while (p < line.size() && line[p] >= '0' && line[p] <= '9') {
+      n = n * 10 + static_cast<std::uint64_t>(line[p] - '0');
+      digits = true;
+      ++p;
+    }
+    if (digits && line.compare(p, 6, " bytes") == 0)
+      total += n;
+  }
+  return total;
+}
+
+std::string join_lines(const std::vector<std::string>& lines) {
+  std::string out;
+  for (const auto& l : lines) {
+    if (!out.empty())
+      out.push_back('\n');
+    out.append(l);
+  }
+  return out;
+}
+
+/// Result of replaying the write-ahead log read-only in kAbsoluteConsistency mode.
+struct tail_probe {
+  rocksdb::Status status;          // OK: every WAL record complete
+  std::vector<std::string> lines;  // RocksDB's "dropping N bytes" reports
+};
+
+/// Replays the WAL of the database in `dir` without writing anything (a read-only open, which
+/// takes no lock) in kAbsoluteConsistency mode, where RocksDB reports an incomplete tail that
+/// the log's own mode (kTolerateCorruptedTailRecords) drops silently.
+tail_probe probe_wal_tail(const std::string& dir, rocksdb::DBOptions opts,
+                          const std::vector<std::string>& families) {
+  auto logger = std::make_shared<recovery_capture_logger>();
+  opts.info_log = logger;
+  opts.create_if_missing = false;
+  opts.create_missing_column_families = false;
+  opts.wal_recovery_mode = rocksdb::WALRecoveryMode::kAbsoluteConsistency;
+  std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
+  for (const auto& name : families)
+    cfs.emplace_back(name, rocksdb::ColumnFamilyOptions{});
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* raw = nullptr;
+  tail_probe probe;
+  probe.status = rocksdb::DB::OpenForReadOnly(opts, dir, cfs, &handles, &raw);
+  if (raw != nullptr) {
+    for (auto* h : handles)
+      static_cast<void>(raw->DestroyColumnFamilyHandle(h)); // swallowed: read-only probe
+    static_cast<void>(raw->Close());                        // swallowed: read-only probe
+    delete raw;
+  }
+  probe.lines = logger->lines();
+  return probe;
+}
+
 // -- rocksdb::Status -> errc at the border ------------------------------------------------------
 
 caf::error from_status(const rocksdb::Status& st, const std::string& dir, const char* op) {
@@ -89,9 +227,8 @@ rocksdb_event_log::rocksdb_event_log(std::string dir, rocksdb_event_log_options 
 rocksdb_event_log::~rocksdb_event_log() {
   if (!db_)
     return;
-  for (auto* cf : {events_cf_, streams_cf_, runs_cf_, meta_cf_})
-    if (cf != nullptr)
-      static_cast<void>(db_->DestroyColumnFamilyHandle(cf)); // swallowed: nothing to do on close
+  for (auto* cf : handles_)
+    static_cast<void>(db_->DestroyColumnFamilyHandle(cf)); // swallowed: nothing to do on close
   static_cast<void>(db_->Close()); // swallowed: every acknowledged write is already in the WAL
 }
 
@@ -112,7 +249,9 @@ rocksdb_event_log::open(const std::string& dir, const rocksdb_event_log_options&
   // so log files do not accumulate.
   db_opts.max_total_wal_size = 64u << 20;
 
-  // Does a database exist here? If so it must hold exactly our column families.
+  // Does a database exist here? If so it must hold our column families ("snapshots" may be
+  // missing in a log created before snapshots existed; families of newer builds are opened and
+  // left alone).
   std::vector<std::string> existing;
   auto list = rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions{db_opts}, dir, &existing);
   bool exists = list.ok();
@@ -153,13 +292,28 @@ rocksdb_event_log::open(const std::string& dir, const rocksdb_event_log_options&
                             + name + "')");
     }
   }
+  bool has_snapshots =
+    !exists || std::find(existing.begin(), existing.end(), snapshots_cf_name) != existing.end();
+  if (!has_snapshots && !options.read_only)
+    db_opts.create_missing_column_families = true; // adds "snapshots" to an older log
 
-  std::vector<rocksdb::ColumnFamilyDescriptor> cfs{
-    {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions{}},
-    {events_cf_name, rocksdb::ColumnFamilyOptions{}},
-    {streams_cf_name, rocksdb::ColumnFamilyOptions{}},
-    {runs_cf_name, rocksdb::ColumnFamilyOptions{}},
-  };
+  // The families to open: ours in a fixed order, then any others (a newer build's), untouched.
+  std::vector<std::string> families{rocksdb::kDefaultColumnFamilyName, events_cf_name,
+                                    streams_cf_name, runs_cf_name};
+  if (has_snapshots || !options.read_only)
+    families.emplace_back(snapshots_cf_name);
+  for (const auto& name : existing)
+    if (std::find(families.begin(), families.end(), name) == families.end())
+      families.push_back(name);
+  std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
+  for (const auto& name : families)
+    cfs.emplace_back(name, rocksdb::ColumnFamilyOptions{});
+
+  // A torn tail is dropped silently by the open below; find out first whether there is one.
+  tail_probe tail;
+  if (exists)
+    tail = probe_wal_tail(dir, rocksdb::DBOptions{db_opts}, existing);
+
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;
   rocksdb::Status st;
@@ -174,13 +328,37 @@ rocksdb_event_log::open(const std::string& dir, const rocksdb_event_log_options&
       break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  if (!st.ok())
+  if (!st.ok()) {
+    if (st.IsCorruption() && !tail.lines.empty())
+      return make_error(errc::corrupt_data,
+                        "event log '" + dir + "': open: " + st.ToString()
+                          + " (RocksDB's write-ahead-log recovery reported: "
+                          + join_lines(tail.lines) + ")");
     return from_status(st, dir, "open");
+  }
   log->db_.reset(raw);
+  log->handles_ = handles;
   log->meta_cf_ = handles[0];
   log->events_cf_ = handles[1];
   log->streams_cf_ = handles[2];
   log->runs_cf_ = handles[3];
+  if (families.size() > 4 && families[4] == snapshots_cf_name)
+    log->snapshots_cf_ = handles[4];
+
+  // What recovery dropped: the open above succeeded, so anything the strict replay reported was
+  // a tail that the tolerant replay dropped (the two differ only in their WAL recovery mode).
+  auto& rec = log->recovery_;
+  if (!exists || tail.status.ok()) {
+    rec.tail_checked = true;
+  } else if (tail.status.IsCorruption()) {
+    rec.tail_checked = true;
+    rec.tail_dropped = true;
+    rec.dropped_bytes = dropped_bytes_of(tail.lines);
+    rec.message = tail.lines.empty() ? tail.status.ToString() : join_lines(tail.lines);
+  } else {
+    rec.message = "write-ahead-log tail not checked: read-only replay failed: "
+                  + tail.status.ToString();
+  }
 
   // Format tag: written on creation, checked on every open.
   std::string tag;
@@ -222,6 +400,8 @@ rocksdb_event_log::open(const std::string& dir, const rocksdb_event_log_options&
   } else if (!it->status().ok()) {
     return from_status(it->status(), dir, "find head");
   }
+  rec.head = log->head_;
+  rec.last_sequence = log->db_->GetLatestSequenceNumber();
   return log;
 }
 
@@ -440,6 +620,63 @@ caf::expected<std::vector<run_info>> rocksdb_event_log::list_runs() const {
 std::uint64_t rocksdb_event_log::head() const {
   std::lock_guard<std::mutex> guard{append_mtx_};
   return head_;
+}
+
+caf::error rocksdb_event_log::write_snapshot(std::string_view run_id, std::uint64_t covered,
+                                             std::string_view format, std::string_view bytes) {
+  if (options_.read_only)
+    return make_error(errc::not_permitted, "event log '" + dir_ + "' is open read-only");
+  if (auto err = validate_snapshot(run_id, format))
+    return err;
+  auto current = version(run_id); // versions only grow: the check stays true after it is made
+  if (!current)
+    return std::move(current.error());
+  if (auto err = check_snapshot_covered(run_id, covered, *current))
+    return err;
+  rocksdb::WriteOptions wo;
+  wo.sync = false; // derived data: a crash may lose it, and readers then fold the whole stream
+  auto st = db_->Put(wo, snapshots_cf_, rocksdb::Slice{run_id.data(), run_id.size()},
+                     snapshot_value(covered, format, bytes));
+  if (!st.ok())
+    return from_status(st, dir_,
+                       ("write snapshot of run '" + std::string{run_id} + "'").c_str());
+  return caf::none;
+}
+
+caf::expected<std::optional<snapshot_record>>
+rocksdb_event_log::read_snapshot(std::string_view run_id) const {
+  if (auto err = validate_run_id(run_id))
+    return err;
+  if (snapshots_cf_ == nullptr) // a log from before snapshots, opened read-only
+    return std::optional<snapshot_record>{};
+  std::string value;
+  rocksdb::ReadOptions ro;
+  ro.verify_checksums = true;
+  auto st = db_->Get(ro, snapshots_cf_, rocksdb::Slice{run_id.data(), run_id.size()}, &value);
+  if (st.IsNotFound())
+    return std::optional<snapshot_record>{};
+  if (!st.ok())
+    return from_status(st, dir_, ("read snapshot of run '" + std::string{run_id} + "'").c_str());
+  auto bad = [&](const std::string& why) {
+    return make_error(errc::corrupt_data, "event log '" + dir_ + "': snapshot of run '"
+                                            + std::string{run_id} + "': " + why);
+  };
+  std::string_view v{value};
+  if (v.size() < snapshot_header_size)
+    return bad("value of " + std::to_string(v.size()) + " bytes, shorter than its "
+               + std::to_string(snapshot_header_size) + "-byte header");
+  auto rest = v.substr(12);
+  if (get_be32(v.substr(8, 4)) != messages::crc32_of(rest))
+    return bad("checksum mismatch");
+  auto format_len = static_cast<unsigned char>(rest[0]);
+  if (format_len == 0 || 1u + format_len > rest.size())
+    return bad("format tag of " + std::to_string(format_len) + " bytes does not fit a value of "
+               + std::to_string(v.size()) + " bytes");
+  snapshot_record rec;
+  rec.covered = get_be64(v.substr(0, 8));
+  rec.format = std::string{rest.substr(1, format_len)};
+  rec.bytes = std::string{rest.substr(1 + format_len)};
+  return std::optional<snapshot_record>{std::move(rec)};
 }
 
 } // namespace infrarsi::store

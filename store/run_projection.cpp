@@ -1,10 +1,40 @@
 #include "store/run_projection.hpp"
 
 #include <algorithm>
+#include <limits>
 
 namespace infrarsi::store {
 
 using tuning::knob_value;
+
+namespace {
+
+/// The number under `key` of a document, or `fallback` when the key is missing or holds no
+/// number: nlohmann::json writes a non-finite double as null, and json::value() would throw on
+/// it (a fold must never fail), e.g. the +inf upper bound of a speedup interval from fewer than
+/// two runs per side.
+double number_or(const nlohmann::json& j, const char* key, double fallback) {
+  if (!j.is_object())
+    return fallback;
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : fallback;
+}
+
+/// The numbers of the array under `key` (a null element, a non-finite double as written by
+/// nlohmann::json, becomes NaN so positions are kept); empty when the key holds no array.
+std::vector<double> numbers_or_nan(const nlohmann::json& j, const char* key) {
+  std::vector<double> out;
+  if (!j.is_object())
+    return out;
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_array())
+    return out;
+  for (const auto& v : *it)
+    out.push_back(v.is_number() ? v.get<double>() : std::numeric_limits<double>::quiet_NaN());
+  return out;
+}
+
+} // namespace
 
 tuning::configuration configuration_of(const wire::TrialSpec& spec) {
   tuning::configuration c;
@@ -106,13 +136,13 @@ tuning::prior_set priors_from_json(const nlohmann::json& j) {
       auto v = from_tagged_json(s.value("value", nlohmann::json{}));
       if (!v)
         continue;
-      p.settings.push_back({s.value("knob", ""), *v, s.value("speedup", 1.0),
-                            s.value("memory_bytes", 0.0), s.value("source", "")});
+      p.settings.push_back({s.value("knob", ""), *v, number_or(s, "speedup", 1.0),
+                            number_or(s, "memory_bytes", 0.0), s.value("source", "")});
     }
   if (j.contains("patches"))
     for (const auto& x : j["patches"])
-      p.patches.push_back({x.value("patch", ""), x.value("speedup", 1.0),
-                           x.value("memory_bytes", 0.0), x.value("source", "")});
+      p.patches.push_back({x.value("patch", ""), number_or(x, "speedup", 1.0),
+                           number_or(x, "memory_bytes", 0.0), x.value("source", "")});
   return p;
 }
 
@@ -224,6 +254,10 @@ void run_projection::apply(const recorded_event& ev) {
         for (const auto& [name, p] : (*s.contract_doc)["patches"].items())
           if (!p.value("in_scope", true))
             s.out_of_scope_patches.push_back(name);
+      if (s.contract_doc && s.contract_doc->contains("patch_conflicts"))
+        for (const auto& pair : (*s.contract_doc)["patch_conflicts"])
+          if (pair.is_array() && pair.size() == 2 && pair[0].is_string() && pair[1].is_string())
+            s.patch_conflicts.emplace_back(pair[0].get<std::string>(), pair[1].get<std::string>());
       break;
     case wire::EventKind::PriorsLoaded:
       if (auto j = document_json(ev)) {
@@ -245,16 +279,16 @@ void run_projection::apply(const recorded_event& ev) {
         s.doctor_doc = j;
         tuning::noise_estimate n;
         const auto& nj = (*j)["noise"];
-        n.runs = nj.value("runs", std::size_t{0});
-        n.mean_step_time_s = nj.value("mean_step_time_s", 0.0);
-        n.log_sd = nj.value("log_sd", 0.0);
-        n.cv = nj.value("cv", 0.0);
-        n.min_detectable_speedup = nj.value("min_detectable_speedup", 0.0);
+        n.runs = nj.is_object() ? nj.value("runs", std::size_t{0}) : 0;
+        n.mean_step_time_s = number_or(nj, "mean_step_time_s", 0.0);
+        n.log_sd = number_or(nj, "log_sd", 0.0);
+        n.cv = number_or(nj, "cv", 0.0);
+        n.min_detectable_speedup = number_or(nj, "min_detectable_speedup", 0.0);
         s.noise = n;
         for (const auto& r : (*j)["reference"]) {
           auto step = r.value("step", 0u);
-          s.reference.loss[step] = r.value("loss", 0.0);
-          s.reference.spread[step] = r.value("spread", 0.0);
+          s.reference.loss[step] = number_or(r, "loss", 0.0);
+          s.reference.spread[step] = number_or(r, "spread", 0.0);
         }
       }
       break;
@@ -306,6 +340,12 @@ void run_projection::apply(const recorded_event& ev) {
           t->declared = declared_work_of((*m)->final_report()->str());
       }
       break;
+    case wire::EventKind::TrialDispatched:
+      if (auto m = messages::trial_spec_msg::decode(ev.payload))
+        if (auto* t = s.find((*m)->trial_id(), (*m)->attempt()))
+          t->dispatched = true;
+      break;
+    case wire::EventKind::TrialResultStale: ++s.stale_results; break;
     case wire::EventKind::TrialLost:
       if (auto m = messages::trial_spec_msg::decode(ev.payload)) {
         auto* t = s.find((*m)->trial_id(), (*m)->attempt());
@@ -322,7 +362,7 @@ void run_projection::apply(const recorded_event& ev) {
           break;
         t->verified = true;
         t->violations = j->value("violations", std::vector<std::string>{});
-        t->timed_step_time_s = j->value("timed_step_time_s", 0.0);
+        t->timed_step_time_s = number_or(*j, "timed_step_time_s", 0.0);
         if (!t->violations.empty() && t->outcome == tuning::trial_outcome::ok)
           t->outcome = tuning::trial_outcome::contract_violation;
       }
@@ -333,12 +373,16 @@ void run_projection::apply(const recorded_event& ev) {
         r.candidate_trial = j->value("candidate_trial", std::uint64_t{0});
         if (auto c = configuration_from_json(j->value("config", nlohmann::json{})))
           r.config = *c;
-        r.baseline_times_s = j->value("baseline_times_s", std::vector<double>{});
-        r.candidate_times_s = j->value("candidate_times_s", std::vector<double>{});
-        r.estimate.speedup = j->value("speedup", 1.0);
-        r.estimate.ci_low = j->value("ci_low", 0.0);
-        r.estimate.ci_high = j->value("ci_high", 0.0);
-        r.estimate.dof = j->value("dof", 0.0);
+        r.baseline_times_s = numbers_or_nan(*j, "baseline_times_s");
+        r.candidate_times_s = numbers_or_nan(*j, "candidate_times_s");
+        r.estimate.speedup = number_or(*j, "speedup", 1.0);
+        r.estimate.ci_low = number_or(*j, "ci_low", 0.0);
+        // null is the writer's +inf (an interval from fewer than two runs per side is
+        // [0, inf)); a missing key stays 0 as before.
+        r.estimate.ci_high =
+          number_or(*j, "ci_high",
+                    j->contains("ci_high") ? std::numeric_limits<double>::infinity() : 0.0);
+        r.estimate.dof = number_or(*j, "dof", 0.0);
         r.promotable = j->value("promotable", false);
         r.reason = j->value("reason", "");
         r.round = j->value("round", 1u);

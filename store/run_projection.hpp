@@ -59,6 +59,8 @@ struct run_state {
   std::optional<nlohmann::json> contract_doc;
   /// Patches found at init to touch paths outside the editable scope.
   std::vector<std::string> out_of_scope_patches;
+  /// Pairs of patches that do not apply together (ContractLocked "patch_conflicts").
+  std::vector<std::pair<std::string, std::string>> patch_conflicts;
   tuning::prior_set priors;
   bool priors_loaded = false;
   std::vector<tuning::configuration> experience_seeds;
@@ -70,6 +72,9 @@ struct run_state {
   /// Every trial attempt in order of proposal.
   std::vector<tuning::trial_record> trials;
   std::vector<reverification> reverifications;
+  /// Results that arrived for attempts already marked lost (TrialResultStale): recorded, never
+  /// counted.
+  std::uint64_t stale_results = 0;
   std::optional<nlohmann::json> promotion;
   std::optional<nlohmann::json> report;
   std::optional<nlohmann::json> applied;
@@ -91,6 +96,10 @@ struct run_state {
 class run_projection final : public projection {
 public:
   explicit run_projection(std::string run_id) { state_.run_id = std::move(run_id); }
+  /// A projection restored from a snapshot: `state` is the fold of the stream's first `covered`
+  /// events, of which `unknown_kinds_skipped` were of unknown kinds (state.events were
+  /// applied); fold_stream() continues at sequence `covered`.
+  run_projection(run_state state, std::uint64_t covered, std::uint64_t unknown_kinds_skipped);
   void apply(const recorded_event& event) override;
   [[nodiscard]] const run_state& state() const noexcept { return state_; }
 
@@ -100,5 +109,56 @@ private:
 
 /// Reads the whole stream of `run_id` into a run_state. Errors from the log pass through.
 [[nodiscard]] caf::expected<run_state> load_run(const event_log& log, const std::string& run_id);
+
+// -- snapshots of the run projection (docs/event-log.md "Snapshots") ---------------------------
+
+/// Format tag of the run_state snapshots this build writes and trusts. Any change to what the
+/// fold computes or to the JSON layout below bumps the number; snapshots of another format are
+/// ignored (the stream is folded from the start instead), never migrated or trusted.
+inline constexpr const char* run_state_format = "infrarsi-run-state/1";
+
+/// A run_state as canonical JSON text (compact, keys sorted, every field the fold fills).
+/// Doubles are written shortest round-trip and read back bit-exactly; non-finite doubles, which
+/// JSON lacks, are the strings "NaN", "Infinity" and "-Infinity"; a text field that is not valid
+/// UTF-8 (workload output cut mid-character) is {"hex": "<bytes>"}; an absent optional is an
+/// absent key. Two states serialize to the same bytes iff their fields are equal, so this is
+/// also how tests compare states. Layout: docs/event-log.md.
+[[nodiscard]] std::string serialize_run_state(const run_state& state);
+
+/// Parses serialize_run_state's output. Error: errc::corrupt_data naming the first field that is
+/// missing or of the wrong type (e.g. "trials[3].steps[7]: expected an array of 6 values").
+[[nodiscard]] caf::expected<run_state> parse_run_state(std::string_view json);
+
+/// How load_run_with_snapshot obtained the state.
+struct run_load {
+  run_state state;
+  /// The stored snapshot was used and only the tail was folded.
+  bool used_snapshot = false;
+  /// Events of the stream the snapshot covered (0 when none was used).
+  std::uint64_t snapshot_covered = 0;
+  /// Events read from the log on top of the snapshot (or from the start).
+  std::uint64_t events_folded = 0;
+  /// Events of kinds unknown to this build among all covered (snapshot and tail), skipped.
+  std::uint64_t unknown_kinds_skipped = 0;
+  /// Why no snapshot was used ("" when one was), e.g. "no snapshot", "snapshot format
+  /// 'infrarsi-run-state/0' is not 'infrarsi-run-state/1'", "snapshot covers 12 events but the
+  /// stream holds 10", "snapshot unreadable: corrupt_data: ...", "snapshot unparsable: ...".
+  std::string reason;
+};
+
+/// Reads `run_id`'s state from its stored snapshot plus the events after it. The snapshot is
+/// used only when it is of format run_state_format, parses, covers no more events than the
+/// stream holds, and is consistent (its run id, and applied + skipped events = covered);
+/// otherwise the whole stream is folded and `reason` says why. Either way the state equals
+/// load_run's. Errors from reading the events pass through; a snapshot that cannot be read is
+/// not an error (it is ignored with its reason).
+[[nodiscard]] caf::expected<run_load> load_run_with_snapshot(const event_log& log,
+                                                             const std::string& run_id);
+
+/// Stores a snapshot of `run_id`'s state (format run_state_format) covering the stream as it is
+/// now, built with load_run_with_snapshot (so from the previous snapshot plus the tail). Returns
+/// the number of events it covers. Errors: those of load_run_with_snapshot and of
+/// event_log::write_snapshot (errc::not_permitted on a read-only log).
+[[nodiscard]] caf::expected<std::uint64_t> snapshot_run(event_log& log, const std::string& run_id);
 
 } // namespace infrarsi::store

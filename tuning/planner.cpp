@@ -330,6 +330,10 @@ std::vector<proposal> seeded_local_search::propose(const planner_input& in, std:
       if (std::find(in.excluded_patches.begin(), in.excluded_patches.end(), p)
           != in.excluded_patches.end())
         return false;
+    for (const auto& [a, b] : in.incompatible_patches)
+      if (std::binary_search(c.patches.begin(), c.patches.end(), a)
+          && std::binary_search(c.patches.begin(), c.patches.end(), b))
+        return false;
     for (const auto& o : ooms)
       if (at_least_as_hungry(task, c, o))
         return false;

@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tuning/priors.hpp"
@@ -46,6 +47,8 @@ struct planner_input {
   std::vector<configuration> experience_seeds;
   /// Patches that touch paths outside the editable scope (found at init): never proposed.
   std::vector<std::string> excluded_patches;
+  /// Pairs of patches that do not apply together (found at init): never proposed together.
+  std::vector<std::pair<std::string, std::string>> incompatible_patches;
   /// log-sd of step time from the doctor (noise of one measurement).
   double noise_log_sd = 0.02;
   std::uint64_t seed = 0;

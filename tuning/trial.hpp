@@ -67,6 +67,8 @@ struct trial_record {
   /// "baseline", "explore", "verify-baseline", "verify-candidate".
   std::string purpose;
   configuration config;
+  /// Handed to a node-runner (TrialDispatched logged).
+  bool dispatched = false;
   /// Set once the trial has ended.
   bool finished = false;
   trial_outcome outcome = trial_outcome::unset;

@@ -720,9 +720,18 @@ TEST_F(SimTrial, OutOfMemoryIsClassifiedOom) {
       << rep.result->detail()->str();
 }
 
-TEST_F(SimTrial, InvalidLayoutIsClassifiedLaunchError) {
+TEST_F(SimTrial, InvalidLayoutIsRefusedBeforeLaunchOrByTheSimulator) {
   auto t = task("sim-dense9b-h100");
-  auto rep = run(t, {{"tp", std::int64_t{8}}}); // Yi-9B has 4 query groups
+  // The task declares Megatron's layout rules as constraints: the node-runner never launches a
+  // layout that breaks one, and names the rule and the values.
+  auto refused = run(t, {{"tp", std::int64_t{8}}}); // Yi-9B has 4 query groups
+  EXPECT_EQ(refused.result->outcome(), wire::Outcome::ContractViolation);
+  EXPECT_EQ(refused.result->detail()->str(),
+            "constraint: 'heads % tp == 0 && kv_heads % tp == 0 && ffn % tp == 0' is false for "
+            "ffn=11008, heads=32, kv_heads=4, tp=8");
+  // Without them, the simulator itself refuses the layout: exit status 2, a launch error.
+  t.constraints.clear();
+  auto rep = run(t, {{"tp", std::int64_t{8}}});
   EXPECT_EQ(rep.result->outcome(), wire::Outcome::LaunchError) << rep.result->detail()->str();
   EXPECT_EQ(rep.result->exit_code(), 2);
   auto rep2 = run(t, {{"vpp", std::int64_t{2}}}); // interleaving without a pipeline

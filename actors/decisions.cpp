@@ -1,0 +1,250 @@
+#include "actors/decisions.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include "adapters/environment.hpp"
+#include "messages/errc.hpp"
+#include "tuning/contract_check.hpp"
+#include "tuning/stats.hpp"
+
+namespace infrarsi::actors {
+
+std::string verify_tag(std::uint64_t candidate, std::uint32_t round) {
+  return "/" + std::to_string(candidate) + (round > 1 ? "#" + std::to_string(round) : "");
+}
+
+nlohmann::json contract_json(const tuning::task_spec& task) {
+  const auto& c = task.contract;
+  return {{"steps", c.steps},
+          {"tokens_per_step", c.tokens_per_step},
+          {"timed_steps", {c.timed_first, c.timed_last}},
+          {"loss_checkpoints", c.loss_checkpoints},
+          {"loss_rtol", c.loss_rtol},
+          {"loss_atol", c.loss_atol},
+          {"wall_tolerance", c.wall_tolerance},
+          {"global_batch", c.global_batch},
+          {"params", c.params},
+          {"layers", c.layers},
+          {"clock_tolerance", c.clock_tolerance},
+          {"clock_check", c.clock_check},
+          {"simulated_time", c.simulated_time},
+          {"constraints", task.constraints}};
+}
+
+tuning::planner_input planner_input_for(const tuning::task_spec& task,
+                                        const store::run_state& run) {
+  tuning::planner_input in;
+  in.task = &task;
+  in.priors = &run.priors;
+  for (const auto& t : run.trials)
+    if (t.outcome != tuning::trial_outcome::lost)
+      in.history.push_back(t);
+  in.experience_seeds = run.experience_seeds;
+  in.excluded_patches = run.out_of_scope_patches;
+  in.incompatible_patches = run.patch_conflicts;
+  in.noise_log_sd = run.noise ? run.noise->log_sd : 0.02;
+  in.seed = run.seed;
+  in.initial_design = std::min<std::size_t>(4, std::max<std::size_t>(1, task.budget.trials / 3));
+  return in;
+}
+
+std::string proposal_doc(const tuning::task_spec& task, const store::run_state& run,
+                         std::uint32_t n) {
+  auto in = planner_input_for(task, run);
+  tuning::seeded_local_search policy;
+  auto proposals = policy.propose(in, n);
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& p : proposals)
+    list.push_back({{"config", store::to_json(p.config)},
+                    {"predicted_speedup", p.predicted_speedup},
+                    {"reason", p.reason}});
+  return nlohmann::json{{"policy", policy.name()}, {"proposals", list}}.dump();
+}
+
+std::string calibrate_doc(const tuning::task_spec& task, const store::run_state& run) {
+  std::vector<tuning::trial_record> baselines;
+  std::vector<double> times;
+  nlohmann::json ids = nlohmann::json::array();
+  std::map<std::string, double> phases;
+  for (const auto& t : run.trials) {
+    if (t.purpose != "baseline" || !t.finished || t.outcome != tuning::trial_outcome::ok)
+      continue;
+    auto timed = tuning::timed_step_time(task.contract, t.steps);
+    if (timed <= 0)
+      continue;
+    baselines.push_back(t);
+    times.push_back(timed);
+    ids.push_back(t.trial_id);
+    for (const auto& [name, s] : t.phase_s)
+      phases[name] += s;
+  }
+  if (baselines.empty())
+    return nlohmann::json{{"error", "no baseline run completed with its timed window"}}.dump();
+  for (auto& [name, s] : phases)
+    s /= static_cast<double>(baselines.size());
+  auto noise = tuning::estimate_noise(times);
+  auto ref = tuning::make_loss_reference(baselines);
+  nlohmann::json reference = nlohmann::json::array();
+  for (const auto& [step, loss] : ref.loss)
+    reference.push_back({{"step", step}, {"loss", loss}, {"spread", ref.spread.at(step)}});
+  return nlohmann::json{{"noise",
+                         {{"runs", noise.runs},
+                          {"mean_step_time_s", noise.mean_step_time_s},
+                          {"log_sd", noise.log_sd},
+                          {"cv", noise.cv},
+                          {"min_detectable_speedup", noise.min_detectable_speedup}}},
+                        {"baseline_trials", ids},
+                        {"baseline_step_times_s", times},
+                        {"phases_s", phases},
+                        {"reference", reference}}
+      .dump();
+}
+
+caf::expected<std::string> check_doc(const tuning::task_spec& task, const store::run_state& run,
+                                     std::uint64_t trial_id, std::uint32_t attempt) {
+  const auto* t = run.find(trial_id, attempt);
+  if (t == nullptr || !t->finished)
+    return make_error(errc::not_found, "verifier: trial " + std::to_string(trial_id) + "/" +
+                                           std::to_string(attempt) + " has not ended");
+  std::vector<std::string> violations;
+  double timed = 0;
+  if (t->outcome == tuning::trial_outcome::ok) {
+    violations = tuning::check_contract(task.contract, run.reference, *t);
+    timed = tuning::timed_step_time(task.contract, t->steps);
+  } else if (t->outcome == tuning::trial_outcome::contract_violation && !t->detail.empty()) {
+    violations.push_back(t->detail); // refused before launch (scope, constraint), with evidence
+  }
+  return nlohmann::json{{"trial_id", trial_id},
+                        {"attempt", attempt},
+                        {"outcome", tuning::to_string(t->outcome)},
+                        {"violations", violations},
+                        {"timed_step_time_s", timed}}
+      .dump();
+}
+
+caf::expected<std::string> reverify_doc(const store::run_state& run, std::uint64_t candidate) {
+  const tuning::trial_record* cand = nullptr;
+  for (const auto& t : run.trials)
+    if (t.trial_id == candidate)
+      cand = &t;
+  if (cand == nullptr)
+    return make_error(errc::not_found, "verifier: no candidate trial " + std::to_string(candidate));
+  std::vector<double> a;
+  std::vector<double> b;
+  std::size_t failed = 0;
+  // Only the latest measurement round counts: "/<id>" is round 1, "/<id>#2" round 2.
+  std::uint32_t round = 1;
+  for (const auto& t : run.trials)
+    if (t.purpose == "verify-baseline/" + std::to_string(candidate) + "#2")
+      round = 2;
+  auto tag = verify_tag(candidate, round);
+  for (const auto& t : run.trials) {
+    bool base = t.purpose == "verify-baseline" + tag;
+    bool cand_run = t.purpose == "verify-candidate" + tag;
+    if (!base && !cand_run)
+      continue;
+    if (t.outcome == tuning::trial_outcome::lost)
+      continue; // re-queued under a new attempt: the loss is not a measurement
+    if (!t.usable()) {
+      ++failed;
+      continue;
+    }
+    (base ? a : b).push_back(t.timed_step_time_s);
+  }
+  auto est = tuning::estimate_speedup(a, b);
+  double mds = run.noise ? run.noise->min_detectable_speedup : 0.0;
+  double base_sd = run.noise ? run.noise->log_sd : 0.0;
+  bool promotable = true;
+  bool remeasure = false;
+  std::string reason;
+  if (failed > 0) {
+    promotable = false;
+    reason = std::to_string(failed) + " interleaved run(s) failed or broke the contract";
+  } else if (a.size() < 2 || b.size() < 2) {
+    promotable = false;
+    reason = "fewer than two interleaved runs of each";
+  } else if (base_sd > 0 && std::max(est.log_sd_a, est.log_sd_b) > 3.0 * base_sd) {
+    // Visibly noisier than the doctor's baselines (more than 3x their log-sd): the machine
+    // was disturbed while this pair was measured. Re-measured once, then rejected.
+    promotable = false;
+    remeasure = round == 1;
+    reason = "measured under visibly higher variance than the doctor's baselines (log-sd " +
+             std::to_string(std::max(est.log_sd_a, est.log_sd_b)) + " vs " +
+             std::to_string(base_sd) + ")" +
+             (remeasure ? ": re-measured" : " again in the second round");
+  } else if (!(est.ci_low > 1.0 + mds)) {
+    promotable = false;
+    reason = "the 95% interval's lower bound " + std::to_string(est.ci_low) +
+             " does not clear 1 + the minimum detectable speedup (" + std::to_string(1.0 + mds) +
+             ")";
+  } else {
+    reason = "lower bound " + std::to_string(est.ci_low) + " clears 1 + mds (" +
+             std::to_string(1.0 + mds) + ")";
+  }
+  return nlohmann::json{{"candidate_trial", candidate},
+                        {"config", store::to_json(cand->config)},
+                        {"baseline_times_s", a},
+                        {"candidate_times_s", b},
+                        {"speedup", est.speedup},
+                        {"ci_low", est.ci_low},
+                        {"ci_high", est.ci_high},
+                        {"dof", est.dof},
+                        {"min_detectable_speedup", mds},
+                        {"promotable", promotable},
+                        {"round", round},
+                        {"remeasure", remeasure},
+                        {"reason", reason}}
+      .dump();
+}
+
+std::vector<std::pair<std::uint64_t, tuning::configuration>>
+reverify_candidates(const tuning::task_spec& task, const store::run_state& run) {
+  auto base = tuning::baseline_configuration(task);
+  double base_time = run.noise ? run.noise->mean_step_time_s : 0.0;
+  std::vector<const tuning::trial_record*> ranked;
+  for (const auto& t : run.trials)
+    if (t.purpose == "explore" && t.usable() && !(t.config == base) &&
+        t.timed_step_time_s < base_time) {
+      bool dup = false;
+      for (const auto* r : ranked)
+        dup = dup || r->config == t.config;
+      if (!dup)
+        ranked.push_back(&t);
+    }
+  std::stable_sort(ranked.begin(), ranked.end(), [](const auto* a, const auto* b) {
+    return a->timed_step_time_s < b->timed_step_time_s;
+  });
+  if (ranked.size() > task.budget.verify_top)
+    ranked.resize(task.budget.verify_top);
+  std::vector<std::pair<std::uint64_t, tuning::configuration>> out;
+  for (const auto* r : ranked)
+    out.emplace_back(r->trial_id, r->config);
+  return out;
+}
+
+nlohmann::json promotion_decision(const tuning::task_spec& task, const store::run_state& run) {
+  auto base = tuning::baseline_configuration(task);
+  const store::reverification* winner = nullptr;
+  for (const auto& r : run.reverifications)
+    if (r.promotable && (winner == nullptr || r.estimate.speedup > winner->estimate.speedup))
+      winner = &r;
+  if (winner == nullptr)
+    return {{"promoted", false},
+            {"reason", run.reverifications.empty()
+                           ? "no verified trial was faster than the baseline"
+                           : "no candidate's speedup interval cleared the minimum detectable "
+                             "speedup"}};
+  return {{"promoted", true},
+          {"candidate_trial", winner->candidate_trial},
+          {"config", store::to_json(winner->config)},
+          {"change", winner->config.diff_from(base)},
+          {"speedup", winner->estimate.speedup},
+          {"ci_low", winner->estimate.ci_low},
+          {"ci_high", winner->estimate.ci_high},
+          {"pairs", winner->candidate_times_s.size()},
+          {"min_detectable_speedup", run.noise ? run.noise->min_detectable_speedup : 0.0},
+          {"reason", winner->reason}};
+}
+
+} // namespace infrarsi::actors

@@ -1,0 +1,65 @@
+#pragma once
+/// @file decisions.hpp
+/// Every decision a tuning run logs, as a pure function of the task and the run folded up to the
+/// decision: the planner's proposal, the doctor's calibration, a trial's verdict, a candidate's
+/// re-verification and the promotion. The actors call these and log their output verbatim; the
+/// replay audit (runtime/replay.hpp) calls them again on the events before each logged decision
+/// and byte-compares. Nothing here reads a clock, a file, the network or a random device.
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <caf/expected.hpp>
+#include <nlohmann/json.hpp>
+
+#include "store/run_projection.hpp"
+#include "tuning/planner.hpp"
+#include "tuning/task.hpp"
+
+namespace infrarsi::actors {
+
+/// Purpose suffix of a candidate's re-verification runs ("verify-baseline" + tag,
+/// "verify-candidate" + tag): "/<id>" for the first round, "/<id>#<round>" after.
+std::string verify_tag(std::uint64_t candidate, std::uint32_t round);
+
+/// The contract as locked at init (the `contract` object of the ContractLocked event; its SHA-256
+/// is the run's contract hash).
+nlohmann::json contract_json(const tuning::task_spec& task);
+
+/// The planner's input for a run as folded so far. Lost attempts carry no measurement and are
+/// left out, so a run that lost a trial and re-ran it plans exactly as one that never lost it.
+tuning::planner_input planner_input_for(const tuning::task_spec& task, const store::run_state& run);
+
+/// The planner's reply: {"policy": ..., "proposals": [{"config", "predicted_speedup", "reason"}]}
+/// with at most `n` proposals (empty: the search space is exhausted).
+std::string proposal_doc(const tuning::task_spec& task, const store::run_state& run,
+                         std::uint32_t n);
+
+/// The doctor's calibration from the run's finished baseline trials: noise (CV, log-sd, minimum
+/// detectable speedup at alpha 0.05 / power 0.8), phase means, the loss reference. {"error": ...}
+/// when no baseline completed its timed window.
+std::string calibrate_doc(const tuning::task_spec& task, const store::run_state& run);
+
+/// The verifier's verdict on one ended trial attempt: outcome, violations (reason-coded, see
+/// tuning/contract_check.hpp), timed step time. Error errc::not_found if it has not ended.
+caf::expected<std::string> check_doc(const tuning::task_spec& task, const store::run_state& run,
+                                     std::uint64_t trial_id, std::uint32_t attempt);
+
+/// The re-verification of candidate trial `candidate` from its latest round of interleaved pairs:
+/// Welch speedup estimate on log step times with its 95% interval, and whether it may be
+/// promoted (lower bound above 1 + the minimum detectable speedup, every run passed, variance
+/// not above 3x the doctor's; otherwise `remeasure` once). Error errc::not_found.
+caf::expected<std::string> reverify_doc(const store::run_state& run, std::uint64_t candidate);
+
+/// The candidates to re-verify: up to budget.verify_top distinct verified explore
+/// configurations faster than the baseline's mean, fastest first, as (trial id, configuration).
+std::vector<std::pair<std::uint64_t, tuning::configuration>>
+reverify_candidates(const tuning::task_spec& task, const store::run_state& run);
+
+/// The promotion decision over the logged re-verifications: the promotable candidate with the
+/// highest verified speedup, or {"promoted": false, "reason": ...}.
+nlohmann::json promotion_decision(const tuning::task_spec& task, const store::run_state& run);
+
+} // namespace infrarsi::actors

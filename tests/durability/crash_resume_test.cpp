@@ -1,0 +1,225 @@
+// Issue 8's crash test: `infrarsi tune` on a simulator task is SIGKILLed at random points (at
+// least 20 times) and resumed with --run each time. After every kill, every event the log had
+// acknowledged (the --trace-appends file) is present with its kind; at the end no trial attempt
+// has two terminal events and the sequence of proposals (and the promotion) equals that of an
+// uninterrupted run with the same seed. The simulator reproduces a trial exactly from its launch
+// id (the task passes --attempt 0), so a re-queued trial measures what the lost one would have.
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "messages/codec.hpp"
+#include "store/rocksdb_event_log.hpp"
+#include "store/run_projection.hpp"
+#include "test_util.hpp"
+
+namespace infrarsi {
+namespace {
+
+namespace fs = std::filesystem;
+
+/// sim-dense-1node with an absolute workdir, a small budget, and launches reproducible from the
+/// trial id alone.
+std::string write_task(const test::temp_dir& dir) {
+  std::ifstream in{std::string{INFRARSI_SOURCE_DIR} + "/config/tasks/sim-dense-1node.toml"};
+  std::string text{std::istreambuf_iterator<char>{in}, {}};
+  auto replace = [&text](const std::string& from, const std::string& to) {
+    auto at = text.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    text.replace(at, from.size(), to);
+  };
+  const std::string from = "../../workloads/sim"; // the workdir and every patch file
+  for (auto at = text.find(from); at != std::string::npos; at = text.find(from, at))
+    text.replace(at, from.size(), std::string{INFRARSI_SOURCE_DIR} + "/workloads/sim");
+  replace("\"--attempt\", \"{attempt}\"", "\"--attempt\", \"0\"");
+  text += "\n[budget]\ntrials = 12\nbaseline_repeats = 3\nverify_top = 2\nverify_repeats = 3\n";
+  auto path = dir.sub("sim-crash.toml");
+  std::ofstream{path} << text;
+  return path;
+}
+
+/// Starts `infrarsi tune` (own process group, output to a file); returns its pid.
+pid_t start_tune(const std::vector<std::string>& args, const std::string& log_file) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    std::FILE* f = std::freopen(log_file.c_str(), "a", stderr);
+    static_cast<void>(f);
+    std::FILE* g = std::freopen(log_file.c_str(), "a", stdout);
+    static_cast<void>(g);
+    std::vector<char*> argv;
+    std::string bin = INFRARSI_CLI_PATH;
+    argv.push_back(bin.data());
+    std::vector<std::string> copy = args;
+    for (auto& a : copy)
+      argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(bin.c_str(), argv.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+struct run_summary {
+  std::string run_id;
+  /// (trial id, purpose, configuration key) of every first-attempt TrialProposed, in order.
+  std::vector<std::string> proposals;
+  std::string promotion;
+  /// (trial, attempt) -> terminal events (TrialCompleted, TrialLost).
+  std::map<std::pair<std::uint64_t, std::uint32_t>, int> terminals;
+  std::map<std::uint64_t, std::uint16_t> kinds; // sequence -> kind
+  /// TrialLost events (in-flight trials found on a restart) and RunCreated/StageStarted counts.
+  int lost = 0;
+  bool finished = false;
+};
+
+std::optional<run_summary> read_run(const std::string& store, const std::string& run_id = "") {
+  store::rocksdb_event_log_options o;
+  o.read_only = true;
+  auto log = store::rocksdb_event_log::open(store + "/events", o);
+  if (!log)
+    return std::nullopt;
+  auto runs = (*log)->list_runs();
+  if (!runs || runs->empty())
+    return std::nullopt;
+  run_summary s;
+  s.run_id = run_id.empty() ? runs->front().run_id : run_id;
+  std::map<std::uint64_t, bool> seen;
+  auto err = (*log)->for_each_in_stream(s.run_id, 0, [&](const store::recorded_event& ev) {
+    s.kinds[ev.sequence] = ev.kind;
+    auto kind = static_cast<wire::EventKind>(ev.kind);
+    if (kind == wire::EventKind::TrialProposed) {
+      auto spec = messages::trial_spec_msg::decode(ev.payload);
+      if (spec && !seen[(*spec)->trial_id()]) {
+        seen[(*spec)->trial_id()] = true;
+        s.proposals.push_back(std::to_string((*spec)->trial_id()) + " "
+                              + (*spec)->purpose()->str() + " "
+                              + store::configuration_of(**spec).key());
+      }
+    } else if (kind == wire::EventKind::TrialCompleted) {
+      auto r = messages::trial_result_msg::decode(ev.payload);
+      if (r)
+        ++s.terminals[{(*r)->trial_id(), (*r)->attempt()}];
+    } else if (kind == wire::EventKind::TrialLost) {
+      auto spec = messages::trial_spec_msg::decode(ev.payload);
+      if (spec)
+        ++s.terminals[{(*spec)->trial_id(), (*spec)->attempt()}];
+      ++s.lost;
+    } else if (kind == wire::EventKind::CandidatePromoted) {
+      auto doc = messages::document_msg::decode(ev.payload);
+      if (doc)
+        s.promotion = (*doc)->json()->str();
+    } else if (kind == wire::EventKind::ChangesApplied) {
+      s.finished = true;
+    }
+    return true;
+  });
+  if (err)
+    return std::nullopt;
+  return s;
+}
+
+TEST(CrashResume, KilledTwentyTimesLosesNothingAndProposesWhatAnUninterruptedRunWould) {
+  test::temp_dir dir;
+  auto task = write_task(dir);
+  std::mt19937_64 rng{20261130};
+  int kills = 0;
+  int runs = 0;
+  int lost_total = 0;
+  while (kills < 20 && runs < 6) {
+    ++runs;
+    auto seed = std::to_string(100 + runs);
+    auto store = dir.sub("killed-" + seed);
+    auto trace = dir.sub("trace-" + seed);
+    auto output = dir.sub("output-" + seed);
+    std::string run_id;
+    for (int launch = 0; launch < 200; ++launch) {
+      std::vector<std::string> args = {"tune", task, "--store", store, "--seed", seed,
+                                       "--trace-appends", trace, "--quiet"};
+      if (!run_id.empty())
+        args.insert(args.end(), {"--run", run_id});
+      auto pid = start_tune(args, output);
+      ASSERT_GT(pid, 0);
+      // Kill at a random point: most launches die somewhere in the run, some before the first
+      // append (start-up), some never (the run ends first).
+      std::uniform_int_distribution<int> delay_ms{5, 400};
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(delay_ms(rng));
+      int status = 0;
+      bool exited = false;
+      while (std::chrono::steady_clock::now() < deadline) {
+        if (::waitpid(pid, &status, WNOHANG) == pid) {
+          exited = true;
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+      if (!exited && kills < 20) {
+        ::kill(-pid, SIGKILL);
+        ::waitpid(pid, &status, 0);
+        ++kills;
+      } else if (!exited) {
+        ::waitpid(pid, &status, 0);
+        exited = true;
+      }
+      // Every acknowledged event survived, with its kind.
+      auto s = read_run(store, run_id);
+      if (s) {
+        run_id = s->run_id;
+        std::ifstream t{trace};
+        std::uint64_t seq = 0;
+        unsigned kind = 0;
+        while (t >> seq >> kind) {
+          ASSERT_EQ(s->kinds.count(seq), 1u) << "acknowledged event " << seq << " is gone";
+          EXPECT_EQ(s->kinds[seq], kind) << "event " << seq;
+        }
+      }
+      if (exited) {
+        ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+          << "tune failed; output:\n"
+          << std::ifstream{output}.rdbuf();
+        break;
+      }
+    }
+    auto killed = read_run(store, run_id);
+    ASSERT_TRUE(killed);
+    ASSERT_TRUE(killed->finished) << "the run never finished";
+    lost_total += killed->lost;
+    for (const auto& [trial, n] : killed->terminals)
+      EXPECT_EQ(n, 1) << "trial " << trial.first << " attempt " << trial.second << " has " << n
+                      << " terminal events";
+    // The same seed, never interrupted.
+    auto ref_store = dir.sub("uninterrupted-" + seed);
+    auto pid = start_tune({"tune", task, "--store", ref_store, "--seed", seed, "--quiet"},
+                          dir.sub("output-ref-" + seed));
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    auto ref = read_run(ref_store);
+    ASSERT_TRUE(ref);
+    EXPECT_EQ(killed->proposals, ref->proposals) << "seed " << seed;
+    EXPECT_EQ(killed->promotion, ref->promotion) << "seed " << seed;
+    EXPECT_GE(killed->proposals.size(), 12u);
+  }
+  EXPECT_GE(kills, 20);
+  // The kills did land inside trials: some in-flight trials were lost and re-queued.
+  EXPECT_GE(lost_total, 1);
+  std::cout << kills << " kills over " << runs << " run(s); " << lost_total
+            << " in-flight trial attempts lost and re-queued\n";
+}
+
+} // namespace
+} // namespace infrarsi
