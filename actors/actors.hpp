@@ -37,10 +37,11 @@ verifier_actor::behavior_type verifier(verifier_actor::pointer self, const store
                                        const tuning::task_spec* task);
 
 /// node-runner client: the ZeroMQ DEALER end of the bridge (runtime/node_bridge.hpp). Spawn
-/// detached: the socket stays on the actor's own thread.
+/// detached: the socket stays on the actor's own thread. Stale replies (for an attempt other
+/// than the one awaited) go to `stale_to` as (stale_atom, trial_result_msg).
 node_runner_actor::behavior_type node_runner(node_runner_actor::pointer self,
                                              zmq::context_t* ctx, std::string endpoint,
-                                             std::string run_id);
+                                             std::string run_id, caf::actor stale_to);
 
 /// experience-curator over an experience_bank.
 curator_actor::behavior_type curator(curator_actor::pointer self, store::experience_bank* bank);

@@ -25,6 +25,7 @@ using reverify_atom = caf::atom_constant<caf::atom("reverify")>;
 using run_atom = caf::atom_constant<caf::atom("run")>;
 using seeds_atom = caf::atom_constant<caf::atom("seeds")>;
 using ingest_atom = caf::atom_constant<caf::atom("ingest")>;
+using stale_atom = caf::atom_constant<caf::atom("stale")>;
 constexpr propose_atom propose_atom_v{};
 constexpr priors_atom priors_atom_v{};
 constexpr check_atom check_atom_v{};
@@ -33,6 +34,7 @@ constexpr reverify_atom reverify_atom_v{};
 constexpr run_atom run_atom_v{};
 constexpr seeds_atom seeds_atom_v{};
 constexpr ingest_atom ingest_atom_v{};
+constexpr stale_atom stale_atom_v{};
 
 /// planner: the search.
 using planner_actor = caf::typed_actor<
@@ -55,7 +57,10 @@ using verifier_actor = caf::typed_actor<
   /// (run id, candidate trial id) -> reverification document from the interleaved runs.
   caf::replies_to<reverify_atom, std::string, std::uint64_t>::with<std::string>>;
 
-/// node-runner (client end of the ZeroMQ bridge): runs one trial.
+/// node-runner (client end of the ZeroMQ bridge): runs one trial. A reply that arrives for
+/// another attempt than the one awaited (one already given up as lost) is never returned as this
+/// trial's result: the node-runner sends it to the supervisor as (stale_atom, result), which
+/// logs it as TrialResultStale.
 using node_runner_actor = caf::typed_actor<
   /// (spec) -> result; errors: the node vanished (trial lost) or the bridge failed.
   caf::replies_to<run_atom, messages::trial_spec_msg>::with<messages::trial_result_msg>>;

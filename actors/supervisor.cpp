@@ -2,6 +2,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
+#include <map>
 #include <sstream>
 
 #include "actors/actors.hpp"
@@ -73,7 +74,8 @@ private:
     llm_ = self_->spawn(llm_proposer, o_.task, o_.knowledge_dir);
     verifier_ = self_->spawn(verifier, o_.log, o_.task);
     curator_ = self_->spawn(curator, o_.bank);
-    node_ = self_->spawn<caf::detached>(node_runner, o_.zmq_context, o_.node_endpoint, o_.run_id);
+    node_ = self_->spawn<caf::detached>(node_runner, o_.zmq_context, o_.node_endpoint, o_.run_id,
+                                              caf::actor{self_});
     for (const auto& a : {caf::actor_cast<caf::actor>(planner_), caf::actor_cast<caf::actor>(llm_),
                           caf::actor_cast<caf::actor>(verifier_),
                           caf::actor_cast<caf::actor>(curator_),
@@ -140,7 +142,14 @@ private:
     wire::StageEventT e;
     e.stage = stage;
     e.detail = std::move(detail);
-    return append(kind, messages::stage_event_msg::pack(e).bytes());
+    if (auto err = append(kind, messages::stage_event_msg::pack(e).bytes()))
+      return err;
+    // A snapshot of the run at every completed stage, for readers (infrarsi status); never
+    // trusted over the events (store/run_projection.hpp) and not needed for correctness.
+    if (kind == wire::EventKind::StageCompleted)
+      if (auto covered = store::snapshot_run(*o_.log, o_.run_id); !covered)
+        progress() << "snapshot not written: " << describe(covered.error()) << '\n';
+    return caf::none;
   }
 
   caf::expected<store::run_state> load() { return store::load_run(*o_.log, o_.run_id); }
@@ -199,7 +208,9 @@ private:
     return {};
   }
 
-  /// A trial is tried at most this many times (the first attempt and re-queues after losses).
+  /// Within one supervisor's life a trial is tried at most this many times (its node vanished:
+  /// the attempt is lost and re-queued). A trial lost because the supervisor itself was killed
+  /// is re-queued at every restart: its loss says nothing about the trial.
   static constexpr std::uint32_t max_attempts = 4;
 
   caf::expected<tuning::trial_record> run_trial(const configuration& c, const std::string& purpose,
@@ -215,7 +226,7 @@ private:
                                                    const std::string& purpose, bool verify,
                                                    bool proposed) {
     std::uint32_t attempt = first;
-    for (; attempt < max_attempts; ++attempt) {
+    for (; attempt < first + max_attempts; ++attempt) {
       auto spec = spec_for(c, id, attempt, purpose);
       if (!(proposed && attempt == first))
         if (auto err = append(wire::EventKind::TrialProposed, spec.bytes()))
@@ -238,7 +249,7 @@ private:
         node_,
         [this] {
           node_ = self_->spawn<caf::detached>(node_runner, o_.zmq_context, o_.node_endpoint,
-                                              o_.run_id);
+                                              o_.run_id, caf::actor{self_});
         },
         run_atom_v, spec);
       if (!result) {
@@ -246,9 +257,11 @@ private:
           return err;
         progress() << "trial " << id << " attempt " << attempt << " lost: "
                    << describe(result.error())
-                   << (attempt + 1 < max_attempts ? " (re-queued)" : "") << '\n';
+                   << (attempt + 1 < first + max_attempts ? " (re-queued)" : "") << '\n';
         continue;
       }
+      if (auto err = log_stale_results())
+        return err;
       if (auto err = append(wire::EventKind::TrialCompleted, result->bytes()))
         return err;
       return finish_attempt(id, attempt, verify);
@@ -257,6 +270,22 @@ private:
     if (!state)
       return std::move(state.error());
     return *state->find(id, attempt - 1);
+  }
+
+  /// Results the node-runner received for attempts other than the one it awaited (given up as
+  /// lost before): logged as TrialResultStale (fenced by their attempt number, never counted).
+  caf::error log_stale_results() {
+    caf::error failure;
+    bool more = true;
+    while (more && !failure)
+      self_->receive(
+        [&](stale_atom, const messages::trial_result_msg& stale) {
+          progress() << "trial " << stale->trial_id() << " attempt " << stale->attempt()
+                     << ": a late result for an attempt already given up; logged as stale\n";
+          failure = append(wire::EventKind::TrialResultStale, stale.bytes());
+        },
+        caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
+    return failure;
   }
 
   /// After an attempt's terminal event: the verifier's verdict (logged), then its record.
@@ -290,13 +319,27 @@ private:
       configuration config;
       std::string purpose;
       bool dispatched;
+      bool lost = false;
     };
+    // The latest attempt of every trial, in the order the trials were first proposed.
+    std::vector<std::uint64_t> order;
+    std::map<std::uint64_t, const tuning::trial_record*> latest;
+    for (const auto& t : state.trials) {
+      auto [it, fresh] = latest.emplace(t.trial_id, &t);
+      if (fresh)
+        order.push_back(t.trial_id);
+      else if (t.attempt > it->second->attempt)
+        it->second = &t;
+    }
     std::vector<pending> todo;
     std::vector<std::pair<std::uint64_t, std::uint32_t>> unverified;
-    for (const auto& t : state.trials) {
+    for (auto id : order) {
+      const auto& t = *latest[id];
       if (!t.finished)
         todo.push_back({t.trial_id, t.attempt, t.config, t.purpose, t.dispatched});
-      else if (!t.verified && t.purpose != "baseline" && t.outcome != tuning::trial_outcome::lost)
+      else if (t.outcome == tuning::trial_outcome::lost) // lost, and killed before its re-queue
+        todo.push_back({t.trial_id, t.attempt, t.config, t.purpose, false, true});
+      else if (!t.verified && t.purpose != "baseline")
         unverified.emplace_back(t.trial_id, t.attempt);
     }
     for (const auto& [id, attempt] : unverified)
@@ -304,19 +347,22 @@ private:
         return std::move(r.error());
     for (const auto& p : todo) {
       bool verify = p.purpose != "baseline";
-      if (p.dispatched) {
+      if (p.lost) {
+        progress() << "trial " << p.id << " attempt " << p.attempt
+                   << " was lost and not yet re-queued: re-queued as attempt " << p.attempt + 1
+                   << '\n';
+        if (auto r = run_attempts(p.id, p.attempt + 1, p.config, p.purpose, verify, false); !r)
+          return std::move(r.error());
+      } else if (p.dispatched) {
         auto spec = spec_for(p.config, p.id, p.attempt, p.purpose);
         if (auto err = append(wire::EventKind::TrialLost, spec.bytes()))
           return err;
         progress() << "trial " << p.id << " attempt " << p.attempt
-                   << " was dispatched before a restart and never finished: lost"
-                   << (p.attempt + 1 < max_attempts ? ", re-queued as attempt "
-                                                        + std::to_string(p.attempt + 1)
-                                                    : std::string{})
-                   << '\n';
-        if (p.attempt + 1 < max_attempts)
-          if (auto r = run_attempts(p.id, p.attempt + 1, p.config, p.purpose, verify, false); !r)
-            return std::move(r.error());
+                   << " was dispatched before a restart and never finished: lost, re-queued as "
+                      "attempt "
+                   << p.attempt + 1 << '\n';
+        if (auto r = run_attempts(p.id, p.attempt + 1, p.config, p.purpose, verify, false); !r)
+          return std::move(r.error());
       } else {
         progress() << "trial " << p.id << " attempt " << p.attempt
                    << " was queued before a restart: dispatched now\n";
@@ -476,7 +522,8 @@ private:
     if (!state)
       return std::move(state.error());
     for (const auto& t : state->trials)
-      if (t.purpose == "baseline" && t.finished && !t.verified) {
+      if (t.purpose == "baseline" && t.finished && !t.verified
+          && t.outcome != tuning::trial_outcome::lost) {
         auto verdict = ask_verifier_check(t);
         if (!verdict)
           return std::move(verdict.error());

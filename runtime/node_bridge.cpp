@@ -132,8 +132,9 @@ node_client::node_client(zmq::context_t& ctx, std::string endpoint, std::string 
   socket_.connect(endpoint_);
 }
 
-caf::expected<messages::trial_result_msg> node_client::run(const messages::trial_spec_msg& spec,
-                                                           double timeout_s) {
+caf::expected<messages::trial_result_msg>
+node_client::run(const messages::trial_spec_msg& spec, double timeout_s,
+                 const std::function<void(const messages::trial_result_msg&)>& on_stale) {
   auto env = messages::seal(spec, run_id_, sender_, sequence_++);
   if (!env)
     return std::move(env.error());
@@ -165,8 +166,11 @@ caf::expected<messages::trial_result_msg> node_client::run(const messages::trial
       auto result = messages::open<wire::TrialResult>(*reply);
       if (!result)
         return std::move(result.error());
-      if ((*result)->trial_id() != spec->trial_id() || (*result)->attempt() != spec->attempt())
-        continue; // a stale reply for an earlier attempt: never counted for this one
+      if ((*result)->trial_id() != spec->trial_id() || (*result)->attempt() != spec->attempt()) {
+        if (on_stale) // a stale reply for an earlier attempt: never counted for this one
+          on_stale(*result);
+        continue;
+      }
       return std::move(*result);
     }
   } catch (const zmq::error_t& e) {

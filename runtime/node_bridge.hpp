@@ -10,6 +10,7 @@
 /// Each socket is owned by exactly one thread (ZeroMQ sockets are not thread-safe).
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -64,8 +65,11 @@ public:
   /// Sends `spec` and waits up to `timeout_s` for the result. Errors: errc::io_error (socket),
   /// errc::not_found (no reply within the timeout: the node vanished), errc::corrupt_data
   /// (a reply that fails verification).
+  /// A reply for another trial or attempt (an earlier attempt given up as lost) is never
+  /// returned: it goes to `on_stale` (when set) and the wait goes on.
   [[nodiscard]] caf::expected<messages::trial_result_msg>
-  run(const messages::trial_spec_msg& spec, double timeout_s);
+  run(const messages::trial_spec_msg& spec, double timeout_s,
+      const std::function<void(const messages::trial_result_msg&)>& on_stale = {});
 
 private:
   zmq::socket_t socket_;

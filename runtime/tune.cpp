@@ -157,11 +157,12 @@ int run_status(const std::string& store_dir, std::ostream& out, std::ostream& er
     return 1;
   }
   for (const auto& r : *runs) {
-    auto state = store::load_run(**log, r.run_id);
-    if (!state) {
-      out << r.run_id << ": " << describe(state.error()) << '\n';
+    auto loaded = store::load_run_with_snapshot(**log, r.run_id); // snapshot + tail
+    if (!loaded) {
+      out << r.run_id << ": " << describe(loaded.error()) << '\n';
       continue;
     }
+    const auto* state = &loaded->state;
     std::string stage = state->stages_completed.empty() ? "created" : state->stages_completed.back();
     if (state->stages_started.size() > state->stages_completed.size())
       stage = state->stages_started.back() + " (in progress or interrupted)";

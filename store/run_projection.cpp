@@ -250,6 +250,8 @@ void run_projection::apply(const recorded_event& ev) {
     }
     case wire::EventKind::ContractLocked:
       s.contract_doc = document_json(ev);
+      s.out_of_scope_patches.clear(); // an init repeated after a crash: the latest lock counts
+      s.patch_conflicts.clear();
       if (s.contract_doc && s.contract_doc->contains("patches"))
         for (const auto& [name, p] : (*s.contract_doc)["patches"].items())
           if (!p.value("in_scope", true))
@@ -268,6 +270,7 @@ void run_projection::apply(const recorded_event& ev) {
     case wire::EventKind::ExperienceSeeded:
       if (auto j = document_json(ev)) {
         s.experience_seeded = true;
+        s.experience_seeds.clear(); // an init repeated after a crash: the latest pack counts
         if (j->contains("seeds"))
           for (const auto& c : (*j)["seeds"])
             if (auto cfg = configuration_from_json(c.value("config", nlohmann::json{})))

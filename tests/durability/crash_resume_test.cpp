@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -46,6 +47,12 @@ std::string write_task(const test::temp_dir& dir) {
   for (auto at = text.find(from); at != std::string::npos; at = text.find(from, at))
     text.replace(at, from.size(), std::string{INFRARSI_SOURCE_DIR} + "/workloads/sim");
   replace("\"--attempt\", \"{attempt}\"", "\"--attempt\", \"0\"");
+  // Every trial takes at least 40 ms of wall time (the simulator itself takes a few), so that a
+  // kill can land inside one: the program is sh, which sleeps and then execs the simulator with
+  // the same argument vector (no shell parsing of the arguments).
+  replace("argv = [\".bin/infrarsi-sim\",",
+          "argv = [\"/bin/sh\", \"-c\", \"sleep 0.04 && exec \\\"$0\\\" \\\"$@\\\"\", \""
+            + std::string{INFRARSI_SOURCE_DIR} + "/workloads/sim/.bin/infrarsi-sim\",");
   text += "\n[budget]\ntrials = 12\nbaseline_repeats = 3\nverify_top = 2\nverify_repeats = 3\n";
   auto path = dir.sub("sim-crash.toml");
   std::ofstream{path} << text;
@@ -72,6 +79,25 @@ pid_t start_tune(const std::vector<std::string>& args, const std::string& log_fi
     ::_exit(127);
   }
   return pid;
+}
+
+std::size_t count_lines(const std::string& file) {
+  std::ifstream in{file};
+  std::size_t n = 0;
+  for (std::string line; std::getline(in, line);)
+    ++n;
+  return n;
+}
+
+/// The event kind on the last line of a --trace-appends file (0 if none).
+unsigned last_kind(const std::string& file) {
+  std::ifstream in{file};
+  unsigned kind = 0;
+  std::uint64_t seq = 0;
+  unsigned k = 0;
+  while (in >> seq >> k)
+    kind = k;
+  return kind;
 }
 
 struct run_summary {
@@ -133,14 +159,23 @@ std::optional<run_summary> read_run(const std::string& store, const std::string&
   return s;
 }
 
+/// Kills: 20 by default; the longer variant sets INFRARSI_CRASH_KILLS (e.g. 200) and optionally
+/// INFRARSI_CRASH_SEED (docs/tune.md).
+int wanted_kills() {
+  const char* v = std::getenv("INFRARSI_CRASH_KILLS");
+  return v != nullptr && std::atoi(v) > 0 ? std::atoi(v) : 20;
+}
+
 TEST(CrashResume, KilledTwentyTimesLosesNothingAndProposesWhatAnUninterruptedRunWould) {
   test::temp_dir dir;
   auto task = write_task(dir);
-  std::mt19937_64 rng{20261130};
+  const int target = wanted_kills();
+  const char* seed_env = std::getenv("INFRARSI_CRASH_SEED");
+  std::mt19937_64 rng{seed_env != nullptr ? std::strtoull(seed_env, nullptr, 10) : 20261130};
   int kills = 0;
   int runs = 0;
   int lost_total = 0;
-  while (kills < 20 && runs < 6) {
+  while (kills < target && runs < 6 + target / 4) {
     ++runs;
     auto seed = std::to_string(100 + runs);
     auto store = dir.sub("killed-" + seed);
@@ -155,9 +190,13 @@ TEST(CrashResume, KilledTwentyTimesLosesNothingAndProposesWhatAnUninterruptedRun
       auto pid = start_tune(args, output);
       ASSERT_GT(pid, 0);
       // Kill at a random point: most launches die somewhere in the run, some before the first
-      // append (start-up), some never (the run ends first).
+      // append (start-up), some never (the run ends first). Every other launch is killed while
+      // a trial is in flight: right after the log acknowledged a TrialDispatched.
       std::uniform_int_distribution<int> delay_ms{5, 400};
-      auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(delay_ms(rng));
+      bool in_flight = launch % 2 == 1;
+      auto deadline = std::chrono::steady_clock::now()
+                      + std::chrono::milliseconds(in_flight ? 5000 : delay_ms(rng));
+      auto trace_lines_before = count_lines(trace);
       int status = 0;
       bool exited = false;
       while (std::chrono::steady_clock::now() < deadline) {
@@ -165,9 +204,14 @@ TEST(CrashResume, KilledTwentyTimesLosesNothingAndProposesWhatAnUninterruptedRun
           exited = true;
           break;
         }
-        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        if (in_flight && count_lines(trace) > trace_lines_before
+            && last_kind(trace) == static_cast<unsigned>(wire::EventKind::TrialDispatched)) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(rng) % 20));
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
-      if (!exited && kills < 20) {
+      if (!exited && kills < target) {
         ::kill(-pid, SIGKILL);
         ::waitpid(pid, &status, 0);
         ++kills;
@@ -210,11 +254,24 @@ TEST(CrashResume, KilledTwentyTimesLosesNothingAndProposesWhatAnUninterruptedRun
     ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     auto ref = read_run(ref_store);
     ASSERT_TRUE(ref);
-    EXPECT_EQ(killed->proposals, ref->proposals) << "seed " << seed;
+    for (std::size_t i = 0; i < std::max(killed->proposals.size(), ref->proposals.size()); ++i)
+      if (i >= killed->proposals.size() || i >= ref->proposals.size()
+          || killed->proposals[i] != ref->proposals[i]) {
+        ADD_FAILURE() << "seed " << seed << ": proposal " << i << " differs\n  resumed:       "
+                      << (i < killed->proposals.size() ? killed->proposals[i] : "(none)")
+                      << "\n  uninterrupted: "
+                      << (i < ref->proposals.size() ? ref->proposals[i] : "(none)")
+                      << "\n  output: " << dir.sub("output-" + seed);
+        break;
+      }
     EXPECT_EQ(killed->promotion, ref->promotion) << "seed " << seed;
+    if (::testing::Test::HasFailure() && std::getenv("INFRARSI_KEEP_CRASH_DIR") != nullptr) {
+      std::error_code ec;
+      fs::copy(dir.path(), "/tmp/crash-kept", fs::copy_options::recursive, ec);
+    }
     EXPECT_GE(killed->proposals.size(), 12u);
   }
-  EXPECT_GE(kills, 20);
+  EXPECT_GE(kills, target);
   // The kills did land inside trials: some in-flight trials were lost and re-queued.
   EXPECT_GE(lost_total, 1);
   std::cout << kills << " kills over " << runs << " run(s); " << lost_total

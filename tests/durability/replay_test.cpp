@@ -76,6 +76,17 @@ TEST(Replay, SimulatorRunReproducesEveryDecision) {
   auto n = std::stoul(text.substr(0, text.find(' ')));
   EXPECT_GE(n, 10u + 3 + 10 + 3 + 1 + 1 + 1) << text;
   EXPECT_NE(text.find(" decisions reproduced ("), std::string::npos) << text;
+  // The supervisor snapshotted the run at each completed stage: snapshot + tail equals the
+  // full fold of the real run.
+  store::rocksdb_event_log_options ro;
+  ro.read_only = true;
+  auto log = store::rocksdb_event_log::open(run.store + "/events", ro);
+  ASSERT_TRUE(log);
+  auto full = store::load_run(**log, run.run_id);
+  auto fast = store::load_run_with_snapshot(**log, run.run_id);
+  ASSERT_TRUE(full && fast);
+  EXPECT_TRUE(fast->used_snapshot) << fast->reason;
+  EXPECT_EQ(store::serialize_run_state(fast->state), store::serialize_run_state(*full));
 }
 
 TEST(Replay, AHandEditedMeasurementIsReportedWhereItChangesADecision) {
@@ -134,6 +145,27 @@ TEST(Replay, AHandEditedMeasurementIsReportedWhereItChangesADecision) {
   EXPECT_FALSE(clean->diverged);
   EXPECT_GT(clean->events, r->sequence); // the divergence was not at the end of the run
   EXPECT_GT(clean->reproduced, r->reproduced);
+}
+
+TEST(Replay, ADamagedLogIsRefusedNamingThePosition) {
+  test::temp_dir dir;
+  auto run = tune_sim(dir);
+  // The run's events are in the write-ahead log: cut its last record short.
+  std::string wal;
+  for (const auto& e : fs::directory_iterator{run.store + "/events"})
+    if (e.path().extension() == ".log" && fs::file_size(e.path()) > 0)
+      wal = e.path().string();
+  ASSERT_FALSE(wal.empty());
+  fs::resize_file(wal, fs::file_size(wal) - 5);
+  replay_options o;
+  o.run_id = run.run_id;
+  o.store_dir = run.store;
+  std::ostringstream out;
+  std::ostringstream err;
+  EXPECT_EQ(run_replay(o, out, err), 2) << out.str();
+  EXPECT_NE(err.str().find("is damaged: its tail after global position "), std::string::npos)
+    << err.str();
+  EXPECT_NE(err.str().find("Refusing to replay"), std::string::npos) << err.str();
 }
 
 /// Logs committed by earlier builds replay on this one: a format change that breaks old logs

@@ -12,6 +12,7 @@
 #include "store/memory_event_log.hpp"
 #include "store/rocksdb_event_log.hpp"
 #include "test_util.hpp"
+#include "log_backends.hpp"
 
 namespace infrarsi::store {
 namespace {
@@ -23,21 +24,8 @@ constexpr auto k_run_created = static_cast<event_kind_t>(wire::EventKind::RunCre
 constexpr auto k_proposed = static_cast<event_kind_t>(wire::EventKind::TrialProposed);
 constexpr auto k_completed = static_cast<event_kind_t>(wire::EventKind::TrialCompleted);
 
-struct memory_backend {
-  std::unique_ptr<event_log> open() { return std::make_unique<memory_event_log>(); }
-};
-
-struct rocksdb_backend {
-  test::temp_dir dir;
-  std::unique_ptr<event_log> open() {
-    rocksdb_event_log_options opts;
-    opts.sync_writes = false; // durability is tested in rocksdb_event_log_test.cpp
-    auto log = rocksdb_event_log::open(dir.sub("events"), opts);
-    if (!log)
-      throw std::runtime_error(describe(log.error()));
-    return std::move(*log);
-  }
-};
+using test_backends::memory_backend;
+using test_backends::rocksdb_backend;
 
 new_event proposed(std::uint64_t trial) {
   return new_event::of(wire::EventKind::TrialProposed, sample_spec(trial));

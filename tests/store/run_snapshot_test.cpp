@@ -14,6 +14,7 @@
 #include "store/memory_event_log.hpp"
 #include "store/rocksdb_event_log.hpp"
 #include "test_util.hpp"
+#include "log_backends.hpp"
 
 namespace infrarsi::store {
 namespace {
@@ -457,21 +458,8 @@ std::string first_difference(const run_state& a, const run_state& b) {
 
 // -- backends ------------------------------------------------------------------------------------
 
-struct memory_backend {
-  std::unique_ptr<event_log> open() { return std::make_unique<memory_event_log>(); }
-};
-
-struct rocksdb_backend {
-  test::temp_dir dir;
-  std::unique_ptr<event_log> open() {
-    rocksdb_event_log_options opts;
-    opts.sync_writes = false; // durability is tested in rocksdb_event_log_test.cpp
-    auto log = rocksdb_event_log::open(dir.sub("events"), opts);
-    if (!log)
-      throw std::runtime_error(describe(log.error()));
-    return std::move(*log);
-  }
-};
+using test_backends::memory_backend;
+using test_backends::rocksdb_backend;
 
 template <class Backend>
 class RunSnapshotTest : public ::testing::Test {
