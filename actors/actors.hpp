@@ -4,6 +4,7 @@
 /// they fold what they need from the event log, call tuning/, store/ or adapters/, and reply.
 
 #include <functional>
+#include <optional>
 #include <ostream>
 #include <string>
 
@@ -59,8 +60,8 @@ struct supervisor_options {
   std::string run_dir;
   std::string knowledge_dir;
   std::uint64_t seed = 0;
-  /// Overrides budget.trials when > 0.
-  std::uint32_t trials = 0;
+  /// Overrides budget.trials (and the budget logged at init, on a resumed run) when set.
+  std::optional<std::uint32_t> trials;
   /// Last stage to run ("apply" = all).
   std::string until = "apply";
   /// Progress lines (one per trial) go here.

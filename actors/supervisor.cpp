@@ -307,6 +307,17 @@ private:
     return *state->find(id, attempt);
   }
 
+  /// The progress line of a trial finished on restart.
+  void report_requeued(const tuning::trial_record& t) {
+    progress() << "trial " << t.trial_id << " attempt " << t.attempt << " (" << t.purpose << "): "
+               << tuning::to_string(t.outcome);
+    if (t.usable())
+      progress() << " " << std::setprecision(4) << t.timed_step_time_s << " s/step";
+    else if (!t.violations.empty())
+      progress() << " — " << t.violations.front();
+    progress() << '\n';
+  }
+
   /// On restart: nothing the log holds is forgotten. A trial dispatched and never finished is
   /// lost (logged) and re-queued once as its next attempt, with the same trial id, so the
   /// remaining decisions are those an uninterrupted run would make; a trial proposed but never
@@ -351,8 +362,10 @@ private:
         progress() << "trial " << p.id << " attempt " << p.attempt
                    << " was lost and not yet re-queued: re-queued as attempt " << p.attempt + 1
                    << '\n';
-        if (auto r = run_attempts(p.id, p.attempt + 1, p.config, p.purpose, verify, false); !r)
+        auto r = run_attempts(p.id, p.attempt + 1, p.config, p.purpose, verify, false);
+        if (!r)
           return std::move(r.error());
+        report_requeued(*r);
       } else if (p.dispatched) {
         auto spec = spec_for(p.config, p.id, p.attempt, p.purpose);
         if (auto err = append(wire::EventKind::TrialLost, spec.bytes()))
@@ -361,13 +374,17 @@ private:
                    << " was dispatched before a restart and never finished: lost, re-queued as "
                       "attempt "
                    << p.attempt + 1 << '\n';
-        if (auto r = run_attempts(p.id, p.attempt + 1, p.config, p.purpose, verify, false); !r)
+        auto r = run_attempts(p.id, p.attempt + 1, p.config, p.purpose, verify, false);
+        if (!r)
           return std::move(r.error());
+        report_requeued(*r);
       } else {
         progress() << "trial " << p.id << " attempt " << p.attempt
                    << " was queued before a restart: dispatched now\n";
-        if (auto r = run_attempts(p.id, p.attempt, p.config, p.purpose, verify, true); !r)
+        auto r = run_attempts(p.id, p.attempt, p.config, p.purpose, verify, true);
+        if (!r)
           return std::move(r.error());
+        report_requeued(*r);
       }
     }
     return caf::none;
@@ -460,6 +477,10 @@ private:
                           {"knobs", knobs},
                           {"patches", patches},
                           {"patch_conflicts", conflicts},
+                          {"budget", {{"trials", o_.trials.value_or(task_.budget.trials)},
+                                      {"baseline_repeats", task_.budget.baseline_repeats},
+                                      {"verify_top", task_.budget.verify_top},
+                                      {"verify_repeats", task_.budget.verify_repeats}}},
                           {"scope", {{"editable", editable}, {"frozen", frozen}}},
                           {"hardware", hardware},
                           {"hardware_fingerprint", hardware_fp_},
@@ -540,7 +561,13 @@ private:
   caf::error stage_run() {
     if (auto err = stage_event(wire::EventKind::StageStarted, wire::Stage::Run))
       return err;
-    auto budget = o_.trials > 0 ? o_.trials : task_.budget.trials;
+    // The budget: --trials, else the one the run was started with (logged at init), else the
+    // task's.
+    std::uint32_t budget = task_.budget.trials;
+    if (auto s = load(); s && s->contract_doc && s->contract_doc->contains("budget"))
+      budget = (*s->contract_doc)["budget"].value("trials", budget);
+    if (o_.trials)
+      budget = *o_.trials;
     auto base = tuning::baseline_configuration(task_);
     auto state = load();
     if (!state)
@@ -798,6 +825,11 @@ private:
         doc["git"] = commit_on_branch(*config, *state);
       }
       progress() << "apply: promoted configuration written to " << out_dir << "/launch.json\n";
+      if (doc["git"].is_object() && doc["git"].value("committed", false))
+        progress() << "apply: the promoted patches are committed on branch "
+                   << doc["git"].value("branch", "") << " (commit "
+                   << doc["git"].value("commit", "").substr(0, 12)
+                   << ") of the workload's git repository; your working tree is untouched\n";
     } else {
       progress() << "apply: nothing promoted, nothing applied\n";
     }

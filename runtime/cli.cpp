@@ -20,6 +20,7 @@
 #include "messages/json.hpp"
 #include "runtime/task_file.hpp"
 #include "runtime/replay.hpp"
+#include "runtime/store_paths.hpp"
 #include "runtime/tune.hpp"
 #include "store/rocksdb_event_log.hpp"
 
@@ -40,16 +41,22 @@ std::string iso_time(std::int64_t ns) {
   return os.str();
 }
 
-caf::expected<std::unique_ptr<store::rocksdb_event_log>> open_for_reading(const std::string& dir) {
+/// Opens DIR (a store directory or its events/ directory) read-only; warns about a torn tail.
+caf::expected<std::unique_ptr<store::rocksdb_event_log>>
+open_for_reading(const std::string& dir, const char* command, std::ostream& err) {
   store::rocksdb_event_log_options opts;
   opts.read_only = true;
-  return store::rocksdb_event_log::open(dir, opts);
+  auto events = events_dir_of(dir);
+  auto log = store::rocksdb_event_log::open(events, opts);
+  if (log)
+    warn_if_damaged(**log, events, command, err);
+  return log;
 }
 
 // -- infrarsi runs ------------------------------------------------------------------------------
 
 int cmd_runs(const std::string& dir, bool json, std::ostream& out, std::ostream& err) {
-  auto log = open_for_reading(dir);
+  auto log = open_for_reading(dir, "infrarsi runs", err);
   if (!log) {
     err << "infrarsi runs: " << describe(log.error()) << '\n';
     return exit_failure;
@@ -101,7 +108,7 @@ int cmd_log_dump(const dump_options& o, std::ostream& out, std::ostream& err) {
     err << "infrarsi log dump: " << describe(bad) << '\n';
     return exit_usage;
   }
-  auto log = open_for_reading(o.store);
+  auto log = open_for_reading(o.store, "infrarsi log dump", err);
   if (!log) {
     err << "infrarsi log dump: " << describe(log.error()) << '\n';
     return exit_failure;
@@ -335,7 +342,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
            "Progress (one line per step) and the outcome go to stderr. Rank logs and "
            "result.json are kept in the trial directory.\n"
            "Exit status 0 whatever the trial's outcome (ok, oom, crash, timeout, launch_error, "
-           "preempted); non-zero only when infrarsi itself could not run it.");
+           "preempted, contract_violation: a constraint broken or a scope breach, never "
+           "launched); non-zero only when infrarsi itself could not run it.");
   trial_run->add_option("TASK", tr.task, "Task file (TOML; docs/task-contract.md)")->required();
   trial_run->add_option("--set", tr.sets, "Knob value KNOB=VALUE (repeatable); others default")
     ->type_name("KNOB=VALUE");
@@ -366,7 +374,10 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     ->required();
   tune_cmd->add_option("--store", tune.store_dir, "Store directory (default: .infrarsi/ beside TASK)");
   auto* seed_opt = tune_cmd->add_option("--seed", tune_seed, "Seed (default: the task's budget.seed)");
-  tune_cmd->add_option("--trials", tune.trials, "Search trials (default: the task's budget.trials)");
+  std::uint32_t tune_trials = 0;
+  auto* trials_opt = tune_cmd->add_option(
+    "--trials", tune_trials,
+    "Search trials (default: the task's budget.trials; on --run, the budget the run started with)");
   tune_cmd->add_option("--run", tune.run_id, "Continue this run id instead of starting a new one");
   tune_cmd->add_option("--until", tune.until, "Stop after this stage")
     ->check(CLI::IsMember({"init", "doctor", "run", "report", "apply"}))
@@ -384,10 +395,12 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     "replay", "Audit a run: fold its events and recompute every decision (proposals, verdicts, "
               "calibration, re-verifications, promotion) from the events before it, byte-compared "
               "with what was logged. Launches nothing, calls no LLM, contacts no peer. Exit status: "
-              "0 every decision reproduced, 1 a divergence (printed with both versions), 2 the "
-              "replay could not be made (no such run, damaged log, task file missing)");
+              "0 every decision reproduced, 1 a divergence (printed with both versions), 3 the "
+              "replay could not be made (no such run, damaged log, task file missing; 2 stays a "
+              "bad command line)");
   replay_cmd->add_option("RUN", replay.run_id, "Run id (infrarsi status / infrarsi runs)")->required();
-  replay_cmd->add_option("--store", replay.store_dir, "Store directory (the one infrarsi tune used)")
+  replay_cmd->add_option("--store", replay.store_dir,
+                         "Store directory (the one infrarsi tune used, or its events/ directory)")
     ->required();
   replay_cmd->add_option("--task", replay.task_path,
                          "Task file (default: the path the run recorded when it was created)");
@@ -417,6 +430,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     if (tune_cmd->parsed()) {
       if (seed_opt->count() > 0)
         tune.seed = tune_seed;
+      if (trials_opt->count() > 0)
+        tune.trials = tune_trials;
       return run_tune(tune, out, err);
     }
     if (status_cmd->parsed())

@@ -8,6 +8,7 @@
 #include "adapters/environment.hpp"
 #include "messages/codec.hpp"
 #include "messages/errc.hpp"
+#include "runtime/store_paths.hpp"
 #include "runtime/task_file.hpp"
 #include "store/rocksdb_event_log.hpp"
 #include "store/run_projection.hpp"
@@ -154,29 +155,29 @@ caf::expected<replay_result> replay_run(const store::event_log& log, const std::
 int run_replay(const replay_options& o, std::ostream& out, std::ostream& err) {
   store::rocksdb_event_log_options opts;
   opts.read_only = true;
-  auto log = store::rocksdb_event_log::open(o.store_dir + "/events", opts);
+  auto events = events_dir_of(o.store_dir);
+  auto log = store::rocksdb_event_log::open(events, opts);
   if (!log) {
     err << "infrarsi replay: " << describe(log.error()) << '\n';
-    return 2;
+    return 3;
   }
   // A torn or corrupted tail is not audited around: the log must be whole.
   if (const auto& rec = (*log)->recovery(); rec.tail_dropped) {
-    err << "infrarsi replay: the event log '" << o.store_dir << "/events' is damaged: its tail "
+    err << "infrarsi replay: the event log '" << events << "' is damaged: its tail "
         << "after global position "
         << (rec.head > 0 ? std::to_string(rec.head - 1) : std::string{"(none)"})
-        << " is torn (RocksDB: " << rec.message << "). Refusing to replay; a writable open "
-        << "(infrarsi tune --run, or infrarsi log dump) recovers to the last complete event.\n";
-    return 2;
+        << " is torn (RocksDB: " << rec.message << "). Refusing to replay; `infrarsi tune TASK "
+        << "--store STORE --run RUN` recovers the log to its last complete event.\n";
+    return 3;
   }
   auto state = store::load_run(**log, o.run_id);
   if (!state) {
     err << "infrarsi replay: " << describe(state.error()) << '\n';
-    return 2;
+    return 3;
   }
   if (state->events == 0) {
-    err << "infrarsi replay: run '" << o.run_id << "' not found in '" << o.store_dir
-        << "/events'\n";
-    return 2;
+    err << "infrarsi replay: run '" << o.run_id << "' not found in '" << events << "'\n";
+    return 3;
   }
   auto task_path = o.task_path.empty() ? state->task_path : o.task_path;
   auto task = load_task_file(task_path);
@@ -184,7 +185,7 @@ int run_replay(const replay_options& o, std::ostream& out, std::ostream& err) {
     err << "infrarsi replay: " << describe(task.error())
         << (o.task_path.empty() ? " (the task file the run recorded; give --task FILE)" : "")
         << '\n';
-    return 2;
+    return 3;
   }
   if (state->contract_doc) {
     auto logged = state->contract_doc->value("task_sha256", std::string{});
@@ -197,7 +198,7 @@ int run_replay(const replay_options& o, std::ostream& out, std::ostream& err) {
   auto r = replay_run(**log, o.run_id, *task);
   if (!r) {
     err << "infrarsi replay: " << describe(r.error()) << '\n';
-    return 2;
+    return 3;
   }
   if (!r->diverged) {
     out << r->reproduced << " decisions reproduced (" << r->events << " events of run "

@@ -58,7 +58,7 @@ struct replay_options {
 };
 
 /// `infrarsi replay`. Prints "N decisions reproduced (M events)" or the first divergence with
-/// both versions. Exit status: 0 every decision reproduced, 1 a divergence, 2 the replay could
+/// both versions. Exit status: 0 every decision reproduced, 1 a divergence, 3 the replay could
 /// not be made (no such run, damaged log, task file missing).
 int run_replay(const replay_options& options, std::ostream& out, std::ostream& err);
 

@@ -98,7 +98,8 @@ nlohmann::json make_report(const tuning::task_spec& task, const store::run_state
   // candidates whose re-verification did not clear the bar.
   nlohmann::json rejected = nlohmann::json::array();
   for (const auto& t : run.trials) {
-    if (!t.finished || (t.outcome == tuning::trial_outcome::ok && t.violations.empty()))
+    if (!t.finished || (t.outcome == tuning::trial_outcome::ok && t.violations.empty())
+        || t.outcome == tuning::trial_outcome::lost) // lost: re-queued, not judged
       continue;
     nlohmann::json reasons = nlohmann::json::array();
     for (const auto& v : t.violations)
@@ -217,14 +218,35 @@ std::string render_markdown(const nlohmann::json& r) {
     md << "Nothing promoted: "
        << r["promotion_decision"].value("reason", std::string{"no candidate"}) << "\n\n";
   }
-  md << "## Trials\n\n| trial | purpose | change | outcome | step time (s) | speedup | notes |\n"
+  md << "## Re-verification\n\n";
+  if (r["reverifications"].empty())
+    md << "No candidate was re-verified.\n\n";
+  else {
+    md << "| candidate trial | change | round | speedup | 95% interval | promotable | why |\n"
+       << "|---|---|---|---|---|---|---|\n";
+    for (const auto& v : r["reverifications"]) {
+      auto why = v.value("reason", "");
+      for (auto& c : why)
+        if (c == '|' || c == '\n')
+          c = ' ';
+      md << "| " << v.value("candidate_trial", 0) << " | " << v.value("change", "") << " | "
+         << v.value("round", 1) << " | " << fixed(v.value("speedup", 0.0), 3) << "x | ["
+         << fixed(v.value("ci_low", 0.0), 3) << ", "
+         << (v["ci_high"].is_number() ? fixed(v["ci_high"].get<double>(), 3) : std::string{"inf"})
+         << "] | " << (v.value("promotable", false) ? "yes" : "no") << " | " << why << " |\n";
+    }
+    md << "\n";
+  }
+  md << "## Trials\n\nTrial numbers read ID.ATTEMPT: a trial lost in flight (its node vanished or "
+        "the run was killed) is re-run under the same id as the next attempt.\n\n"
+     << "| trial | purpose | change | outcome | step time (s) | speedup | notes |\n"
      << "|---|---|---|---|---|---|---|\n";
   for (const auto& t : r["trials"]) {
     std::string notes;
     for (const auto& v : t["violations"])
-      notes += v.get<std::string>() + "; ";
+      notes += (notes.empty() ? "" : "; ") + v.get<std::string>();
     if (t.value("outcome", "") != "ok" && t.value("outcome", "") != "contract_violation")
-      notes += t.value("detail", "");
+      notes += (notes.empty() ? "" : "; ") + t.value("detail", "");
     for (auto& c : notes)
       if (c == '|' || c == '\n')
         c = ' ';

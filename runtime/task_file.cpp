@@ -116,6 +116,25 @@ public:
     return v;
   }
 
+  /// An integer key in [min_value, max_value]: a float, a string or an out-of-range value is an
+  /// error naming the key and the value (never truncated or wrapped).
+  std::optional<std::uint64_t> count(const toml::table& t, const std::string& key,
+                                     const std::string& where, std::uint64_t min_value,
+                                     std::uint64_t max_value) const {
+    const auto* n = t.get(key);
+    if (n == nullptr)
+      return std::nullopt;
+    auto range = "an integer in [" + std::to_string(min_value) + ", " + std::to_string(max_value)
+                 + "]";
+    if (!n->is_integer())
+      expected(*n, join(where, key), range);
+    auto v = *n->value<std::int64_t>();
+    if (v < 0 || static_cast<std::uint64_t>(v) < min_value
+        || static_cast<std::uint64_t>(v) > max_value)
+      expected(*n, join(where, key), range);
+    return static_cast<std::uint64_t>(v);
+  }
+
   std::optional<bool> boolean(const toml::table& t, const std::string& key,
                               const std::string& where) const {
     const auto* n = t.get(key);
@@ -304,9 +323,9 @@ void parse_contract_sections(const reader& r, const toml::table& root, tuning::t
                               "params", "layers", "clock_tolerance", "clock_check",
                               "simulated_time"});
   auto& k = task.contract;
-  if (auto v = r.number(c, "steps", "contract", 0))
+  if (auto v = r.count(c, "steps", "contract", 0, 0xffffffffu))
     k.steps = static_cast<std::uint32_t>(*v);
-  if (auto v = r.number(c, "tokens_per_step", "contract", 0))
+  if (auto v = r.count(c, "tokens_per_step", "contract", 0, std::uint64_t{1} << 62))
     k.tokens_per_step = static_cast<std::uint64_t>(*v);
   k.timed_first = 0;
   k.timed_last = k.steps > 0 ? k.steps - 1 : 0;
@@ -344,11 +363,11 @@ void parse_contract_sections(const reader& r, const toml::table& root, tuning::t
     k.loss_atol = *v;
   if (auto v = r.number(c, "wall_tolerance", "contract", 0))
     k.wall_tolerance = *v;
-  if (auto v = r.number(c, "global_batch", "contract", 0))
+  if (auto v = r.count(c, "global_batch", "contract", 0, std::uint64_t{1} << 62))
     k.global_batch = static_cast<std::uint64_t>(*v);
-  if (auto v = r.number(c, "params", "contract", 0))
+  if (auto v = r.count(c, "params", "contract", 0, std::uint64_t{1} << 62))
     k.params = static_cast<std::uint64_t>(*v);
-  if (auto v = r.number(c, "layers", "contract", 0))
+  if (auto v = r.count(c, "layers", "contract", 0, 0xffffffffu))
     k.layers = static_cast<std::uint32_t>(*v);
   if (auto v = r.number(c, "clock_tolerance", "contract", 0))
     k.clock_tolerance = *v;
@@ -366,17 +385,17 @@ void parse_contract_sections(const reader& r, const toml::table& root, tuning::t
   r.only_keys(b, "budget", {"trials", "wall_clock_s", "baseline_repeats", "verify_top",
                             "verify_repeats", "seed"});
   auto& bu = task.budget;
-  if (auto v = r.number(b, "trials", "budget", 0))
+  if (auto v = r.count(b, "trials", "budget", 0, 1000000))
     bu.trials = static_cast<std::uint32_t>(*v);
   if (auto v = r.number(b, "wall_clock_s", "budget", 1))
     bu.wall_clock_s = *v;
-  if (auto v = r.number(b, "baseline_repeats", "budget", 1))
+  if (auto v = r.count(b, "baseline_repeats", "budget", 1, 1000))
     bu.baseline_repeats = static_cast<std::uint32_t>(*v);
-  if (auto v = r.number(b, "verify_top", "budget", 0))
+  if (auto v = r.count(b, "verify_top", "budget", 0, 1000))
     bu.verify_top = static_cast<std::uint32_t>(*v);
-  if (auto v = r.number(b, "verify_repeats", "budget", 1))
+  if (auto v = r.count(b, "verify_repeats", "budget", 1, 1000))
     bu.verify_repeats = static_cast<std::uint32_t>(*v);
-  if (auto v = r.number(b, "seed", "budget", 0))
+  if (auto v = r.count(b, "seed", "budget", 0, std::uint64_t{1} << 62))
     bu.seed = static_cast<std::uint64_t>(*v);
 }
 

@@ -1,5 +1,6 @@
 #include "runtime/tune.hpp"
 
+#include <algorithm>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -10,7 +11,10 @@
 #include <caf/scoped_actor.hpp>
 
 #include "actors/actors.hpp"
+#include "actors/decisions.hpp"
+#include "adapters/environment.hpp"
 #include "runtime/node_bridge.hpp"
+#include "runtime/store_paths.hpp"
 #include "runtime/task_file.hpp"
 #include "store/rocksdb_event_log.hpp"
 #include "store/run_projection.hpp"
@@ -89,6 +93,55 @@ int run_tune(const tune_options& o, std::ostream& out, std::ostream& err) {
       return 1;
     }
     seed = state->seed;
+    // The run's contract was locked at init: a resume must use the same task and contract.
+    if (state->contract_doc) {
+      const auto& locked = *state->contract_doc;
+      auto sig = locked.value("workload_signature", std::string{});
+      auto locked_task = sig.substr(0, sig.find(':'));
+      if (!locked_task.empty() && locked_task != task->name) {
+        err << "infrarsi tune: run '" << run_id << "' belongs to task '" << locked_task << "', not '"
+            << task->name << "' (" << task->source << "); resume it with its own task file ("
+            << state->task_path << ")\n";
+        return 1;
+      }
+      auto now = actors::contract_json(*task);
+      const auto then = locked.value("contract", nlohmann::json::object());
+      if (adapters::sha256_hex(now.dump()) != locked.value("contract_hash", std::string{})) {
+        std::string keys;
+        for (auto it = now.begin(); it != now.end(); ++it)
+          if (!then.contains(it.key()) || then[it.key()] != it.value())
+            keys += (keys.empty() ? "" : ", ") + ("contract." + it.key()) + " (locked "
+                    + (then.contains(it.key()) ? then[it.key()].dump() : std::string{"absent"})
+                    + ", now " + it.value().dump() + ")";
+        err << "infrarsi tune: " << task->source << ": the contract differs from the one run '"
+            << run_id << "' locked at init: " << (keys.empty() ? "its hash differs" : keys)
+            << "; a locked contract cannot change (start a new run)\n";
+        return 1;
+      }
+      std::vector<std::string> knobs_then;
+      for (const auto& k : locked.value("knobs", nlohmann::json::array()))
+        knobs_then.push_back(k.value("name", ""));
+      std::vector<std::string> knobs_now;
+      for (const auto& k : task->knobs)
+        knobs_now.push_back(k.name);
+      std::vector<std::string> patches_then;
+      const auto patches_doc = locked.value("patches", nlohmann::json::object());
+      for (auto it = patches_doc.begin(); it != patches_doc.end(); ++it)
+        patches_then.push_back(it.key());
+      std::vector<std::string> patches_now;
+      for (const auto& p : task->patches)
+        patches_now.push_back(p.name);
+      std::sort(patches_then.begin(), patches_then.end());
+      std::sort(patches_now.begin(), patches_now.end());
+      if (knobs_then != knobs_now || patches_then != patches_now) {
+        err << "infrarsi tune: " << task->source << ": its knobs or patches differ from those run '"
+            << run_id << "' locked at init (knobs then: " << nlohmann::json(knobs_then).dump()
+            << ", now: " << nlohmann::json(knobs_now).dump() << "; patches then: "
+            << nlohmann::json(patches_then).dump() << ", now: "
+            << nlohmann::json(patches_now).dump() << "); start a new run\n";
+        return 1;
+      }
+    }
     err << "infrarsi tune: continuing run " << run_id << " (" << state->events << " events)\n";
   }
   auto run_dir = store_dir + "/runs/" + run_id;
@@ -146,11 +199,12 @@ int run_tune(const tune_options& o, std::ostream& out, std::ostream& err) {
 int run_status(const std::string& store_dir, std::ostream& out, std::ostream& err) {
   store::rocksdb_event_log_options opts;
   opts.read_only = true;
-  auto log = store::rocksdb_event_log::open(store_dir + "/events", opts);
+  auto log = store::rocksdb_event_log::open(events_dir_of(store_dir), opts);
   if (!log) {
     err << "infrarsi status: " << describe(log.error()) << '\n';
     return 1;
   }
+  warn_if_damaged(**log, events_dir_of(store_dir), "infrarsi status", err);
   auto runs = (*log)->list_runs();
   if (!runs) {
     err << "infrarsi status: " << describe(runs.error()) << '\n';

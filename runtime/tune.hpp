@@ -17,8 +17,9 @@ struct tune_options {
   std::string store_dir;
   /// Default: the task's budget.seed.
   std::optional<std::uint64_t> seed;
-  /// Overrides budget.trials when > 0.
-  std::uint32_t trials = 0;
+  /// Overrides budget.trials (0 is allowed: no search trials). Unset on a resumed run: the
+  /// budget the run was started with (logged at init).
+  std::optional<std::uint32_t> trials;
   /// Continue this run (default: a new run <task>-<UTC time>).
   std::string run_id;
   /// Stop after this stage: init, doctor, run, report or apply (default).

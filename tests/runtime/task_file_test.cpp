@@ -110,6 +110,29 @@ default = "naive"
   EXPECT_NE(load_task_file(dir.sub("absent.toml")).error().code(), 0);
 }
 
+TEST_F(TaskFileTest, IntegerKeysAreNeverTruncatedOrWrapped) {
+  auto e = error_of(std::string{minimal} + "[contract]\nparams = 3.5\n");
+  EXPECT_NE(e.find("contract.params: expected an integer in [0, 4611686018427387904], got "
+                   "float 3.5"),
+            std::string::npos)
+    << e;
+  e = error_of(std::string{minimal} + "[contract]\nsteps = 1e20\n");
+  EXPECT_NE(e.find("contract.steps: expected an integer in [0, 4294967295]"), std::string::npos)
+    << e;
+  e = error_of(std::string{minimal} + "[contract]\nlayers = 5000000000\n");
+  EXPECT_NE(e.find("contract.layers: expected an integer in [0, 4294967295], got integer "
+                   "5000000000"),
+            std::string::npos)
+    << e;
+  e = error_of(std::string{minimal} + "[budget]\ntrials = -1\n");
+  EXPECT_NE(e.find("budget.trials: expected an integer in [0, 1000000], got integer -1"),
+            std::string::npos)
+    << e;
+  auto ok = load_task_file(write(std::string{minimal} + "[contract]\nparams = 10942464\n"));
+  ASSERT_TRUE(ok) << describe(ok.error());
+  EXPECT_EQ(ok->contract.params, 10942464u);
+}
+
 TEST(ByteSize, UnitsAndRejections) {
   std::uint64_t v = 0;
   ASSERT_TRUE(parse_byte_size("3GiB", v));

@@ -72,6 +72,33 @@ int TuneEndToEnd::status_ = -1;
 std::string TuneEndToEnd::out_;
 std::string TuneEndToEnd::err_;
 
+/// A locked contract cannot change on resume, nor can the task.
+TEST_F(TuneEndToEnd, AResumeWithAnotherContractOrTaskIsRefused) {
+  ASSERT_EQ(status_, 0) << err_;
+  std::ifstream in{dir_->sub("tasks/fake_tune.toml")};
+  std::string text{std::istreambuf_iterator<char>{in}, {}};
+  auto at = text.find("[contract]\n");
+  ASSERT_NE(at, std::string::npos);
+  text.insert(at + 11, "loss_rtol = 0.02\n");
+  std::ofstream{dir_->sub("tasks/changed.toml")} << text;
+  tune_options o;
+  o.task_path = dir_->sub("tasks/changed.toml");
+  o.store_dir = dir_->sub("store");
+  o.run_id = run_id();
+  std::ostringstream out;
+  std::ostringstream err;
+  EXPECT_EQ(run_tune(o, out, err), 1);
+  EXPECT_NE(err.str().find("the contract differs from the one run '" + o.run_id
+                           + "' locked at init: contract.loss_rtol (locked 0.0001, now 0.02)"),
+            std::string::npos)
+    << err.str();
+  o.task_path = std::string{INFRARSI_TEST_DATA_DIR} + "/tasks/fake.toml";
+  std::ostringstream err2;
+  EXPECT_EQ(run_tune(o, out, err2), 1);
+  EXPECT_NE(err2.str().find("belongs to task 'fake_tune', not 'fake'"), std::string::npos)
+    << err2.str();
+}
+
 TEST_F(TuneEndToEnd, FinishesWithAVerifiedPromotionInTheReport) {
   ASSERT_EQ(status_, 0) << err_;
   EXPECT_NE(out_.find("Promoted step_time 0.08->0.03"), std::string::npos) << out_;
