@@ -26,6 +26,7 @@
 #include "messages/codec.hpp"
 #include "store/rocksdb_event_log.hpp"
 #include "store/run_projection.hpp"
+#include "sim_task.hpp"
 #include "test_util.hpp"
 
 namespace infrarsi {
@@ -36,22 +37,12 @@ namespace fs = std::filesystem;
 /// sim-dense-1node with an absolute workdir, a small budget, and launches reproducible from the
 /// trial id alone.
 std::string write_task(const test::temp_dir& dir) {
-  std::ifstream in{std::string{INFRARSI_SOURCE_DIR} + "/config/tasks/sim-dense-1node.toml"};
-  std::string text{std::istreambuf_iterator<char>{in}, {}};
+  std::string text = test::sim_task_text(dir, "sim-dense-1node");
   auto replace = [&text](const std::string& from, const std::string& to) {
     auto at = text.find(from);
     ASSERT_NE(at, std::string::npos) << from;
     text.replace(at, from.size(), to);
   };
-  // A copy of the simulated workload outside any git repository: a promoted patch is then not
-  // committed on a branch of the source tree (tune's apply stage).
-  const std::string copy = dir.sub("sim-workload");
-  if (!fs::exists(copy))
-    fs::copy(std::string{INFRARSI_SOURCE_DIR} + "/workloads/sim", copy,
-             fs::copy_options::recursive | fs::copy_options::copy_symlinks);
-  const std::string from = "../../workloads/sim"; // the workdir and every patch file
-  for (auto at = text.find(from); at != std::string::npos; at = text.find(from, at))
-    text.replace(at, from.size(), copy);
   replace("\"--attempt\", \"{attempt}\"", "\"--attempt\", \"0\"");
   // Every trial takes at least 40 ms of wall time (the simulator itself takes a few), so that a
   // kill can land inside one: the program is sh, which sleeps and then execs the simulator with

@@ -17,6 +17,7 @@
 #include "store/memory_event_log.hpp"
 #include "store/rocksdb_event_log.hpp"
 #include "store/run_projection.hpp"
+#include "sim_task.hpp"
 #include "test_util.hpp"
 
 namespace infrarsi::runtime {
@@ -26,17 +27,7 @@ namespace fs = std::filesystem;
 
 /// A simulator task file with an absolute workdir (written into `dir`).
 std::string sim_task(const test::temp_dir& dir, const std::string& name) {
-  std::ifstream in{std::string{INFRARSI_SOURCE_DIR} + "/config/tasks/" + name + ".toml"};
-  std::string text{std::istreambuf_iterator<char>{in}, {}};
-  // A copy of the simulated workload outside any git repository: a promoted patch is then not
-  // committed on a branch of the source tree (tune's apply stage).
-  const std::string copy = dir.sub("sim-workload");
-  if (!fs::exists(copy))
-    fs::copy(std::string{INFRARSI_SOURCE_DIR} + "/workloads/sim", copy,
-             fs::copy_options::recursive | fs::copy_options::copy_symlinks);
-  const std::string from = "../../workloads/sim"; // the workdir and every patch file
-  for (auto at = text.find(from); at != std::string::npos; at = text.find(from, at))
-    text.replace(at, from.size(), copy);
+  auto text = test::sim_task_text(dir, name);
   auto path = dir.sub(name + ".toml");
   std::ofstream{path} << text;
   return path;
