@@ -86,6 +86,11 @@ struct clock_check_result {
 /// (about a millisecond) would exceed the tolerance.
 inline constexpr double min_clock_window_s = 0.05;
 
+/// Absolute slack of the clock cross-check per compared step, seconds: the work between two
+/// steps that no step timer covers (printing and flushing the metrics line, resetting a peak
+/// counter), which a loaded machine can stretch to a few milliseconds.
+inline constexpr double clock_slack_per_step_s = 0.005;
+
 clock_check_result clock_check(const contract_spec& contract, const std::vector<step_point>& steps);
 
 } // namespace infrarsi::tuning

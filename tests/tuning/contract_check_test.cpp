@@ -124,6 +124,13 @@ TEST(ContractCheck, StepTimesAgainstTheHarnessClock) {
   auto waived = contract();
   waived.clock_check = false;
   EXPECT_TRUE(check_contract(waived, ref, observed(0.6)).empty());
+  // Short honest steps: 20 ms each, 3 ms between lines that no step timer covers (-13 %):
+  // within the 5 ms-per-step slack.
+  auto short_steps = observed(20.0 / 23.0, 0.023);
+  auto sc = clock_check(contract(), short_steps.steps);
+  ASSERT_TRUE(sc.made) << sc.why;
+  EXPECT_LT(sc.disagreement(), -0.1);
+  EXPECT_TRUE(check_contract(contract(), ref, short_steps).empty());
   // Not observed at all (a result built elsewhere): the check is not made.
   EXPECT_FALSE(clock_check(contract(), run().steps).made);
 }
