@@ -1,0 +1,170 @@
+// The censored (Tobit) peak-memory model, tuning/memory_model.hpp: it recovers known coefficients
+// from synthetic trials in which everything above the capacity ran out of memory (a fit that drops
+// the OOM trials does not), its P(OOM) is calibrated on held-out trials, and it is deterministic.
+
+#include "tuning/memory_model.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <iostream>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace infrarsi::tuning {
+namespace {
+
+/// splitmix64 and Box-Muller: the same numbers on every platform.
+struct rng {
+  std::uint64_t state;
+  double uniform() {
+    std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return (static_cast<double>(z >> 11) + 0.5) / 9007199254740992.0;
+  }
+  double normal() {
+    return std::sqrt(-2.0 * std::log(uniform())) * std::cos(6.283185307179586 * uniform());
+  }
+};
+
+// Truth: peak = 600 MB + 150 MB x micro-batch - 250 MB x checkpointing, noise 150 MB (the
+// spread of repeated peaks of one configuration of the real workload is of that order); capacity
+// 1.5 GB, so micro-batches above about 6 (8 with checkpointing) run out of memory.
+constexpr double b0 = 600e6;
+constexpr double b_mb = 150e6;
+constexpr double b_ckpt = -250e6;
+constexpr double noise = 150e6;
+constexpr double capacity = 1.5e9;
+
+struct trial {
+  Eigen::VectorXd x;
+  double peak;
+};
+
+std::vector<trial> draw(rng& r, int n) {
+  std::vector<trial> out;
+  for (int i = 0; i < n; ++i) {
+    Eigen::VectorXd x(3);
+    x << 1.0, 1.0 + 11.0 * r.uniform(), r.uniform() < 0.5 ? 1.0 : 0.0;
+    out.push_back({x, b0 + b_mb * x[1] + b_ckpt * x[2] + noise * r.normal()});
+  }
+  return out;
+}
+
+std::vector<memory_observation> observe(const std::vector<trial>& trials) {
+  std::vector<memory_observation> out;
+  for (const auto& t : trials)
+    out.push_back(t.peak > capacity ? memory_observation{t.x, capacity, true}
+                                    : memory_observation{t.x, t.peak, false});
+  return out;
+}
+
+TEST(CensoredMemoryModel, RecoversTheTruthWhereDroppingOomsDoesNot) {
+  rng r{42};
+  auto data = observe(draw(r, 600));
+  std::size_t ooms = 0;
+  for (const auto& o : data)
+    ooms += o.oom ? 1 : 0;
+  ASSERT_GT(ooms, 200u); // heavily censored: a third of the trials or more
+  std::string why;
+  auto tobit = fit_censored_memory(data, {}, why);
+  ASSERT_TRUE(why.empty()) << why;
+  EXPECT_TRUE(tobit.converged);
+  // Every price comes with its uncertainty, and the truth lies within 3 standard deviations.
+  const double truth[3] = {b0, b_mb, b_ckpt};
+  for (std::size_t j = 0; j < 3; ++j) {
+    EXPECT_GT(tobit.price_sd(j), 0.0);
+    EXPECT_LT(std::abs(tobit.price(j) - truth[j]), 3.0 * tobit.price_sd(j))
+      << "coefficient " << j << ": " << tobit.price(j) << " +- " << tobit.price_sd(j);
+  }
+  EXPECT_NEAR(tobit.price(1), b_mb, 0.05 * b_mb);
+  EXPECT_NEAR(tobit.sigma, noise, 0.15 * noise);
+  // Dropping the OOM trials keeps only the lucky low draws near the capacity: the micro-batch
+  // price comes out too low, by far more than the censored fit's error.
+  auto naive = fit_dropping_ooms(data, {}, why);
+  ASSERT_TRUE(why.empty()) << why;
+  double naive_err = std::abs(naive.price(1) - b_mb);
+  double tobit_err = std::abs(tobit.price(1) - b_mb);
+  EXPECT_LT(naive.price(1), b_mb);
+  EXPECT_GT(naive_err, 3.0 * tobit_err) << "naive " << naive.price(1) << ", tobit " << tobit.price(1);
+  EXPECT_LT(naive.sigma, noise); // and the noise looks smaller than it is
+  std::cout << ooms << " of " << data.size() << " trials OOM; micro-batch price: truth "
+            << b_mb / 1e6 << " MB, censored fit " << tobit.price(1) / 1e6 << " +- "
+            << tobit.price_sd(1) / 1e6 << " MB, OOMs dropped " << naive.price(1) / 1e6
+            << " MB; noise: censored " << tobit.sigma / 1e6 << " MB, dropped " << naive.sigma / 1e6
+            << " MB\n";
+}
+
+TEST(CensoredMemoryModel, POomIsCalibratedOnHeldOutTrials) {
+  rng r{7};
+  auto train = observe(draw(r, 600));
+  std::string why;
+  auto tobit = fit_censored_memory(train, {}, why);
+  auto naive = fit_dropping_ooms(train, {}, why);
+  auto held_out = draw(r, 4000);
+  // Reliability in 5 bins of predicted probability, and the Brier score against the naive fit.
+  double sum_p[5] = {};
+  double sum_y[5] = {};
+  int count[5] = {};
+  double brier_tobit = 0.0;
+  double brier_naive = 0.0;
+  for (const auto& t : held_out) {
+    double y = t.peak > capacity ? 1.0 : 0.0;
+    double p = tobit.p_oom(t.x, capacity);
+    int bin = std::min(4, static_cast<int>(p * 5.0));
+    sum_p[bin] += p;
+    sum_y[bin] += y;
+    ++count[bin];
+    brier_tobit += (p - y) * (p - y);
+    double q = naive.p_oom(t.x, capacity);
+    brier_naive += (q - y) * (q - y);
+  }
+  // Each bin's observed OOM frequency within 3 binomial standard errors (+0.02) of its mean
+  // predicted probability.
+  for (int b = 0; b < 5; ++b) {
+    if (count[b] < 100)
+      continue;
+    double p = sum_p[b] / count[b];
+    double se = std::sqrt(p * (1.0 - p) / count[b]);
+    EXPECT_NEAR(p, sum_y[b] / count[b], 3.0 * se + 0.02)
+      << "bin " << b << " (" << count[b] << " trials)";
+  }
+  EXPECT_LT(brier_tobit, brier_naive);
+  std::cout << "held-out Brier score: censored fit " << brier_tobit / held_out.size()
+            << ", OOMs dropped " << brier_naive / held_out.size() << '\n';
+}
+
+TEST(CensoredMemoryModel, PriorsPullAndIdenticalInputsGiveIdenticalFits) {
+  rng r{3};
+  auto data = observe(draw(r, 12)); // few trials: the prior matters
+  std::string why;
+  std::vector<coefficient_prior> wrong = {{600e6, 1e9}, {50e6, 1e6}, {0.0, 1e9}};
+  auto pulled = fit_censored_memory(data, wrong, why);
+  ASSERT_TRUE(why.empty()) << why;
+  EXPECT_NEAR(pulled.price(1), 50e6, 5e6); // a tight prior dominates twelve trials
+  auto a = fit_censored_memory(data, {}, why);
+  auto b = fit_censored_memory(data, {}, why);
+  EXPECT_EQ(a.coef, b.coef); // bit for bit
+  EXPECT_EQ(a.sigma, b.sigma);
+  // Errors name what is wrong.
+  fit_censored_memory({}, {}, why);
+  EXPECT_EQ(why, "no observations");
+  fit_censored_memory({{data[0].x, capacity, true}}, {}, why);
+  EXPECT_EQ(why, "no measured (uncensored) trial");
+  fit_censored_memory(data, {{0.0, 1.0}}, why);
+  EXPECT_EQ(why, "need one prior per feature (3), got 1");
+}
+
+TEST(CensoredMemoryModel, NormalTailsAreAccurate) {
+  EXPECT_NEAR(normal_survival(0.0), 0.5, 1e-15);
+  EXPECT_NEAR(normal_survival(1.959963984540054), 0.025, 1e-12);
+  EXPECT_NEAR(log_normal_survival(10.0), std::log(7.61985302416047e-24), 1e-9);
+  // Across the switch to the asymptotic series the log survival stays continuous.
+  EXPECT_NEAR(log_normal_survival(29.999999), log_normal_survival(30.0), 1e-4);
+  EXPECT_TRUE(std::isfinite(log_normal_survival(60.0)));
+}
+
+} // namespace
+} // namespace infrarsi::tuning

@@ -1,0 +1,235 @@
+#include "tuning/memory_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace infrarsi::tuning {
+
+namespace {
+
+constexpr double log_sqrt_2pi = 0.91893853320467274178;
+
+double log_normal_pdf(double z) { return -0.5 * z * z - log_sqrt_2pi; }
+
+/// The problem in scaled units (bytes / scale), parameters theta = (b, log s).
+struct problem {
+  const std::vector<memory_observation>* data = nullptr;
+  double scale = 1.0;
+  Eigen::VectorXd prior_mean;
+  Eigen::VectorXd prior_prec; // 1 / sd^2
+  double s0 = 0.0;            // weak prior centre of log s
+  double s0_sd = 5.0;
+
+  [[nodiscard]] Eigen::Index dim() const { return prior_mean.size() + 1; }
+
+  double log_posterior(const Eigen::VectorXd& th) const {
+    auto p = prior_mean.size();
+    Eigen::VectorXd b = th.head(p);
+    double s = th[p];
+    double sigma = std::exp(s);
+    double lp = 0.0;
+    for (const auto& o : *data) {
+      double mu = o.x.dot(b);
+      double y = o.bytes / scale;
+      if (o.oom)
+        lp += log_normal_survival((y - mu) / sigma);
+      else
+        lp += log_normal_pdf((y - mu) / sigma) - s;
+    }
+    lp -= 0.5 * ((b - prior_mean).array().square() * prior_prec.array()).sum();
+    lp -= 0.5 * ((s - s0) / s0_sd) * ((s - s0) / s0_sd);
+    return lp;
+  }
+
+  Eigen::VectorXd gradient(const Eigen::VectorXd& th) const {
+    auto p = prior_mean.size();
+    Eigen::VectorXd b = th.head(p);
+    double s = th[p];
+    double sigma = std::exp(s);
+    Eigen::VectorXd g = Eigen::VectorXd::Zero(dim());
+    for (const auto& o : *data) {
+      double mu = o.x.dot(b);
+      double y = o.bytes / scale;
+      double z = (y - mu) / sigma;
+      if (o.oom) {
+        // d/dmu log Q(z) = lambda / sigma, d/ds log Q(z) = lambda z (inverse Mills ratio).
+        double lambda = std::exp(log_normal_pdf(z) - log_normal_survival(z));
+        g.head(p) += (lambda / sigma) * o.x;
+        g[p] += lambda * z;
+      } else {
+        g.head(p) += (z / sigma) * o.x;
+        g[p] += z * z - 1.0;
+      }
+    }
+    g.head(p) -= ((b - prior_mean).array() * prior_prec.array()).matrix();
+    g[p] -= (s - s0) / (s0_sd * s0_sd);
+    return g;
+  }
+
+  Eigen::MatrixXd hessian(const Eigen::VectorXd& th) const {
+    auto n = dim();
+    Eigen::MatrixXd h(n, n);
+    for (Eigen::Index k = 0; k < n; ++k) {
+      double step = 1e-5 * std::max(1.0, std::abs(th[k]));
+      Eigen::VectorXd a = th;
+      Eigen::VectorXd c = th;
+      a[k] += step;
+      c[k] -= step;
+      h.col(k) = (gradient(a) - gradient(c)) / (2.0 * step);
+    }
+    return 0.5 * (h + h.transpose());
+  }
+};
+
+memory_fit fit(const std::vector<memory_observation>& data,
+               const std::vector<coefficient_prior>& priors, std::string& why) {
+  memory_fit out;
+  why.clear();
+  if (data.empty()) {
+    why = "no observations";
+    return out;
+  }
+  auto p = data.front().x.size();
+  double scale = 0.0;
+  std::size_t measured = 0;
+  for (const auto& o : data) {
+    if (o.x.size() != p) {
+      why = "every observation needs " + std::to_string(p) + " features";
+      return out;
+    }
+    scale = std::max(scale, std::abs(o.bytes));
+    measured += o.oom ? 0 : 1;
+  }
+  if (measured == 0) {
+    why = "no measured (uncensored) trial";
+    return out;
+  }
+  if (!priors.empty() && static_cast<Eigen::Index>(priors.size()) != p) {
+    why = "need one prior per feature (" + std::to_string(p) + "), got "
+          + std::to_string(priors.size());
+    return out;
+  }
+  if (scale <= 0)
+    scale = 1.0;
+  problem pr;
+  pr.data = &data;
+  pr.scale = scale;
+  pr.prior_mean = Eigen::VectorXd::Zero(p);
+  pr.prior_prec = Eigen::VectorXd::Constant(p, 1e-12);
+  for (Eigen::Index j = 0; j < static_cast<Eigen::Index>(priors.size()); ++j) {
+    if (!(priors[static_cast<std::size_t>(j)].sd > 0)) {
+      why = "prior " + std::to_string(j) + " has sd <= 0";
+      return out;
+    }
+    pr.prior_mean[j] = priors[static_cast<std::size_t>(j)].mean / scale;
+    double t = priors[static_cast<std::size_t>(j)].sd / scale;
+    pr.prior_prec[j] = 1.0 / (t * t);
+  }
+  // Start: ridge least squares on the measured trials.
+  Eigen::MatrixXd xtx = pr.prior_prec.asDiagonal();
+  Eigen::VectorXd xty = (pr.prior_prec.array() * pr.prior_mean.array()).matrix();
+  for (const auto& o : data)
+    if (!o.oom) {
+      xtx += o.x * o.x.transpose();
+      xty += o.x * (o.bytes / scale);
+    }
+  Eigen::VectorXd b0 = xtx.ldlt().solve(xty);
+  double ss = 0.0;
+  for (const auto& o : data)
+    if (!o.oom)
+      ss += std::pow(o.bytes / scale - o.x.dot(b0), 2);
+  double sd0 = std::sqrt(ss / static_cast<double>(measured)) + 1e-3;
+  pr.s0 = std::log(sd0);
+  Eigen::VectorXd th(p + 1);
+  th.head(p) = b0;
+  th[p] = pr.s0;
+  double lp = pr.log_posterior(th);
+  int it = 0;
+  for (; it < 200; ++it) {
+    Eigen::VectorXd g = pr.gradient(th);
+    if (g.lpNorm<Eigen::Infinity>() < 1e-9) {
+      out.converged = true;
+      break;
+    }
+    Eigen::MatrixXd h = pr.hessian(th);
+    // Damped Newton: -H must be positive definite; shift it until it is.
+    Eigen::MatrixXd neg = -h;
+    double mu = 0.0;
+    Eigen::LLT<Eigen::MatrixXd> llt;
+    for (int k = 0; k < 30; ++k) {
+      llt.compute(neg + mu * Eigen::MatrixXd::Identity(neg.rows(), neg.cols()));
+      if (llt.info() == Eigen::Success)
+        break;
+      mu = mu == 0.0 ? 1e-6 * std::max(1.0, neg.diagonal().cwiseAbs().maxCoeff()) : mu * 10.0;
+    }
+    Eigen::VectorXd step = llt.solve(g);
+    double t = 1.0;
+    bool improved = false;
+    for (int k = 0; k < 50; ++k) {
+      Eigen::VectorXd cand = th + t * step;
+      double lc = pr.log_posterior(cand);
+      if (std::isfinite(lc) && lc >= lp) {
+        improved = lc > lp || t * step.lpNorm<Eigen::Infinity>() < 1e-15;
+        th = cand;
+        lp = lc;
+        break;
+      }
+      t *= 0.5;
+    }
+    if (!improved) {
+      out.converged = pr.gradient(th).lpNorm<Eigen::Infinity>() < 1e-6;
+      break;
+    }
+  }
+  out.iterations = it;
+  out.log_posterior = lp;
+  Eigen::MatrixXd cov = (-pr.hessian(th)).inverse();
+  out.coef = th.head(p) * scale;
+  out.coef_cov = cov.topLeftCorner(p, p) * scale * scale;
+  out.sigma = std::exp(th[p]) * scale;
+  return out;
+}
+
+} // namespace
+
+double normal_survival(double z) { return 0.5 * std::erfc(z / std::sqrt(2.0)); }
+
+double log_normal_survival(double z) {
+  if (z < 30.0)
+    return std::log(normal_survival(z));
+  // Mills-ratio asymptotic series: Q(z) ~ phi(z)/z * (1 - 1/z^2 + 3/z^4).
+  double z2 = z * z;
+  return log_normal_pdf(z) - std::log(z) + std::log1p(-1.0 / z2 + 3.0 / (z2 * z2));
+}
+
+double memory_fit::mean(const Eigen::VectorXd& x) const { return x.dot(coef); }
+
+double memory_fit::sd(const Eigen::VectorXd& x) const {
+  return std::sqrt(sigma * sigma + x.dot(coef_cov * x));
+}
+
+double memory_fit::p_oom(const Eigen::VectorXd& x, double capacity_bytes) const {
+  return normal_survival((capacity_bytes - mean(x)) / sd(x));
+}
+
+double memory_fit::price_sd(std::size_t j) const {
+  auto k = static_cast<Eigen::Index>(j);
+  return std::sqrt(std::max(0.0, coef_cov(k, k)));
+}
+
+memory_fit fit_censored_memory(const std::vector<memory_observation>& data,
+                               const std::vector<coefficient_prior>& priors, std::string& why) {
+  return fit(data, priors, why);
+}
+
+memory_fit fit_dropping_ooms(const std::vector<memory_observation>& data,
+                             const std::vector<coefficient_prior>& priors, std::string& why) {
+  std::vector<memory_observation> measured;
+  for (const auto& o : data)
+    if (!o.oom)
+      measured.push_back(o);
+  return fit(measured, priors, why);
+}
+
+} // namespace infrarsi::tuning

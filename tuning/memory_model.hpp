@@ -1,0 +1,83 @@
+#pragma once
+/// @file memory_model.hpp
+/// Censored peak-memory model (issue 6, part 2): peak memory per rank as a linear function of a
+/// configuration's features, in which an out-of-memory trial is a right-censored observation
+/// (its peak is only known to exceed the capacity). Fitted by maximum a posteriori estimation of
+/// censored Gaussian (Tobit) regression (Tobin 1958, "Estimation of relationships for limited
+/// dependent variables", Econometrica 26(1); the right-censored likelihood below is eq. 2 of
+/// Amemiya 1984, "Tobit models: a survey", J. Econometrics 24), with independent Gaussian priors
+/// on the coefficients. Pure and deterministic: no clock, no randomness, no I/O.
+///
+/// Model: y = x'b + e, e ~ N(0, s^2). A measured trial contributes log phi((y - x'b)/s) - log s;
+/// an OOM trial under capacity c contributes log(1 - Phi((c - x'b)/s)). The fit maximizes the
+/// sum plus the log prior -sum_j (b_j - m_j)^2 / (2 t_j^2) by damped Newton on (b, log s), with
+/// the analytic gradient and a central-difference Hessian of it.
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include <Eigen/Dense>
+
+namespace infrarsi::tuning {
+
+/// One trial for the memory model: its feature vector (same length for every trial; include a
+/// constant 1 for the intercept), and either its measured peak (bytes) or, when it ran out of
+/// memory, the capacity it exceeded (bytes).
+struct memory_observation {
+  Eigen::VectorXd x;
+  /// Measured peak memory per rank, bytes (when !oom); the capacity exceeded, bytes (when oom).
+  double bytes = 0.0;
+  bool oom = false;
+};
+
+/// Gaussian prior on one coefficient, bytes per unit of its feature.
+struct coefficient_prior {
+  double mean = 0.0;
+  /// Standard deviation; must be > 0 (use a large value for a vague prior).
+  double sd = 1e12;
+};
+
+/// The fitted model.
+struct memory_fit {
+  /// Coefficients b, bytes per unit of each feature.
+  Eigen::VectorXd coef;
+  /// Posterior covariance of b (inverse of the negative Hessian of the log posterior at the
+  /// optimum, restricted to b), bytes^2.
+  Eigen::MatrixXd coef_cov;
+  /// Residual standard deviation s, bytes.
+  double sigma = 0.0;
+  /// Newton iterations used; converged is false if the iteration limit was hit.
+  int iterations = 0;
+  bool converged = false;
+  /// Log posterior at the optimum (in the fit's scaled units; for comparisons between fits of
+  /// the same data only).
+  double log_posterior = 0.0;
+
+  /// Predicted peak for features x: mean x'b and standard deviation sqrt(s^2 + x' cov x), bytes.
+  [[nodiscard]] double mean(const Eigen::VectorXd& x) const;
+  [[nodiscard]] double sd(const Eigen::VectorXd& x) const;
+  /// P(peak > capacity) for features x under the predictive distribution.
+  [[nodiscard]] double p_oom(const Eigen::VectorXd& x, double capacity_bytes) const;
+  /// The price of one unit of feature j: coefficient and its posterior standard deviation, bytes.
+  [[nodiscard]] double price(std::size_t j) const { return coef[static_cast<Eigen::Index>(j)]; }
+  [[nodiscard]] double price_sd(std::size_t j) const;
+};
+
+/// Fits the censored model. `priors` has one entry per feature (or is empty: vague priors).
+/// Errors (returned as a fit with converged = false and `why` set): no observations, features of
+/// unequal length, a prior of the wrong length or with sd <= 0, no measured (uncensored) trial.
+memory_fit fit_censored_memory(const std::vector<memory_observation>& data,
+                               const std::vector<coefficient_prior>& priors, std::string& why);
+
+/// The naive fit a tuner that drops OOM trials would make: ordinary least squares (with the same
+/// priors) on the measured trials only. For comparison in tests and benchmarks.
+memory_fit fit_dropping_ooms(const std::vector<memory_observation>& data,
+                             const std::vector<coefficient_prior>& priors, std::string& why);
+
+/// Survival function of the standard normal, 1 - Phi(z), and its logarithm, accurate in the
+/// tails (log Q uses the asymptotic series beyond z = 30).
+double normal_survival(double z);
+double log_normal_survival(double z);
+
+} // namespace infrarsi::tuning
