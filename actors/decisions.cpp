@@ -32,6 +32,21 @@ nlohmann::json contract_json(const tuning::task_spec& task) {
           {"constraints", task.constraints}};
 }
 
+std::string contract_changes(const nlohmann::json& locked, const tuning::task_spec& task) {
+  const auto now = contract_json(task);
+  std::string out;
+  for (auto it = now.begin(); it != now.end(); ++it)
+    if (!locked.contains(it.key()) || locked[it.key()] != it.value())
+      out += (out.empty() ? "" : ", ") + ("contract." + it.key()) + " (locked "
+             + (locked.contains(it.key()) ? locked[it.key()].dump() : std::string{"absent"})
+             + ", now " + it.value().dump() + ")";
+  for (auto it = locked.begin(); it != locked.end(); ++it)
+    if (!now.contains(it.key()))
+      out += (out.empty() ? "" : ", ") + ("contract." + it.key()) + " (locked "
+             + it.value().dump() + ", now absent)";
+  return out;
+}
+
 tuning::planner_input planner_input_for(const tuning::task_spec& task,
                                         const store::run_state& run) {
   tuning::planner_input in;
@@ -136,7 +151,7 @@ caf::expected<std::string> reverify_doc(const store::run_state& run, std::uint64
   // Only the latest measurement round counts: "/<id>" is round 1, "/<id>#2" round 2.
   std::uint32_t round = 1;
   for (const auto& t : run.trials)
-    if (t.purpose == "verify-baseline/" + std::to_string(candidate) + "#2")
+    if (t.purpose == "verify-baseline" + verify_tag(candidate, 2))
       round = 2;
   auto tag = verify_tag(candidate, round);
   for (const auto& t : run.trials) {

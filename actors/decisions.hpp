@@ -28,6 +28,10 @@ std::string verify_tag(std::uint64_t candidate, std::uint32_t round);
 /// is the run's contract hash).
 nlohmann::json contract_json(const tuning::task_spec& task);
 
+/// The keys in which `task`'s contract differs from a locked one (the `contract` object of a
+/// ContractLocked event): "" when equal, else e.g. "contract.loss_rtol (locked 0.0001, now 0.02)".
+std::string contract_changes(const nlohmann::json& locked, const tuning::task_spec& task);
+
 /// The planner's input for a run as folded so far. Lost attempts carry no measurement and are
 /// left out, so a run that lost a trial and re-ran it plans exactly as one that never lost it.
 tuning::planner_input planner_input_for(const tuning::task_spec& task, const store::run_state& run);

@@ -192,19 +192,9 @@ private:
   /// "" if every patch of `c` stays inside the editable scope and outside the frozen one, else
   /// the offending patch and path.
   std::string scope_violation(const configuration& c) const {
-    for (const auto& p : c.patches) {
-      const auto* spec = task_.find_patch(p);
-      if (spec == nullptr)
-        return "unknown patch '" + p + "'";
-      std::ifstream in{spec->file};
-      std::string text{std::istreambuf_iterator<char>{in}, {}};
-      for (const auto& path : adapters::patch_paths(text)) {
-        if (adapters::path_in_scope(path, task_.scope.frozen))
-          return "scope: patch '" + p + "' edits frozen path '" + path + "'";
-        if (!adapters::path_in_scope(path, task_.scope.editable))
-          return "scope: patch '" + p + "' edits '" + path + "', outside the editable scope";
-      }
-    }
+    for (const auto& p : c.patches)
+      if (auto v = adapters::patch_scope_violation(task_, p); !v.empty())
+        return v;
     return {};
   }
 

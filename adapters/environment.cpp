@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -172,6 +173,21 @@ std::vector<std::string> patch_paths(const std::string& diff_text) {
     }
   }
   return {paths.begin(), paths.end()};
+}
+
+std::string patch_scope_violation(const tuning::task_spec& task, const std::string& patch_name) {
+  const auto* spec = task.find_patch(patch_name);
+  if (spec == nullptr)
+    return "unknown patch '" + patch_name + "'";
+  std::ifstream in{spec->file};
+  std::string text{std::istreambuf_iterator<char>{in}, {}};
+  for (const auto& path : patch_paths(text)) {
+    if (path_in_scope(path, task.scope.frozen))
+      return "scope: patch '" + patch_name + "' edits frozen path '" + path + "'";
+    if (!path_in_scope(path, task.scope.editable))
+      return "scope: patch '" + patch_name + "' edits '" + path + "', outside the editable scope";
+  }
+  return {};
 }
 
 } // namespace infrarsi::adapters

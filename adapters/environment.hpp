@@ -11,6 +11,8 @@
 #include <caf/expected.hpp>
 #include <nlohmann/json.hpp>
 
+#include "tuning/task.hpp"
+
 namespace infrarsi::adapters {
 
 /// Lower-case hex SHA-256 of `bytes`.
@@ -46,5 +48,10 @@ struct command_result {
 
 /// Paths a unified diff touches (from its "+++ b/..." and "--- a/..." lines), sorted, unique.
 std::vector<std::string> patch_paths(const std::string& diff_text);
+
+/// "" when every path task patch `patch_name` names is editable and not frozen; otherwise the
+/// violation, e.g. "scope: patch 'x' edits frozen path 'train.py'" ("unknown patch 'x'" when the
+/// task has none of that name). Reads the patch file.
+std::string patch_scope_violation(const tuning::task_spec& task, const std::string& patch_name);
 
 } // namespace infrarsi::adapters

@@ -409,23 +409,13 @@ caf::error copy_and_patch(const tuning::task_spec& task, const std::vector<std::
     return caf::none;
   // Every path a patch names must be editable and not frozen; checked before applying any.
   for (const auto& name : patches) {
-    const auto* patch = task.find_patch(name);
-    if (patch == nullptr) {
+    if (task.find_patch(name) == nullptr) {
       failure = "unknown patch '" + name + "'";
       return caf::none;
     }
-    std::ifstream in{patch->file};
-    std::string text{std::istreambuf_iterator<char>{in}, {}};
-    for (const auto& path : patch_paths(text)) {
-      if (path_in_scope(path, task.scope.frozen)) {
-        violation = "scope: patch '" + name + "' edits frozen path '" + path + "'";
-        return caf::none;
-      }
-      if (!path_in_scope(path, task.scope.editable)) {
-        violation = "scope: patch '" + name + "' edits '" + path + "', outside the editable scope";
-        return caf::none;
-      }
-    }
+    violation = patch_scope_violation(task, name);
+    if (!violation.empty())
+      return caf::none;
   }
   for (const auto& name : patches) {
     std::string err_text;

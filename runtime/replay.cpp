@@ -58,7 +58,11 @@ public:
       case wire::EventKind::ContractLocked: {
         auto j = nlohmann::json::parse(document_text(ev), nullptr, false);
         std::string logged = j.is_object() && j.contains("contract") ? j["contract"].dump() : "";
-        return same("contract", logged, actors::contract_json(task_).dump());
+        if (!same("contract", logged, actors::contract_json(task_).dump()) && j.is_object())
+          r.decision += ": the task's " + actors::contract_changes(j.value("contract",
+                                                                         nlohmann::json::object()),
+                                                                 task_);
+        return !r.diverged;
       }
       case wire::EventKind::TrialProposed: {
         auto spec = messages::trial_spec_msg::decode(ev.payload);

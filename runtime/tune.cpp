@@ -105,14 +105,9 @@ int run_tune(const tune_options& o, std::ostream& out, std::ostream& err) {
         return 1;
       }
       auto now = actors::contract_json(*task);
-      const auto then = locked.value("contract", nlohmann::json::object());
       if (adapters::sha256_hex(now.dump()) != locked.value("contract_hash", std::string{})) {
-        std::string keys;
-        for (auto it = now.begin(); it != now.end(); ++it)
-          if (!then.contains(it.key()) || then[it.key()] != it.value())
-            keys += (keys.empty() ? "" : ", ") + ("contract." + it.key()) + " (locked "
-                    + (then.contains(it.key()) ? then[it.key()].dump() : std::string{"absent"})
-                    + ", now " + it.value().dump() + ")";
+        auto keys = actors::contract_changes(locked.value("contract", nlohmann::json::object()),
+                                             *task);
         err << "infrarsi tune: " << task->source << ": the contract differs from the one run '"
             << run_id << "' locked at init: " << (keys.empty() ? "its hash differs" : keys)
             << "; a locked contract cannot change (start a new run)\n";
