@@ -28,6 +28,8 @@
 ///     If no neighbour is left, the whole candidate set is scored the same way.
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -54,6 +56,12 @@ struct planner_input {
   std::uint64_t seed = 0;
   /// Number of initial-design proposals (before the model takes over).
   std::size_t initial_design = 4;
+  /// The doctor's minimum detectable speedup (e.g. 1.056); 0: unknown. Policies that stop on
+  /// their own stop when the best expected improvement is below it.
+  double min_detectable_speedup = 0.0;
+  /// Memory one rank may use before it runs out, bytes (task limits.device_memory_bytes, else
+  /// limits.memory_cap_bytes); 0: unknown (the memory model then cannot price OOMs).
+  double memory_capacity_bytes = 0.0;
 };
 
 /// One proposal and why it was chosen.
@@ -62,6 +70,18 @@ struct proposal {
   /// Predicted speedup over the baseline (prior or posterior), and the reason in words.
   double predicted_speedup = 1.0;
   std::string reason;
+  /// Speedup the priors alone predict (before any revision by measurements); unset for
+  /// policies without a prior model. Used for the prior/posterior rank correlation.
+  std::optional<double> prior_speedup;
+  /// Predicted probability that the configuration runs out of memory; unset when not modelled.
+  std::optional<double> p_oom;
+};
+
+/// What a policy returns: the proposals, and why it stopped early when it returns fewer than
+/// asked for (empty when the space is exhausted or nothing was asked).
+struct proposal_batch {
+  std::vector<proposal> proposals;
+  std::string stop_reason;
 };
 
 /// A search policy (one module per algorithm behind this interface; baselines for benchmarks
@@ -74,7 +94,22 @@ public:
   /// Up to `n` proposals (fewer when the space is exhausted).
   [[nodiscard]] virtual std::vector<proposal> propose(const planner_input& in,
                                                       std::size_t n) const = 0;
+  /// Proposals with the stop reason (policies with a stopping rule override this).
+  [[nodiscard]] virtual proposal_batch plan(const planner_input& in, std::size_t n) const {
+    return {propose(in, n), ""};
+  }
 };
+
+/// Names of the built-in policies: "bayes_ei/1" (the default), "seeded_local_search/1" (the
+/// first policy; kept so that old logs replay), and the baselines for benchmarks only:
+/// "random/1", "greedy_coordinate/1", "settings_only/1".
+std::vector<std::string> policy_names();
+
+/// The policy of that name, or nullptr.
+std::unique_ptr<planner_policy> make_policy(const std::string& name);
+
+/// The name new runs use.
+inline constexpr const char* default_policy_name = "bayes_ei/1";
 
 /// The policy described in the file comment.
 class seeded_local_search final : public planner_policy {
