@@ -6,8 +6,24 @@
 /// long-lived `/usr/bin/python3 bench/optuna_tpe.py` process, which rebuilds an in-memory study
 /// from it (every finished trial told with its log step time; OOM, crash and contract-violating
 /// trials told as failed) and asks TPE for the next configuration with a sampler seeded from
-/// (seed, history length), so the same history and seed give the same proposal.
+/// the seed and the history (SHA-256 of both), so the same history and seed give the same
+/// proposal and every other history an independent draw.
 /// Protocol: one JSON object per line each way (bench/optuna_tpe.py documents it).
+///
+/// The space is the planner's: every knob at its search values (tuning/planner.cpp) as an Optuna
+/// categorical, every non-excluded patch as a categorical [false, true]. Only finished baseline
+/// and explore trials are told (lost and preempted ones are not; verification runs are not).
+/// One proposal per request; a proposal that breaks a task constraint or pairs incompatible
+/// patches is told back as pruned (not a trial; Optuna's advice for infeasible combinations,
+/// optuna/optuna#566: TPE ignores failed trials and would propose it again) and asked again,
+/// at most 200 times per proposal, after which plan() returns what it has with a stop reason.
+/// Duplicates of tried configurations are proposed as TPE gives them (TPE's own behaviour; they
+/// count as trials). Note that Optuna's TPE learns only from complete (and pruned) trials:
+/// failed ones, OOMs included, change nothing but the seed, so TPE may propose an OOM
+/// configuration again.
+/// A proposal's reason starts with "optuna TPE start-up (random)" while fewer than 10 complete
+/// and pruned trials are told (TPE's default n_startup_trials), else with "optuna TPE model".
+/// Name: "optuna_tpe/1". Calls are serialized on one child per policy object (thread-safe).
 
 #include <memory>
 #include <string>
@@ -17,11 +33,12 @@
 namespace infrarsi::bench {
 
 /// Creates the policy. `script` is the path of bench/optuna_tpe.py, `python` the interpreter
-/// that has optuna (Debian: /usr/bin/python3 with python3-optuna). The child is started on the
-/// first call and ended with the policy. Errors (interpreter or optuna missing, protocol error)
-/// are thrown as std::runtime_error naming the script and what it said on stderr.
-std::unique_ptr<tuning::planner_policy> make_optuna_policy(const std::string& script,
-                                                           const std::string& python
-                                                           = "/usr/bin/python3");
+/// that has optuna (Debian: /usr/bin/python3 with python3-optuna; looked up on PATH when it has
+/// no '/'). The child is started on the first call and ended with the policy. Errors
+/// (interpreter or optuna missing, protocol error, no response within 300 s) are thrown by
+/// propose()/plan() as std::runtime_error naming the script and interpreter, how the child
+/// ended and the tail of its stderr; the next call then starts a fresh child.
+std::unique_ptr<tuning::planner_policy>
+make_optuna_policy(const std::string& script, const std::string& python = "/usr/bin/python3");
 
 } // namespace infrarsi::bench
