@@ -59,22 +59,48 @@ tuning::planner_input planner_input_for(const tuning::task_spec& task,
   in.excluded_patches = run.out_of_scope_patches;
   in.incompatible_patches = run.patch_conflicts;
   in.noise_log_sd = run.noise ? run.noise->log_sd : 0.02;
+  // The doctor gives the minimum detectable speedup as a fraction (0.05 = 5 %).
+  in.min_detectable_speedup = run.noise ? 1.0 + run.noise->min_detectable_speedup : 0.0;
+  in.memory_capacity_bytes = static_cast<double>(task.limits.device_memory_bytes > 0
+                                                   ? task.limits.device_memory_bytes
+                                                   : task.limits.memory_cap_bytes);
   in.seed = run.seed;
   in.initial_design = std::min<std::size_t>(4, std::max<std::size_t>(1, task.budget.trials / 3));
   return in;
 }
 
+std::string run_policy(const store::run_state& run) {
+  if (run.contract_doc && run.contract_doc->is_object())
+    return run.contract_doc->value("policy", std::string{"seeded_local_search/1"});
+  return tuning::default_policy_name;
+}
+
 std::string proposal_doc(const tuning::task_spec& task, const store::run_state& run,
                          std::uint32_t n) {
+  auto name = run_policy(run);
+  auto policy = tuning::make_policy(name);
+  if (!policy)
+    return nlohmann::json{{"policy", name},
+                          {"proposals", nlohmann::json::array()},
+                          {"stop_reason", "unknown search policy '" + name + "'"}}
+      .dump();
   auto in = planner_input_for(task, run);
-  tuning::seeded_local_search policy;
-  auto proposals = policy.propose(in, n);
+  auto batch = policy->plan(in, n);
   nlohmann::json list = nlohmann::json::array();
-  for (const auto& p : proposals)
-    list.push_back({{"config", store::to_json(p.config)},
-                    {"predicted_speedup", p.predicted_speedup},
-                    {"reason", p.reason}});
-  return nlohmann::json{{"policy", policy.name()}, {"proposals", list}}.dump();
+  for (const auto& p : batch.proposals) {
+    nlohmann::json item = {{"config", store::to_json(p.config)},
+                           {"predicted_speedup", p.predicted_speedup},
+                           {"reason", p.reason}};
+    if (p.prior_speedup)
+      item["prior_speedup"] = *p.prior_speedup;
+    if (p.p_oom)
+      item["p_oom"] = *p.p_oom;
+    list.push_back(std::move(item));
+  }
+  nlohmann::json doc{{"policy", policy->name()}, {"proposals", list}};
+  if (!batch.stop_reason.empty())
+    doc["stop_reason"] = batch.stop_reason;
+  return doc.dump();
 }
 
 std::string calibrate_doc(const tuning::task_spec& task, const store::run_state& run) {

@@ -475,7 +475,8 @@ private:
                           {"hardware", hardware},
                           {"hardware_fingerprint", hardware_fp_},
                           {"workload_signature", workload_sig_},
-                          {"seed", o_.seed}};
+                          {"seed", o_.seed},
+                          {"policy", tuning::default_policy_name}};
     if (auto err = append_doc(wire::EventKind::ContractLocked, "contract/1", doc.dump()))
       return err;
     auto priors = ask<std::string>(
@@ -577,7 +578,8 @@ private:
         return std::move(doc.error());
       auto j = nlohmann::json::parse(*doc);
       if (j["proposals"].empty()) {
-        progress() << "run: the search space is exhausted\n";
+        progress() << "run: search stopped: " << j.value("stop_reason", "the search space is exhausted")
+                   << "\n";
         break;
       }
       const auto& p = j["proposals"][0];

@@ -507,10 +507,12 @@ tuning::task_spec parse_task(const reader& r, const toml::table& root) {
   }
 
   const auto& l = r.table(root, "limits", "", false);
-  r.only_keys(l, "limits", {"timeout_s", "memory_cap_bytes", "kill_grace_s", "launch_window_s"});
+  r.only_keys(l, "limits", {"timeout_s", "memory_cap_bytes", "device_memory_bytes", "kill_grace_s",
+                             "launch_window_s"});
   if (auto v = r.number(l, "timeout_s", "limits", 0.001))
     task.limits.timeout_s = *v;
   task.limits.memory_cap_bytes = r.byte_size(l, "memory_cap_bytes", "limits", 0);
+  task.limits.device_memory_bytes = r.byte_size(l, "device_memory_bytes", "limits", 0);
   if (auto v = r.number(l, "kill_grace_s", "limits", 0))
     task.limits.kill_grace_s = *v;
   if (auto v = r.number(l, "launch_window_s", "limits", 0))

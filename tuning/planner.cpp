@@ -7,142 +7,15 @@
 
 #include <Eigen/Dense>
 
+#include "tuning/baselines.hpp"
+#include "tuning/bayes_policy.hpp"
 #include "tuning/expr.hpp"
+#include "tuning/search_space.hpp"
 #include "tuning/stats.hpp"
 
 namespace infrarsi::tuning {
 
 namespace {
-
-/// The values of one knob's domain that the search considers.
-std::vector<knob_value> search_values(const knob_spec& k) {
-  if (!k.values.empty())
-    return k.values;
-  std::vector<knob_value> out;
-  if (k.type == knob_type::boolean)
-    return {knob_value{false}, knob_value{true}};
-  if (!k.min || !k.max)
-    return {k.default_value};
-  if (k.type == knob_type::integer) {
-    auto lo = static_cast<std::int64_t>(std::ceil(*k.min));
-    auto hi = static_cast<std::int64_t>(std::floor(*k.max));
-    if (hi - lo + 1 <= 64) {
-      for (auto v = lo; v <= hi; ++v)
-        out.emplace_back(v);
-    } else {
-      for (int i = 0; i < 8; ++i) {
-        auto v = lo + static_cast<std::int64_t>(std::llround((hi - lo) * i / 7.0));
-        if (out.empty() || std::get<std::int64_t>(out.back()) != v)
-          out.emplace_back(v);
-      }
-    }
-  } else {
-    for (int i = 0; i < 5; ++i)
-      out.emplace_back(*k.min + (*k.max - *k.min) * i / 4.0);
-  }
-  if (std::find(out.begin(), out.end(), k.default_value) == out.end())
-    out.push_back(k.default_value);
-  return out;
-}
-
-std::size_t hamming(const configuration& a, const configuration& b) {
-  std::size_t d = 0;
-  for (const auto& [k, v] : a.knobs) {
-    auto it = b.knobs.find(k);
-    if (it == b.knobs.end() || it->second != v)
-      ++d;
-  }
-  std::vector<std::string> sym;
-  std::set_symmetric_difference(a.patches.begin(), a.patches.end(), b.patches.begin(),
-                                b.patches.end(), std::back_inserter(sym));
-  return d + sym.size();
-}
-
-bool has_tag(const knob_spec& k, const char* tag) {
-  return std::find(k.tags.begin(), k.tags.end(), tag) != k.tags.end();
-}
-
-double numeric(const knob_value& v) {
-  if (const auto* i = std::get_if<std::int64_t>(&v))
-    return static_cast<double>(*i);
-  if (const auto* d = std::get_if<double>(&v))
-    return *d;
-  if (const auto* b = std::get_if<bool>(&v))
-    return *b ? 1.0 : 0.0;
-  return 0.0;
-}
-
-/// True if `c` needs at least as much memory as `oom` by the task's tags: the same patches,
-/// >= on memory-hungry knobs, <= on memory savers (choice knobs with a memory tag: equal).
-/// Knobs without a memory tag are taken as memory-neutral: the task author tags every knob
-/// that changes per-rank memory (docs/task-contract.md).
-bool at_least_as_hungry(const task_spec& task, const configuration& c, const configuration& oom) {
-  if (c.patches != oom.patches)
-    return false;
-  for (const auto& k : task.knobs) {
-    const auto& a = c.knobs.at(k.name);
-    const auto& b = oom.knobs.at(k.name);
-    bool hungry = has_tag(k, "memory-hungry");
-    bool saver = has_tag(k, "memory-saver");
-    if (hungry && k.type != knob_type::choice) {
-      if (numeric(a) < numeric(b))
-        return false;
-    } else if (saver && k.type != knob_type::choice) {
-      if (numeric(a) > numeric(b))
-        return false;
-    } else if ((hungry || saver) && a != b) {
-      return false;
-    }
-  }
-  return true;
-}
-
-/// One-hot features: knob=value for every non-default value, and +patch.
-struct feature_space {
-  std::vector<std::string> names;
-  std::map<std::string, std::size_t> index;
-  Eigen::VectorXd prior_mean; // per feature: expected effect on log step time
-
-  feature_space(const task_spec& task, const prior_set* priors) {
-    std::vector<double> means;
-    for (const auto& k : task.knobs)
-      for (const auto& v : search_values(k)) {
-        if (v == k.default_value)
-          continue;
-        auto name = k.name + "=" + to_string(v);
-        index[name] = names.size();
-        names.push_back(name);
-        const auto* p = priors != nullptr ? priors->find(k.name, v) : nullptr;
-        means.push_back(p != nullptr && p->speedup > 0 ? -std::log(p->speedup) : 0.0);
-      }
-    for (const auto& p : task.patches) {
-      auto name = "+" + p.name;
-      index[name] = names.size();
-      names.push_back(name);
-      const auto* pp = priors != nullptr ? priors->find_patch(p.name) : nullptr;
-      means.push_back(pp != nullptr && pp->speedup > 0 ? -std::log(pp->speedup) : 0.0);
-    }
-    prior_mean = Eigen::Map<Eigen::VectorXd>(means.data(), static_cast<Eigen::Index>(means.size()));
-  }
-
-  Eigen::VectorXd encode(const task_spec& task, const configuration& c) const {
-    Eigen::VectorXd x = Eigen::VectorXd::Zero(static_cast<Eigen::Index>(names.size()));
-    for (const auto& k : task.knobs) {
-      const auto& v = c.knobs.at(k.name);
-      if (v == k.default_value)
-        continue;
-      auto it = index.find(k.name + "=" + to_string(v));
-      if (it != index.end())
-        x[static_cast<Eigen::Index>(it->second)] = 1.0;
-    }
-    for (const auto& p : c.patches) {
-      auto it = index.find("+" + p);
-      if (it != index.end())
-        x[static_cast<Eigen::Index>(it->second)] = 1.0;
-    }
-    return x;
-  }
-};
 
 /// Posterior of the additive log-time model.
 struct time_model {
@@ -271,73 +144,12 @@ std::vector<proposal> seeded_local_search::propose(const planner_input& in, std:
   if (n == 0)
     return out;
   auto candidates = enumerate_candidates(task, in.seed);
-  std::set<std::string> tried;
-  std::vector<configuration> ooms;
-  for (const auto& t : in.history) {
-    if (t.outcome == trial_outcome::lost && t.purpose == "explore")
-      continue; // lost, not measured: may be proposed again (re-queued)
-    tried.insert(t.config.key());
-    if (t.finished && t.outcome == trial_outcome::oom)
-      ooms.push_back(t.config);
-  }
-  // Settings and patches that broke the contract and never passed it: not proposed again.
   feature_space fs{task, in.priors};
-  std::vector<int> broke(fs.names.size(), 0);
-  std::vector<int> passed(fs.names.size(), 0);
-  for (const auto& t : in.history) {
-    if (!t.usable())
-      continue;
-    auto x = fs.encode(task, t.config);
-    for (Eigen::Index i = 0; i < x.size(); ++i)
-      if (x[i] > 0)
-        passed[static_cast<std::size_t>(i)] += 1;
-  }
-  for (const auto& t : in.history) {
-    bool violation = t.outcome == trial_outcome::contract_violation
-                     || (t.verified && !t.violations.empty());
-    if (!violation)
-      continue;
-    // Blame only an unambiguous culprit: the single setting of this trial never seen to pass.
-    auto x = fs.encode(task, t.config);
-    std::vector<std::size_t> unexplained;
-    for (Eigen::Index i = 0; i < x.size(); ++i)
-      if (x[i] > 0 && passed[static_cast<std::size_t>(i)] == 0)
-        unexplained.push_back(static_cast<std::size_t>(i));
-    if (unexplained.size() == 1)
-      broke[unexplained.front()] += 1;
-  }
-  auto banned = [&](const configuration& c) {
-    auto x = fs.encode(task, c);
-    for (Eigen::Index i = 0; i < x.size(); ++i)
-      if (x[i] > 0 && broke[static_cast<std::size_t>(i)] > 0
-          && passed[static_cast<std::size_t>(i)] == 0)
-        return true;
-    return false;
-  };
-  // One new thing at a time: a proposal brings at most one setting or patch that has not yet
-  // passed the contract in some trial, so any violation or OOM has an unambiguous cause.
-  auto untested = [&](const configuration& c) {
-    auto x = fs.encode(task, c);
-    std::size_t count = 0;
-    for (Eigen::Index i = 0; i < x.size(); ++i)
-      count += x[i] > 0 && passed[static_cast<std::size_t>(i)] == 0 ? 1 : 0;
-    return count;
-  };
+  history_facts facts{task, fs, in.history};
+  auto untested = [&](const configuration& c) { return facts.untested(fs.active(task, c)); };
   auto allowed = [&](const configuration& c) {
-    if (tried.count(c.key()) != 0 || banned(c))
-      return false;
-    for (const auto& p : c.patches)
-      if (std::find(in.excluded_patches.begin(), in.excluded_patches.end(), p)
-          != in.excluded_patches.end())
-        return false;
-    for (const auto& [a, b] : in.incompatible_patches)
-      if (std::binary_search(c.patches.begin(), c.patches.end(), a)
-          && std::binary_search(c.patches.begin(), c.patches.end(), b))
-        return false;
-    for (const auto& o : ooms)
-      if (at_least_as_hungry(task, c, o))
-        return false;
-    return true;
+    return admissible(in, facts, c) && !facts.banned(fs.active(task, c))
+           && !facts.dominated_by_oom(task, c);
   };
   std::vector<configuration> open;
   std::vector<configuration> bold; // allowed, but with more than one untested setting
@@ -353,7 +165,7 @@ std::vector<proposal> seeded_local_search::propose(const planner_input& in, std:
   std::set<std::string> chosen_keys;
   auto take = [&](const configuration& c, double predicted, std::string reason) {
     chosen_keys.insert(c.key());
-    out.push_back({c, std::exp(predicted), std::move(reason)});
+    out.push_back({c, std::exp(predicted), std::move(reason), {}, {}});
   };
 
   std::size_t explored = 0;
@@ -482,8 +294,19 @@ std::vector<std::string> policy_names() {
 }
 
 std::unique_ptr<planner_policy> make_policy(const std::string& name) {
+  if (name == "bayes_ei/1")
+    return std::make_unique<bayes_ei>();
+  if (name == "settings_only/1") {
+    bayes_ei::options o;
+    o.use_patches = false;
+    return std::make_unique<bayes_ei>(o);
+  }
   if (name == "seeded_local_search/1")
     return std::make_unique<seeded_local_search>();
+  if (name == "random/1")
+    return std::make_unique<random_search>();
+  if (name == "greedy_coordinate/1")
+    return std::make_unique<greedy_coordinate>();
   return nullptr;
 }
 

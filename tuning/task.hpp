@@ -105,6 +105,10 @@ struct limits_spec {
   double timeout_s = 600.0;
   /// Per-rank memory cap in bytes (resident set of the rank's process tree); 0: none.
   std::uint64_t memory_cap_bytes = 0;
+  /// Memory one rank's device has, bytes (e.g. a GPU's HBM); 0: unknown. Not enforced: it is
+  /// the capacity at which the planner's censored memory model places out-of-memory trials.
+  /// When 0, memory_cap_bytes is used.
+  std::uint64_t device_memory_bytes = 0;
   /// Seconds between SIGTERM and SIGKILL when a trial is stopped. Default 3.
   double kill_grace_s = 3.0;
   /// A non-zero exit within this many seconds, before any metrics, is a launch_error. Default 3.

@@ -1,0 +1,427 @@
+#include "tuning/bayes_policy.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "tuning/expr.hpp"
+#include "tuning/memory_model.hpp"
+#include "tuning/search_space.hpp"
+#include "tuning/stats.hpp"
+
+namespace infrarsi::tuning {
+
+double expected_improvement(double best, double mean, double sd) {
+  if (!(sd > 0))
+    return std::max(best - mean, 0.0);
+  double z = (best - mean) / sd;
+  double pdf = std::exp(-0.5 * z * z) / std::sqrt(2.0 * 3.14159265358979323846);
+  return (best - mean) * (1.0 - normal_survival(z)) + sd * pdf;
+}
+
+namespace {
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+/// The task's constraints, parsed once.
+struct constraint_set {
+  std::vector<constraint_expr> exprs;
+  const task_spec* task = nullptr;
+  explicit constraint_set(const task_spec& t) : task(&t) {
+    for (const auto& text : t.constraints) {
+      std::string why;
+      if (auto e = constraint_expr::parse(text, why))
+        exprs.push_back(std::move(*e));
+    }
+  }
+  [[nodiscard]] bool ok(const configuration& c) const {
+    auto vars = task->constants;
+    for (const auto& [k, v] : c.knobs)
+      vars[k] = v;
+    return first_violation(exprs, vars).empty();
+  }
+};
+
+/// One scored candidate.
+struct scored {
+  configuration config;
+  std::vector<int> active;
+  double ei = 0;     // expected improvement of log step time
+  double p_fit = 1;  // 1 - P(OOM)
+  double mean = 0;   // predicted log(t / t_baseline)
+  double sd = 0;
+  std::string paired; // "" or the pairing explanation
+  [[nodiscard]] double acquisition() const { return ei * p_fit; }
+};
+
+} // namespace
+
+std::vector<configuration> single_changes(const task_spec& task, const configuration& c) {
+  std::vector<configuration> out;
+  for (const auto& k : task.knobs)
+    for (const auto& v : search_values(k)) {
+      auto cur = c.knobs.find(k.name);
+      if (cur != c.knobs.end() && cur->second == v)
+        continue;
+      auto m = c;
+      m.knobs[k.name] = v;
+      out.push_back(std::move(m));
+    }
+  for (const auto& p : task.patches) {
+    auto m = c;
+    auto it = std::lower_bound(m.patches.begin(), m.patches.end(), p.name);
+    if (it != m.patches.end() && *it == p.name)
+      m.patches.erase(it);
+    else
+      m.patches.insert(it, p.name);
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+proposal_batch bayes_ei::plan(const planner_input& in, std::size_t n) const {
+  proposal_batch out;
+  if (n == 0)
+    return out;
+  // Settings-only baseline: the same policy on the task without its patches.
+  task_spec stripped;
+  const task_spec* task_ptr = in.task;
+  if (!options_.use_patches) {
+    stripped = *in.task;
+    stripped.patches.clear();
+    task_ptr = &stripped;
+  }
+  const task_spec& task = *task_ptr;
+  feature_space fs{task, in.priors};
+  history_facts facts{task, fs, in.history};
+  constraint_set constraints{task};
+  const auto F = fs.names.size();
+
+  auto usable_config = [&](const configuration& c) {
+    if (!options_.use_patches && !c.patches.empty())
+      return false;
+    if (!admissible(in, facts, c))
+      return false;
+    auto a = fs.active(task, c);
+    return !facts.banned(a) && !facts.dominated_by_oom(task, c);
+  };
+
+  // Candidates: the enumeration (a seeded sample of a large space) plus every single change
+  // of the baseline and of each usable measured configuration, so that the neighbourhood of
+  // what is known is always complete.
+  auto raw = enumerate_candidates(task, in.seed);
+  {
+    std::set<std::string> keys;
+    for (const auto& c : raw)
+      keys.insert(c.key());
+    std::vector<configuration> centres{baseline_configuration(task)};
+    for (const auto& t : in.history)
+      if (t.usable() && (options_.use_patches || t.config.patches.empty()))
+        centres.push_back(t.config);
+    for (const auto& centre : centres)
+      for (auto& m : single_changes(task, centre))
+        if (constraints.ok(m) && keys.insert(m.key()).second)
+          raw.push_back(std::move(m));
+  }
+  std::vector<configuration> open;
+  std::vector<configuration> bold; // more than one untested setting
+  for (auto& c : raw) {
+    if (!usable_config(c))
+      continue;
+    (facts.untested(fs.active(task, c)) <= 1 ? open : bold).push_back(std::move(c));
+  }
+  bool strict = !open.empty(); // "one new thing at a time" is in force
+  if (open.empty())
+    open = std::move(bold);
+  if (open.empty()) {
+    out.stop_reason = "the search space is exhausted";
+    return out;
+  }
+  auto base_config = baseline_configuration(task);
+  std::size_t explored = 0;
+  for (const auto& t : in.history)
+    if (t.purpose == "explore")
+      ++explored;
+  std::set<std::string> chosen;
+  auto prior_gain = [&](const configuration& c) {
+    return -fs.encode(task, c).dot(fs.prior_mean); // log speedup the priors predict
+  };
+
+  // -- initial design -----------------------------------------------------------------------
+  while (explored + out.proposals.size() < in.initial_design && out.proposals.size() < n) {
+    const configuration* pick = nullptr;
+    std::string reason;
+    for (const auto& s : in.experience_seeds) {
+      auto it = std::find(open.begin(), open.end(), s);
+      if (it != open.end() && chosen.count(s.key()) == 0) {
+        pick = &*it;
+        reason = "initial design: experience bank seed";
+        break;
+      }
+    }
+    if (pick == nullptr) {
+      double best_score = -1e300;
+      for (const auto& c : open) {
+        if (chosen.count(c.key()) != 0 || hamming(c, base_config) > 3)
+          continue;
+        std::size_t min_dist = out.proposals.empty() ? 0 : 1000;
+        for (const auto& p : out.proposals)
+          min_dist = std::min(min_dist, hamming(c, p.config));
+        double score = prior_gain(c) + 0.05 * static_cast<double>(std::min<std::size_t>(min_dist, 6));
+        if (score > best_score) { // strict: the first in enumeration order wins ties
+          best_score = score;
+          pick = &c;
+        }
+      }
+      reason = "initial design: prior and diversity";
+    }
+    if (pick == nullptr)
+      break;
+    chosen.insert(pick->key());
+    proposal p{*pick, std::exp(prior_gain(*pick)), reason, {}, {}};
+    p.prior_speedup = p.predicted_speedup;
+    out.proposals.push_back(std::move(p));
+  }
+  if (out.proposals.size() >= n)
+    return out;
+
+  // -- models -------------------------------------------------------------------------------
+  std::vector<double> baseline_times;
+  for (const auto& t : in.history)
+    if (t.usable() && t.config == base_config)
+      baseline_times.push_back(t.timed_step_time_s);
+  std::vector<std::pair<std::vector<int>, double>> data;
+  for (const auto& t : in.history)
+    if (t.usable() && (options_.use_patches || t.config.patches.empty()))
+      data.emplace_back(fs.active(task, t.config), std::log(t.timed_step_time_s));
+  double baseline_log = !baseline_times.empty() ? std::log(median(baseline_times))
+                        : data.empty()          ? 0.0
+                                                : data.front().second;
+  for (auto& d : data)
+    d.second -= baseline_log;
+  time_model model{fs, options_.time};
+  model.fit(data, in.noise_log_sd);
+
+  // Censored memory model on log bytes: features [1, main effects].
+  const double capacity = in.memory_capacity_bytes;
+  memory_fit mem;
+  bool have_mem = false;
+  if (capacity > 0) {
+    std::vector<memory_observation> obs;
+    for (const auto& t : in.history) {
+      if (!t.finished)
+        continue;
+      bool measured = t.outcome == trial_outcome::ok && t.peak_memory_bytes > 0;
+      bool oom = t.outcome == trial_outcome::oom;
+      if (!measured && !oom)
+        continue;
+      memory_observation o;
+      o.x = Eigen::VectorXd::Zero(static_cast<Eigen::Index>(F + 1));
+      o.x[0] = 1.0;
+      for (int i : fs.active(task, t.config))
+        o.x[1 + i] = 1.0;
+      o.oom = oom;
+      o.bytes = oom ? std::log(capacity) : std::log(static_cast<double>(t.peak_memory_bytes));
+      obs.push_back(std::move(o));
+    }
+    // Priors (log units): intercept vague; a setting changes memory by a factor e^+-1 at 1 sd.
+    std::vector<coefficient_prior> priors(F + 1, coefficient_prior{0.0, 1.0});
+    priors[0] = {std::log(capacity), 10.0};
+    std::string why;
+    if (!obs.empty()) {
+      mem = fit_censored_memory(obs, priors, why);
+      have_mem = why.empty() && mem.coef.size() == static_cast<Eigen::Index>(F + 1);
+    }
+  }
+  auto p_oom = [&](const std::vector<int>& active) {
+    if (!have_mem)
+      return 0.0;
+    Eigen::VectorXd x = Eigen::VectorXd::Zero(static_cast<Eigen::Index>(F + 1));
+    x[0] = 1.0;
+    for (int i : active)
+      x[1 + i] = 1.0;
+    return mem.p_oom(x, std::log(capacity));
+  };
+
+  // Incumbent: the best posterior mean among measured configurations.
+  double best = 0.0;
+  {
+    bool any = false;
+    for (const auto& [a, y] : data) {
+      double m = model.predict(a).mean;
+      if (!any || m < best)
+        best = m;
+      any = true;
+    }
+  }
+
+  auto score = [&](const configuration& c) {
+    scored s;
+    s.config = c;
+    s.active = fs.active(task, c);
+    auto pr = model.predict(s.active);
+    s.mean = pr.mean;
+    s.sd = pr.sd;
+    s.ei = expected_improvement(best, pr.mean, pr.sd);
+    s.p_fit = 1.0 - p_oom(s.active);
+    return s;
+  };
+
+  // -- candidate pool: the enumeration, refined by coordinate ascent ---------------------------
+  std::vector<scored> pool;
+  std::set<std::string> in_pool;
+  for (const auto& c : open)
+    if (chosen.count(c.key()) == 0) {
+      in_pool.insert(c.key());
+      pool.push_back(score(c));
+    }
+  auto acceptable = [&](const configuration& c) {
+    if (in_pool.count(c.key()) != 0 || chosen.count(c.key()) != 0 || !constraints.ok(c)
+        || !usable_config(c))
+      return false;
+    return !strict || facts.untested(fs.active(task, c)) <= 1;
+  };
+  auto neighbours = [&](const configuration& c) { return single_changes(task, c); };
+  {
+    std::vector<std::size_t> order(pool.size());
+    for (std::size_t i = 0; i < order.size(); ++i)
+      order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return pool[a].acquisition() > pool[b].acquisition();
+    });
+    std::vector<configuration> starts;
+    for (std::size_t i = 0; i < order.size() && starts.size() < 8; ++i)
+      starts.push_back(pool[order[i]].config);
+    // The fastest measured configuration.
+    const trial_record* fastest = nullptr;
+    for (const auto& t : in.history)
+      if (t.usable() && (options_.use_patches || t.config.patches.empty())
+          && (fastest == nullptr || t.timed_step_time_s < fastest->timed_step_time_s))
+        fastest = &t;
+    if (fastest != nullptr)
+      starts.push_back(fastest->config);
+    for (const auto& start : starts) {
+      auto current = score(start);
+      for (int step = 0; step < 12; ++step) {
+        std::optional<scored> better;
+        for (const auto& m : neighbours(current.config)) {
+          if (!acceptable(m))
+            continue;
+          auto s = score(m);
+          in_pool.insert(m.key());
+          pool.push_back(s);
+          if (s.acquisition() > (better ? better->acquisition() : current.acquisition()))
+            better = s;
+        }
+        if (!better)
+          break;
+        current = *better;
+      }
+    }
+  }
+
+  // -- pairing --------------------------------------------------------------------------------
+  if (have_mem && !pool.empty()) {
+    const scored* by_ei = &pool.front();
+    for (const auto& s : pool)
+      if (s.ei > by_ei->ei)
+        by_ei = &s;
+    if (1.0 - by_ei->p_fit > 0.5) {
+      auto hungry = *by_ei;
+      std::vector<scored> pairs;
+      for (const auto& m : neighbours(hungry.config)) {
+        auto a = fs.active(task, m);
+        // A memory-saving change: what it adds or removes lowers the fitted log memory.
+        double delta = 0.0;
+        for (int i : a)
+          delta += mem.coef[1 + i];
+        for (int i : hungry.active)
+          delta -= mem.coef[1 + i];
+        if (!(delta < 0) || chosen.count(m.key()) != 0 || !constraints.ok(m)
+            || !usable_config(m))
+          continue;
+        auto s = score(m);
+        s.paired = "paired " + hungry.config.diff_from(base_config) + " (P(OOM) "
+                   + fmt("%.2f", 1.0 - hungry.p_fit) + " alone) with "
+                   + m.diff_from(hungry.config) + " (fitted memory x" + fmt("%.2f", std::exp(delta))
+                   + ", P(OOM) " + fmt("%.2f", 1.0 - s.p_fit) + ")";
+        pairs.push_back(std::move(s));
+      }
+      for (auto& s : pairs) {
+        auto it = std::find_if(pool.begin(), pool.end(),
+                               [&](const scored& p) { return p.config == s.config; });
+        if (it != pool.end())
+          it->paired = s.paired;
+        else
+          pool.push_back(std::move(s));
+      }
+    }
+  }
+
+  // -- batch ------------------------------------------------------------------------------------
+  // The stopping rule needs evidence on every setting: until each one has run in some trial,
+  // its EI rests on the prior alone (which says "no effect" when the priors are silent).
+  bool all_tried = true;
+  {
+    std::vector<bool> seen(F, false);
+    for (const auto& t : in.history)
+      if (t.finished && t.outcome != trial_outcome::lost)
+        for (int i : fs.active(task, t.config))
+          seen[static_cast<std::size_t>(i)] = true;
+    for (std::size_t i = 0; i < F; ++i)
+      if (!seen[i] && !facts.broke[i])
+        all_tried = false;
+  }
+  const double stop_below =
+      options_.stop_rule && in.min_detectable_speedup > 1.0 ? std::log(in.min_detectable_speedup)
+                                                            : -1.0;
+  while (out.proposals.size() < n && !pool.empty()) {
+    std::size_t bi = 0;
+    for (std::size_t i = 1; i < pool.size(); ++i)
+      if (pool[i].acquisition() > pool[bi].acquisition())
+        bi = i;
+    const auto& b = pool[bi];
+    if (out.proposals.empty() && b.acquisition() < stop_below && all_tried) {
+      out.stop_reason = "best expected improvement x P(fits) " + fmt("%.4f", b.acquisition())
+                        + " (log units) is below log(min detectable speedup " +
+                        fmt("%.4f", in.min_detectable_speedup) + ") = " + fmt("%.4f", stop_below)
+                        + ", and every setting and patch has been tried";
+      break;
+    }
+    proposal p;
+    p.config = b.config;
+    p.predicted_speedup = std::exp(-b.mean);
+    p.prior_speedup = std::exp(-model.prior_mean(b.active));
+    p.p_oom = 1.0 - b.p_fit;
+    p.reason = "EI " + fmt("%.4f", b.ei) + " x P(fits) " + fmt("%.2f", b.p_fit) + ": predicted "
+               + fmt("%.3f", std::exp(-b.mean)) + "x (log sd " + fmt("%.3f", b.sd) + ")"
+               + (b.paired.empty() ? "" : "; " + b.paired);
+    chosen.insert(b.config.key());
+    auto fantasy = b.active;
+    double fantasy_mean = b.mean;
+    out.proposals.push_back(std::move(p));
+    pool.erase(pool.begin() + static_cast<std::ptrdiff_t>(bi));
+    if (out.proposals.size() >= n)
+      break;
+    // Kriging believer: condition on the pick at its predicted mean, rescore.
+    model.condition(fantasy, fantasy_mean);
+    best = std::min(best, fantasy_mean);
+    for (auto& s : pool) {
+      auto pr = model.predict(s.active);
+      s.mean = pr.mean;
+      s.sd = pr.sd;
+      s.ei = expected_improvement(best, pr.mean, pr.sd);
+    }
+  }
+  if (out.proposals.empty() && out.stop_reason.empty())
+    out.stop_reason = "the search space is exhausted";
+  return out;
+}
+
+} // namespace infrarsi::tuning

@@ -1,0 +1,209 @@
+#include "tuning/search_space.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <iterator>
+
+#include "tuning/planner.hpp"
+
+namespace infrarsi::tuning {
+
+std::vector<knob_value> search_values(const knob_spec& k) {
+  if (!k.values.empty())
+    return k.values;
+  std::vector<knob_value> out;
+  if (k.type == knob_type::boolean)
+    return {knob_value{false}, knob_value{true}};
+  if (!k.min || !k.max)
+    return {k.default_value};
+  if (k.type == knob_type::integer) {
+    auto lo = static_cast<std::int64_t>(std::ceil(*k.min));
+    auto hi = static_cast<std::int64_t>(std::floor(*k.max));
+    if (hi - lo + 1 <= 64) {
+      for (auto v = lo; v <= hi; ++v)
+        out.emplace_back(v);
+    } else {
+      for (int i = 0; i < 8; ++i) {
+        auto v = lo + static_cast<std::int64_t>(std::llround((hi - lo) * i / 7.0));
+        if (out.empty() || std::get<std::int64_t>(out.back()) != v)
+          out.emplace_back(v);
+      }
+    }
+  } else {
+    for (int i = 0; i < 5; ++i)
+      out.emplace_back(*k.min + (*k.max - *k.min) * i / 4.0);
+  }
+  if (std::find(out.begin(), out.end(), k.default_value) == out.end())
+    out.push_back(k.default_value);
+  return out;
+}
+
+std::size_t hamming(const configuration& a, const configuration& b) {
+  std::size_t d = 0;
+  for (const auto& [k, v] : a.knobs) {
+    auto it = b.knobs.find(k);
+    if (it == b.knobs.end() || it->second != v)
+      ++d;
+  }
+  std::vector<std::string> sym;
+  std::set_symmetric_difference(a.patches.begin(), a.patches.end(), b.patches.begin(),
+                                b.patches.end(), std::back_inserter(sym));
+  return d + sym.size();
+}
+
+bool has_tag(const knob_spec& k, const char* tag) {
+  return std::find(k.tags.begin(), k.tags.end(), tag) != k.tags.end();
+}
+
+double numeric(const knob_value& v) {
+  if (const auto* i = std::get_if<std::int64_t>(&v))
+    return static_cast<double>(*i);
+  if (const auto* d = std::get_if<double>(&v))
+    return *d;
+  if (const auto* b = std::get_if<bool>(&v))
+    return *b ? 1.0 : 0.0;
+  return 0.0;
+}
+
+bool at_least_as_hungry(const task_spec& task, const configuration& c, const configuration& oom) {
+  if (c.patches != oom.patches)
+    return false;
+  for (const auto& k : task.knobs) {
+    const auto& a = c.knobs.at(k.name);
+    const auto& b = oom.knobs.at(k.name);
+    bool hungry = has_tag(k, "memory-hungry");
+    bool saver = has_tag(k, "memory-saver");
+    if (hungry && k.type != knob_type::choice) {
+      if (numeric(a) < numeric(b))
+        return false;
+    } else if (saver && k.type != knob_type::choice) {
+      if (numeric(a) > numeric(b))
+        return false;
+    } else if ((hungry || saver) && a != b) {
+      return false;
+    }
+  }
+  return true;
+}
+
+feature_space::feature_space(const task_spec& task, const prior_set* priors) {
+  std::vector<double> means;
+  for (std::size_t ki = 0; ki < task.knobs.size(); ++ki) {
+    const auto& k = task.knobs[ki];
+    for (const auto& v : search_values(k)) {
+      if (v == k.default_value)
+        continue;
+      auto name = k.name + "=" + to_string(v);
+      index[name] = names.size();
+      names.push_back(name);
+      knob_of.push_back(static_cast<int>(ki));
+      const auto* p = priors != nullptr ? priors->find(k.name, v) : nullptr;
+      bool known = p != nullptr && p->speedup > 0;
+      means.push_back(known ? -std::log(p->speedup) : 0.0);
+      has_prior.push_back(known);
+    }
+  }
+  for (const auto& p : task.patches) {
+    auto name = "+" + p.name;
+    index[name] = names.size();
+    names.push_back(name);
+    knob_of.push_back(-1);
+    const auto* pp = priors != nullptr ? priors->find_patch(p.name) : nullptr;
+    bool known = pp != nullptr && pp->speedup > 0;
+    means.push_back(known ? -std::log(pp->speedup) : 0.0);
+    has_prior.push_back(known);
+  }
+  prior_mean = Eigen::Map<Eigen::VectorXd>(means.data(), static_cast<Eigen::Index>(means.size()));
+}
+
+std::vector<int> feature_space::active(const task_spec& task, const configuration& c) const {
+  std::vector<int> out;
+  for (const auto& k : task.knobs) {
+    auto kv = c.knobs.find(k.name);
+    if (kv == c.knobs.end() || kv->second == k.default_value)
+      continue;
+    auto it = index.find(k.name + "=" + to_string(kv->second));
+    if (it != index.end())
+      out.push_back(static_cast<int>(it->second));
+  }
+  for (const auto& p : c.patches) {
+    auto it = index.find("+" + p);
+    if (it != index.end())
+      out.push_back(static_cast<int>(it->second));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Eigen::VectorXd feature_space::encode(const task_spec& task, const configuration& c) const {
+  Eigen::VectorXd x = Eigen::VectorXd::Zero(static_cast<Eigen::Index>(names.size()));
+  for (int i : active(task, c))
+    x[i] = 1.0;
+  return x;
+}
+
+history_facts::history_facts(const task_spec& task, const feature_space& fs,
+                             const std::vector<trial_record>& history)
+    : passed(fs.names.size(), 0), broke(fs.names.size(), 0) {
+  for (const auto& t : history) {
+    if (t.outcome == trial_outcome::lost && t.purpose == "explore")
+      continue; // lost, not measured: may be proposed again (re-queued)
+    tried.insert(t.config.key());
+    if (t.finished && t.outcome == trial_outcome::oom)
+      ooms.push_back(t.config);
+  }
+  for (const auto& t : history)
+    if (t.usable())
+      for (int i : fs.active(task, t.config))
+        passed[static_cast<std::size_t>(i)] += 1;
+  for (const auto& t : history) {
+    bool violation = t.outcome == trial_outcome::contract_violation
+                     || (t.verified && !t.violations.empty());
+    if (!violation)
+      continue;
+    // Blame only an unambiguous culprit: the single setting of this trial never seen to pass.
+    std::vector<int> unexplained;
+    for (int i : fs.active(task, t.config))
+      if (passed[static_cast<std::size_t>(i)] == 0)
+        unexplained.push_back(i);
+    if (unexplained.size() == 1)
+      broke[static_cast<std::size_t>(unexplained.front())] += 1;
+  }
+}
+
+bool history_facts::banned(const std::vector<int>& active) const {
+  for (int i : active)
+    if (broke[static_cast<std::size_t>(i)] > 0 && passed[static_cast<std::size_t>(i)] == 0)
+      return true;
+  return false;
+}
+
+std::size_t history_facts::untested(const std::vector<int>& active) const {
+  std::size_t count = 0;
+  for (int i : active)
+    count += passed[static_cast<std::size_t>(i)] == 0 ? 1 : 0;
+  return count;
+}
+
+bool history_facts::dominated_by_oom(const task_spec& task, const configuration& c) const {
+  for (const auto& o : ooms)
+    if (at_least_as_hungry(task, c, o))
+      return true;
+  return false;
+}
+
+bool admissible(const planner_input& in, const history_facts& facts, const configuration& c) {
+  if (facts.tried.count(c.key()) != 0)
+    return false;
+  for (const auto& p : c.patches)
+    if (std::find(in.excluded_patches.begin(), in.excluded_patches.end(), p)
+        != in.excluded_patches.end())
+      return false;
+  for (const auto& [a, b] : in.incompatible_patches)
+    if (std::binary_search(c.patches.begin(), c.patches.end(), a)
+        && std::binary_search(c.patches.begin(), c.patches.end(), b))
+      return false;
+  return true;
+}
+
+} // namespace infrarsi::tuning

@@ -1,0 +1,95 @@
+#pragma once
+/// @file search_space.hpp
+/// What every search policy shares: the values of each knob the search considers, the one-hot
+/// encoding of configurations (`feature_space`), and what the history says about which
+/// configurations may still be proposed (`history_facts`). Pure and deterministic.
+
+#include <cstddef>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <Eigen/Dense>
+
+#include "tuning/priors.hpp"
+#include "tuning/trial.hpp"
+
+namespace infrarsi::tuning {
+
+struct planner_input;
+
+/// The values of one knob's domain that the search considers: the explicit value list; both
+/// booleans; an integer range of at most 64 values in full, a longer one at 8 evenly spaced
+/// points; a real range at 5 evenly spaced points; the default is always included.
+std::vector<knob_value> search_values(const knob_spec& k);
+
+/// Number of knobs with different values plus patches in exactly one of the two.
+std::size_t hamming(const configuration& a, const configuration& b);
+
+/// True if the knob carries the tag (e.g. "memory-hungry", "memory-saver").
+bool has_tag(const knob_spec& k, const char* tag);
+
+/// A knob value as a number (bool: 0/1; text: 0).
+double numeric(const knob_value& v);
+
+/// True if `c` needs at least as much memory as `oom` by the task's tags: the same patches,
+/// >= on memory-hungry knobs, <= on memory savers (choice knobs with a memory tag: equal).
+/// Knobs without a memory tag are taken as memory-neutral (docs/task-contract.md).
+bool at_least_as_hungry(const task_spec& task, const configuration& c, const configuration& oom);
+
+/// One-hot main-effect features of a configuration: "knob=value" for every searched value that
+/// is not the knob's default, and "+patch" for every patch (task order). The baseline encodes
+/// to all zeros.
+struct feature_space {
+  std::vector<std::string> names;
+  std::map<std::string, std::size_t> index;
+  /// Per feature: the knob's index in task.knobs, or -1 for a patch.
+  std::vector<int> knob_of;
+  /// Per feature: the prior's expected effect on log step time, -log(prior speedup) (0 when
+  /// the priors say nothing), and on log peak memory is not modelled here.
+  Eigen::VectorXd prior_mean;
+  /// Per feature: true when a prior exists for it.
+  std::vector<bool> has_prior;
+
+  feature_space(const task_spec& task, const prior_set* priors);
+
+  /// Dense 0/1 vector, length names.size().
+  [[nodiscard]] Eigen::VectorXd encode(const task_spec& task, const configuration& c) const;
+  /// Indices of the features that are 1, ascending.
+  [[nodiscard]] std::vector<int> active(const task_spec& task, const configuration& c) const;
+};
+
+/// What the history says about proposing a configuration again (shared by every policy).
+struct history_facts {
+  /// Keys of configurations already tried (any outcome except a lost explore attempt).
+  std::set<std::string> tried;
+  /// Configurations that ran out of memory.
+  std::vector<configuration> ooms;
+  /// Per feature: trials that used it and were usable (finished ok, passed the contract).
+  std::vector<int> passed;
+  /// Per feature: contract violations in which it was the only feature never seen to pass.
+  std::vector<int> broke;
+
+  history_facts(const task_spec& task, const feature_space& fs,
+                const std::vector<trial_record>& history);
+
+  /// Uses a feature that broke the contract when it was the only untested one, and that has
+  /// never passed.
+  [[nodiscard]] bool banned(const std::vector<int>& active) const;
+  /// Number of active features that have not yet passed the contract in any trial.
+  [[nodiscard]] std::size_t untested(const std::vector<int>& active) const;
+  /// At least as memory-hungry (by the task's tags) as a configuration that ran out of memory.
+  [[nodiscard]] bool dominated_by_oom(const task_spec& task, const configuration& c) const;
+};
+
+/// Every configuration one change away from `c`: each other searched value of each knob (task
+/// order), then each patch toggled (task order). Constraints are not checked.
+std::vector<configuration> single_changes(const task_spec& task, const configuration& c);
+
+/// True if `c` may be proposed by any policy: not tried, no excluded patch, no incompatible
+/// pair of patches (the task's constraints are checked by the candidate enumeration).
+bool admissible(const planner_input& in, const history_facts& facts, const configuration& c);
+
+} // namespace infrarsi::tuning
