@@ -1,0 +1,1032 @@
+/// @file search_quality.cpp
+/// infrarsi_search_quality: the search-quality benchmark (issue 6; bench/README.md). Runs every
+/// search policy on the paper-like simulator tasks with several seeds and a fixed trial budget,
+/// promotes with one rule for all policies, and scores the promoted configuration's true
+/// (noise-free) speedup against the exhaustive optimum. Writes DIR/search_quality.json (every
+/// run's raw record and the aggregates) and DIR/search_quality.md (the table).
+///
+/// One run (policy, task, seed), as `infrarsi tune` would do it with an evaluator instead of the
+/// node-runner:
+///  1. doctor: 3 baseline trials (purpose "baseline", not in the budget); their timed step times
+///     give the noise (tuning::estimate_noise: log-sd, minimum detectable speedup);
+///  2. search: `policy.plan(in, 1)` and one trial of its proposal (purpose "explore"), repeated
+///     until the budget of search trials is spent or the policy proposes nothing;
+///  3. promotion (tune's verifier rule, actors/decisions.cpp): the two fastest usable explore
+///     configurations measured faster than the baseline mean are each re-measured in 3
+///     interleaved baseline/candidate pairs; a candidate is promotable when every re-measurement
+///     passed and the 95 % Welch interval of its speedup (tuning::estimate_speedup) has a lower
+///     bound above 1 + the minimum detectable speedup; a pair measured with more than 3x the
+///     doctor's log-sd is re-measured once. The promotable candidate with the highest measured
+///     speedup is promoted; none: speedup 1.
+///  4. scoring with the evaluator's oracle (noise-free): true speedup, fraction of the optimum,
+///     trials to 90 % of the optimum's speedup, cost of failed trials.
+/// Deterministic: the same arguments give the same JSON except the "wall_s" object.
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "bench/evaluator.hpp"
+#include "bench/sim_evaluator.hpp"
+#include "messages/errc.hpp"
+#include "runtime/task_file.hpp"
+#include "tuning/planner.hpp"
+#include "tuning/priors.hpp"
+#include "tuning/stats.hpp"
+
+#if defined(INFRARSI_BENCH_HAVE_OPTUNA)
+#include "bench/optuna_policy.hpp"
+#endif
+
+#ifndef INFRARSI_SOURCE_DIR
+#error "INFRARSI_SOURCE_DIR must name the source tree (bench/CMakeLists.txt defines it)"
+#endif
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+namespace infrarsi::bench {
+namespace {
+
+constexpr const char* optuna_policy_name = "optuna_tpe/1";
+/// Trials of the doctor stage, candidates re-verified, interleaved pairs per re-verification
+/// (the task defaults of budget_spec, fixed here so that every task is scored the same way).
+constexpr std::size_t baseline_repeats = 3;
+constexpr std::size_t verify_top = 2;
+constexpr std::size_t verify_repeats = 3;
+/// A re-verification measured with more than this times the doctor's log-sd is re-measured once.
+constexpr double variance_factor = 3.0;
+/// Fraction of the optimum's speedup that "trials to reach" refers to.
+constexpr double reach_fraction = 0.9;
+
+const std::vector<std::string> default_tasks = {"sim-dense-1node", "sim-dense-multinode",
+                                                "sim-moe-1node", "sim-moe-multinode"};
+
+/// Command-line options; defaults inline.
+struct options {
+  std::string policies;                 ///< comma-separated; "" = every available policy
+  std::string tasks;                    ///< comma-separated names or files; "" = default_tasks
+  std::uint64_t seeds = 5;              ///< number of seeds
+  std::uint64_t first_seed = 1;         ///< seeds first_seed .. first_seed + seeds - 1
+  std::uint32_t budget = 40;            ///< search trials per run
+  std::string out = std::string{INFRARSI_SOURCE_DIR} + "/bench/results";
+  bool optuna = true;                   ///< include optuna_tpe/1 (when built)
+  std::string optuna_script = std::string{INFRARSI_SOURCE_DIR} + "/bench/optuna_tpe.py";
+  std::string python = "/usr/bin/python3";
+  bool quiet = false;
+};
+
+/// A path as recorded in the results: relative to the source tree when inside it (so results
+/// from two checkouts compare equal), else as given.
+std::string display_path(const std::string& path) {
+  std::error_code ec;
+  auto abs = fs::weakly_canonical(fs::path{path}, ec);
+  auto root = fs::weakly_canonical(fs::path{INFRARSI_SOURCE_DIR}, ec);
+  auto rel = abs.lexically_relative(root);
+  if (!rel.empty() && rel.native().rfind("..", 0) != 0)
+    return rel.string();
+  return path;
+}
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : text + ",") {
+    if (c == ',') {
+      auto b = cur.find_first_not_of(" \t");
+      auto e = cur.find_last_not_of(" \t");
+      if (b != std::string::npos)
+        out.push_back(cur.substr(b, e - b + 1));
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  return out;
+}
+
+/// A task argument: a file path, or a name under config/tasks/ ("sim-dense-1node").
+std::string task_path(const std::string& arg) {
+  if (arg.find('/') != std::string::npos ||
+      (arg.size() > 5 && arg.substr(arg.size() - 5) == ".toml"))
+    return arg;
+  return std::string{INFRARSI_SOURCE_DIR} + "/config/tasks/" + arg + ".toml";
+}
+
+double elapsed_s(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+bool failed_outcome(tuning::trial_outcome o) {
+  using tuning::trial_outcome;
+  return o == trial_outcome::oom || o == trial_outcome::launch_error ||
+         o == trial_outcome::contract_violation || o == trial_outcome::crash ||
+         o == trial_outcome::timeout;
+}
+
+/// Canonical configuration: every knob present, patches sorted (for equality and keys).
+tuning::configuration canonical(const tuning::task_spec& task, const tuning::configuration& c) {
+  tuning::configuration out;
+  out.knobs = task.default_assignment();
+  for (const auto& [k, v] : c.knobs)
+    out.knobs[k] = v;
+  out.patches = c.patches;
+  std::sort(out.patches.begin(), out.patches.end());
+  return out;
+}
+
+// ---- one run -----------------------------------------------------------------------------------
+
+/// One search trial as the results record it.
+struct search_trial {
+  std::size_t index = 0; ///< 1-based position in the search
+  std::uint64_t trial_id = 0;
+  std::string outcome;
+  std::string change; ///< configuration::diff_from(baseline)
+  double measured_step_s = 0; ///< timed step time (usable trials), else 0
+  std::optional<double> true_speedup; ///< baseline_true / true step (nullopt: not usable in truth)
+  double device_s = 0;
+  double predicted_speedup = 1;
+  std::string violation; ///< first violation or failure detail (shortened)
+};
+
+/// One candidate's re-verification.
+struct reverification {
+  std::uint64_t candidate_trial = 0;
+  std::string change;
+  std::uint32_t rounds = 1;
+  std::vector<double> baseline_s, candidate_s; ///< the counted round's timed step times
+  tuning::speedup_estimate estimate;
+  bool promotable = false;
+  std::string reason;
+  std::optional<double> true_speedup;
+  double device_s = 0;
+};
+
+struct run_result {
+  std::string policy, task;
+  std::uint64_t seed = 0;
+  std::string error; ///< non-empty: the run could not finish (the policy threw)
+  tuning::noise_estimate noise;
+  std::size_t search_trials = 0;
+  std::string stop_reason;
+  std::vector<search_trial> trials;
+  std::vector<reverification> verifications;
+  bool promoted = false;
+  std::string promoted_change;
+  double promoted_measured_speedup = 1, promoted_ci_low = 1, promoted_ci_high = 1;
+  double true_speedup = 1;
+  double fraction_of_optimum = 0;
+  std::optional<std::size_t> trials_to_reach;
+  double best_explored_true_speedup = 1;
+  double search_device_s = 0, failed_device_s = 0, verify_device_s = 0;
+  double failed_device_share = 0;
+  std::size_t ooms = 0, contract_violations = 0, constraint_refusals = 0, launch_errors = 0,
+              crashes = 0, usable = 0;
+  double wall_s = 0;
+};
+
+std::string shorten(const std::string& s, std::size_t n = 160) {
+  return s.size() <= n ? s : s.substr(0, n) + "...";
+}
+
+/// Re-measures `cand` in interleaved baseline/candidate pairs (one or two rounds).
+reverification reverify(evaluator& ev, const tuning::trial_record& cand,
+                        const tuning::configuration& baseline, const tuning::noise_estimate& noise,
+                        std::uint64_t& next_id) {
+  reverification r;
+  r.candidate_trial = cand.trial_id;
+  r.change = cand.config.diff_from(baseline);
+  double mds = noise.min_detectable_speedup;
+  for (std::uint32_t round = 1; round <= 2; ++round) {
+    r.rounds = round;
+    r.baseline_s.clear();
+    r.candidate_s.clear();
+    std::string tag = "/" + std::to_string(cand.trial_id) +
+                      (round > 1 ? "#" + std::to_string(round) : "");
+    std::size_t failed = 0;
+    for (std::size_t i = 0; i < verify_repeats; ++i) {
+      auto b = ev.measure(baseline, next_id++, 0, "verify-baseline" + tag);
+      auto c = ev.measure(cand.config, next_id++, 0, "verify-candidate" + tag);
+      r.device_s += b.device_seconds + c.device_seconds;
+      for (const auto* t : {&b, &c}) {
+        if (!t->usable())
+          ++failed;
+        else
+          (t == &b ? r.baseline_s : r.candidate_s).push_back(t->timed_step_time_s);
+      }
+    }
+    r.estimate = tuning::estimate_speedup(r.baseline_s, r.candidate_s);
+    r.promotable = false;
+    if (failed > 0) {
+      r.reason = std::to_string(failed) + " interleaved run(s) failed or broke the contract";
+    } else if (noise.log_sd > 0 &&
+               std::max(r.estimate.log_sd_a, r.estimate.log_sd_b) > variance_factor * noise.log_sd) {
+      r.reason = "measured with visibly higher variance than the doctor's baselines";
+      if (round == 1)
+        continue; // re-measured once; only the second round counts
+      r.reason += " again in the second round";
+    } else if (!(r.estimate.ci_low > 1.0 + mds)) {
+      r.reason = "the 95% interval's lower bound does not clear 1 + the minimum detectable speedup";
+    } else {
+      r.promotable = true;
+      r.reason = "the 95% interval's lower bound clears 1 + the minimum detectable speedup";
+    }
+    break;
+  }
+  return r;
+}
+
+/// Runs one policy on one task with one seed (see the file comment).
+run_result run_one(evaluator& ev, const tuning::planner_policy& policy, const std::string& policy_name,
+                   std::uint64_t seed, std::uint32_t budget) {
+  auto start = std::chrono::steady_clock::now();
+  const auto& task = ev.task();
+  run_result r;
+  r.policy = policy_name;
+  r.task = task.name;
+  r.seed = seed;
+  ev.begin_run(seed);
+
+  const auto baseline = canonical(task, tuning::baseline_configuration(task));
+  const double base_true = ev.baseline_true_step_time();
+  const double opt_speedup = base_true / ev.optimum_step_time();
+  auto true_speedup_of = [&](const tuning::configuration& c) -> std::optional<double> {
+    auto t = ev.true_step_time(c);
+    if (!t)
+      return std::nullopt;
+    return base_true / *t;
+  };
+
+  tuning::prior_set priors; // the sim tasks have no knowledge-base entry: neutral priors
+  tuning::planner_input in;
+  in.task = &task;
+  in.priors = &priors;
+  in.seed = seed;
+  in.initial_design = std::min<std::size_t>(4, std::max<std::size_t>(1, budget / 3));
+  in.incompatible_patches = ev.incompatible_patches();
+  in.memory_capacity_bytes = ev.memory_capacity_bytes();
+
+  std::uint64_t next_id = 1;
+  // 1. Doctor.
+  std::vector<double> base_times;
+  for (std::size_t i = 0; i < baseline_repeats; ++i) {
+    auto t = ev.measure(baseline, next_id++, 0, "baseline");
+    if (t.usable())
+      base_times.push_back(t.timed_step_time_s);
+    in.history.push_back(std::move(t));
+  }
+  if (base_times.size() < 2) {
+    r.error = "fewer than two baseline trials were usable";
+    r.wall_s = elapsed_s(start);
+    return r;
+  }
+  r.noise = tuning::estimate_noise(base_times);
+  in.noise_log_sd = r.noise.log_sd;
+  in.min_detectable_speedup = 1.0 + r.noise.min_detectable_speedup;
+
+  // 2. Search.
+  try {
+    while (r.search_trials < budget) {
+      auto batch = policy.plan(in, 1);
+      if (batch.proposals.empty()) {
+        r.stop_reason = batch.stop_reason.empty() ? "no proposal" : batch.stop_reason;
+        break;
+      }
+      const auto& p = batch.proposals.front();
+      auto rec = ev.measure(p.config, next_id++, 0, "explore");
+      ++r.search_trials;
+      search_trial s;
+      s.index = r.search_trials;
+      s.trial_id = rec.trial_id;
+      s.outcome = tuning::to_string(rec.outcome);
+      s.change = canonical(task, p.config).diff_from(baseline);
+      s.device_s = rec.device_seconds;
+      s.predicted_speedup = p.predicted_speedup;
+      if (rec.usable()) {
+        s.measured_step_s = rec.timed_step_time_s;
+        s.true_speedup = true_speedup_of(p.config);
+        ++r.usable;
+      } else {
+        s.violation = shorten(rec.violations.empty() ? rec.detail : rec.violations.front());
+      }
+      r.search_device_s += rec.device_seconds;
+      if (failed_outcome(rec.outcome))
+        r.failed_device_s += rec.device_seconds;
+      switch (rec.outcome) {
+      case tuning::trial_outcome::oom: ++r.ooms; break;
+      case tuning::trial_outcome::launch_error: ++r.launch_errors; break;
+      case tuning::trial_outcome::crash:
+      case tuning::trial_outcome::timeout: ++r.crashes; break;
+      case tuning::trial_outcome::contract_violation:
+        if (!rec.violations.empty() && rec.violations.front().rfind("constraint:", 0) == 0)
+          ++r.constraint_refusals;
+        else
+          ++r.contract_violations;
+        break;
+      default: break;
+      }
+      if (s.true_speedup) {
+        r.best_explored_true_speedup = std::max(r.best_explored_true_speedup, *s.true_speedup);
+        if (!r.trials_to_reach && *s.true_speedup >= reach_fraction * opt_speedup)
+          r.trials_to_reach = s.index;
+      }
+      r.trials.push_back(std::move(s));
+      in.history.push_back(std::move(rec));
+    }
+  } catch (const std::exception& e) {
+    r.error = "policy '" + policy_name + "' failed after " + std::to_string(r.search_trials) +
+              " search trials: " + e.what();
+    r.wall_s = elapsed_s(start);
+    return r;
+  }
+  if (r.search_trials >= budget && r.stop_reason.empty())
+    r.stop_reason = "budget";
+  r.failed_device_share = r.search_device_s > 0 ? r.failed_device_s / r.search_device_s : 0.0;
+
+  // 3. Promotion.
+  std::vector<const tuning::trial_record*> ranked;
+  for (const auto& t : in.history) {
+    if (t.purpose != "explore" || !t.usable() || !(t.timed_step_time_s < r.noise.mean_step_time_s))
+      continue;
+    auto c = canonical(task, t.config);
+    if (c == baseline)
+      continue;
+    bool dup = false;
+    for (const auto* q : ranked)
+      dup = dup || canonical(task, q->config) == c;
+    if (!dup)
+      ranked.push_back(&t);
+  }
+  std::stable_sort(ranked.begin(), ranked.end(), [](const auto* a, const auto* b) {
+    return a->timed_step_time_s < b->timed_step_time_s;
+  });
+  if (ranked.size() > verify_top)
+    ranked.resize(verify_top);
+  const reverification* winner = nullptr;
+  for (const auto* cand : ranked) {
+    auto v = reverify(ev, *cand, baseline, r.noise, next_id);
+    v.true_speedup = true_speedup_of(cand->config);
+    r.verify_device_s += v.device_s;
+    r.verifications.push_back(std::move(v));
+  }
+  for (const auto& v : r.verifications)
+    if (v.promotable && (winner == nullptr || v.estimate.speedup > winner->estimate.speedup))
+      winner = &v;
+  if (winner != nullptr) {
+    r.promoted = true;
+    r.promoted_change = winner->change;
+    r.promoted_measured_speedup = winner->estimate.speedup;
+    r.promoted_ci_low = winner->estimate.ci_low;
+    r.promoted_ci_high = winner->estimate.ci_high;
+    r.true_speedup = winner->true_speedup.value_or(1.0);
+  }
+  r.fraction_of_optimum = r.true_speedup / opt_speedup;
+  r.wall_s = elapsed_s(start);
+  return r;
+}
+
+// ---- aggregation and output --------------------------------------------------------------------
+
+struct stat3 {
+  double mean = 0, min = 0, max = 0;
+  std::size_t n = 0;
+};
+
+stat3 stats_of(const std::vector<double>& v) {
+  stat3 s;
+  s.n = v.size();
+  if (v.empty())
+    return s;
+  s.min = *std::min_element(v.begin(), v.end());
+  s.max = *std::max_element(v.begin(), v.end());
+  double sum = 0;
+  for (double x : v)
+    sum += x;
+  s.mean = sum / static_cast<double>(v.size());
+  return s;
+}
+
+json to_json(const stat3& s) { return {{"mean", s.mean}, {"min", s.min}, {"max", s.max}}; }
+
+struct task_info {
+  std::string name, file;
+  double baseline_s = 0, optimum_s = 0;
+  std::string optimum;
+  std::uint64_t space = 0;
+  std::vector<std::pair<std::string, std::string>> incompatible;
+  double memory_capacity_bytes = 0;
+  bool simulated = false;
+  int gpus = 0;
+  double oracle_wall_s = 0;
+  [[nodiscard]] double optimum_speedup() const { return baseline_s / optimum_s; }
+};
+
+/// Aggregate of one policy on one task over the seeds.
+struct cell {
+  std::string policy, task;
+  std::size_t runs = 0, errors = 0;
+  stat3 true_speedup, fraction, trials_to_reach, failed_share, ooms, violations, refusals,
+      launch_errors, search_trials, best_explored;
+  std::size_t reached = 0, promoted = 0;
+  std::map<std::string, std::size_t> stop_reasons;
+  double mean_wall_s = 0;
+};
+
+cell aggregate(const std::string& policy, const std::string& task,
+               const std::vector<run_result>& runs, std::uint32_t budget) {
+  cell c;
+  c.policy = policy;
+  c.task = task;
+  std::vector<double> sp, fr, reach, share, oom, viol, refu, lerr, st, best;
+  double wall = 0;
+  for (const auto& r : runs) {
+    if (r.policy != policy || r.task != task)
+      continue;
+    ++c.runs;
+    wall += r.wall_s;
+    if (!r.error.empty()) {
+      ++c.errors;
+      continue;
+    }
+    sp.push_back(r.true_speedup);
+    fr.push_back(r.fraction_of_optimum);
+    reach.push_back(r.trials_to_reach ? static_cast<double>(*r.trials_to_reach) : budget + 1.0);
+    c.reached += r.trials_to_reach ? 1 : 0;
+    c.promoted += r.promoted ? 1 : 0;
+    share.push_back(r.failed_device_share);
+    oom.push_back(static_cast<double>(r.ooms));
+    viol.push_back(static_cast<double>(r.contract_violations));
+    refu.push_back(static_cast<double>(r.constraint_refusals));
+    lerr.push_back(static_cast<double>(r.launch_errors));
+    st.push_back(static_cast<double>(r.search_trials));
+    best.push_back(r.best_explored_true_speedup);
+    ++c.stop_reasons[r.stop_reason];
+  }
+  c.true_speedup = stats_of(sp);
+  c.fraction = stats_of(fr);
+  c.trials_to_reach = stats_of(reach);
+  c.failed_share = stats_of(share);
+  c.ooms = stats_of(oom);
+  c.violations = stats_of(viol);
+  c.refusals = stats_of(refu);
+  c.launch_errors = stats_of(lerr);
+  c.search_trials = stats_of(st);
+  c.best_explored = stats_of(best);
+  c.mean_wall_s = c.runs > 0 ? wall / static_cast<double>(c.runs) : 0.0;
+  return c;
+}
+
+double geomean(const std::vector<double>& v) {
+  if (v.empty())
+    return 0.0;
+  double s = 0;
+  for (double x : v)
+    s += std::log(x);
+  return std::exp(s / static_cast<double>(v.size()));
+}
+
+json run_json(const run_result& r) {
+  json j;
+  j["policy"] = r.policy;
+  j["task"] = r.task;
+  j["seed"] = r.seed;
+  if (!r.error.empty())
+    j["error"] = r.error;
+  j["true_speedup"] = r.true_speedup;
+  j["fraction_of_optimum"] = r.fraction_of_optimum;
+  j["trials_to_90pct_optimum"] =
+      r.trials_to_reach ? json(*r.trials_to_reach) : json(nullptr);
+  j["best_explored_true_speedup"] = r.best_explored_true_speedup;
+  j["promoted"] = r.promoted;
+  if (r.promoted) {
+    j["promoted_change"] = r.promoted_change;
+    j["promoted_measured_speedup"] = r.promoted_measured_speedup;
+    j["promoted_ci95"] = {r.promoted_ci_low, r.promoted_ci_high};
+  }
+  j["search_trials"] = r.search_trials;
+  j["stop_reason"] = r.stop_reason;
+  j["usable_trials"] = r.usable;
+  j["ooms"] = r.ooms;
+  j["contract_violations"] = r.contract_violations;
+  j["constraint_refusals"] = r.constraint_refusals;
+  j["launch_errors"] = r.launch_errors;
+  j["crashes_or_timeouts"] = r.crashes;
+  j["search_device_s"] = r.search_device_s;
+  j["failed_device_s"] = r.failed_device_s;
+  j["failed_device_share"] = r.failed_device_share;
+  j["verify_device_s"] = r.verify_device_s;
+  j["noise"] = {{"runs", r.noise.runs},
+                {"mean_step_time_s", r.noise.mean_step_time_s},
+                {"log_sd", r.noise.log_sd},
+                {"min_detectable_speedup", r.noise.min_detectable_speedup}};
+  json trials = json::array();
+  for (const auto& t : r.trials) {
+    json tj{{"i", t.index},
+            {"trial_id", t.trial_id},
+            {"outcome", t.outcome},
+            {"change", t.change},
+            {"predicted_speedup", t.predicted_speedup},
+            {"device_s", t.device_s}};
+    if (t.measured_step_s > 0)
+      tj["measured_step_s"] = t.measured_step_s;
+    tj["true_speedup"] = t.true_speedup ? json(*t.true_speedup) : json(nullptr);
+    if (!t.violation.empty())
+      tj["detail"] = t.violation;
+    trials.push_back(std::move(tj));
+  }
+  j["trials"] = std::move(trials);
+  json ver = json::array();
+  for (const auto& v : r.verifications)
+    ver.push_back({{"candidate_trial", v.candidate_trial},
+                   {"change", v.change},
+                   {"rounds", v.rounds},
+                   {"baseline_times_s", v.baseline_s},
+                   {"candidate_times_s", v.candidate_s},
+                   {"speedup", v.estimate.speedup},
+                   {"ci95", {v.estimate.ci_low, v.estimate.ci_high}},
+                   {"promotable", v.promotable},
+                   {"reason", v.reason},
+                   {"true_speedup", v.true_speedup ? json(*v.true_speedup) : json(nullptr)},
+                   {"device_s", v.device_s}});
+  j["verifications"] = std::move(ver);
+  return j;
+}
+
+json cell_json(const cell& c) {
+  json stops = json::object();
+  for (const auto& [k, n] : c.stop_reasons)
+    stops[k] = n;
+  return {{"policy", c.policy},
+          {"task", c.task},
+          {"runs", c.runs},
+          {"errors", c.errors},
+          {"true_speedup", to_json(c.true_speedup)},
+          {"fraction_of_optimum", to_json(c.fraction)},
+          {"trials_to_90pct_optimum", to_json(c.trials_to_reach)},
+          {"reached_90pct", c.reached},
+          {"promoted", c.promoted},
+          {"best_explored_true_speedup", to_json(c.best_explored)},
+          {"failed_device_share", to_json(c.failed_share)},
+          {"ooms", to_json(c.ooms)},
+          {"contract_violations", to_json(c.violations)},
+          {"constraint_refusals", to_json(c.refusals)},
+          {"launch_errors", to_json(c.launch_errors)},
+          {"search_trials", to_json(c.search_trials)},
+          {"stop_reasons", stops}};
+}
+
+std::string fixed(double v, int digits) {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(digits) << v;
+  return o.str();
+}
+
+/// Trials to reach, for the table: ">BUDGET" when not reached (v = budget + 1).
+std::string reach_text(double v, std::uint32_t budget, int digits = 0) {
+  return v > budget ? ">" + std::to_string(budget) : fixed(v, digits);
+}
+
+/// "[min, max]" of a statistic.
+std::string range_text(const stat3& s, int digits) {
+  return "[" + fixed(s.min, digits) + ", " + fixed(s.max, digits) + "]";
+}
+
+const char* promotion_rule_text =
+    "the two fastest usable explore configurations measured faster than the baseline mean are "
+    "each re-measured in 3 interleaved baseline/candidate pairs; promotable when every "
+    "re-measurement passed the contract and the 95 % Welch interval of the speedup "
+    "(geometric means) has a lower bound above 1 + the doctor's minimum detectable speedup (a "
+    "pair measured with more than 3x the doctor's log-sd is re-measured once); the promotable "
+    "candidate with the highest measured speedup is promoted, else nothing (speedup 1). This is "
+    "the rule of `infrarsi tune`'s verifier (actors/decisions.cpp).";
+
+std::string markdown(const std::vector<task_info>& tasks, const std::vector<std::string>& policies,
+                     const std::vector<cell>& cells, const json& policy_summary,
+                     const options& o, const std::vector<std::uint64_t>& seeds,
+                     const std::string& command, double total_wall_s,
+                     std::size_t run_count) {
+  std::ostringstream md;
+  bool simulated = std::all_of(tasks.begin(), tasks.end(), [](const auto& t) { return t.simulated; });
+  md << "# Search quality\n\n";
+  md << "Generated by `" << command << "`; raw runs and aggregates in `search_quality.json`.\n\n";
+  md << "- **Budget**: " << o.budget
+     << " search trials per run (the 3 baseline trials before and the promotion re-measurements "
+        "after are not counted).\n";
+  md << "- **Seeds**: " << seeds.front() << ".." << seeds.back() << " (" << seeds.size()
+     << " per policy and task; the seed drives the policy and the cluster noise).\n";
+  md << "- **Promotion rule (the same for every policy)**: " << promotion_rule_text << "\n";
+  if (simulated)
+    md << "- **Times are simulated** seconds of the modelled cluster (workloads/sim, "
+          "docs/simulator.md); speedups are scored with the simulator's noise-free truth, the "
+          "search and the promotion see only noisy measurements. A trial that fails at launch "
+          "(invalid layout) or runs out of memory is charged the simulator's 30 s start-up x "
+          "GPUs in device-seconds; one refused before launch (a broken constraint, patches that "
+          "do not apply together) costs nothing.\n";
+  md << "- **Priors**: none (the sim tasks have no knowledge-base entry); every policy sees the "
+        "same planner_input: history, seed, noise log-sd and minimum detectable speedup, initial "
+        "design min(4, max(1, budget/3)), incompatible patch pairs, memory capacity from the task.\n";
+  md << "- Wall time: " << fixed(total_wall_s, 1) << " s for " << run_count
+     << " runs on this machine (oracle enumerations included).\n\n";
+
+  md << "## Tasks and their exhaustive optimum\n\n";
+  md << "| task | baseline step (s) | optimum step (s) | optimum speedup | configurations | optimum |\n";
+  md << "|---|---|---|---|---|---|\n";
+  for (const auto& t : tasks)
+    md << "| `" << t.name << "` | " << fixed(t.baseline_s, 2) << " | " << fixed(t.optimum_s, 2)
+       << " | " << fixed(t.optimum_speedup(), 3) << "x | " << t.space << " | " << t.optimum
+       << " |\n";
+
+  md << "\n## Results\n\n";
+  md << "Mean over seeds, [min, max] over seeds in brackets. *true speedup*: baseline / promoted "
+        "configuration, noise-free (1 when nothing was promoted). *of optimum*: true speedup / "
+        "the task's optimum speedup. *trials to 90 %*: first search trial whose configuration's "
+        "true speedup reaches 90 % of the optimum's and that was usable (>"
+     << o.budget << ": not reached; counted as " << o.budget + 1
+     << " in the mean), then how many runs reached it. *promoted*: runs that promoted a "
+        "configuration. *failed dev-s*: share of the "
+        "search's device-seconds spent on OOM, launch-error, crash, timeout and "
+        "contract-violating trials. *OOM*, *violations* (loss or work), *refused* (broken "
+        "constraint): mean per run.\n\n";
+  md << "| policy | task | true speedup | of optimum | best explored | trials to 90 % (reached) | "
+        "promoted | failed dev-s | OOM | violations | refused | trials | stop | wall s/run |\n";
+  md << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& p : policies) {
+    for (const auto& c : cells) {
+      if (c.policy != p)
+        continue;
+      md << "| `" << c.policy << "` | `" << c.task << "` | ";
+      if (c.errors == c.runs) {
+        md << "error | | | | | | | | | | | " << fixed(c.mean_wall_s, 2) << " |\n";
+        continue;
+      }
+      std::string stops;
+      for (const auto& [k, n] : c.stop_reasons)
+        stops += (stops.empty() ? "" : "; ") + shorten(k, 60) + (c.stop_reasons.size() > 1 ? " (" + std::to_string(n) + ")" : "");
+      md << fixed(c.true_speedup.mean, 3) << "x " << range_text(c.true_speedup, 2) << " | "
+         << fixed(c.fraction.mean, 3) << " " << range_text(c.fraction, 2) << " | "
+         << fixed(c.best_explored.mean, 3) << "x | "
+         << reach_text(c.trials_to_reach.mean, o.budget, 1) << " ["
+         << reach_text(c.trials_to_reach.min, o.budget) << ", "
+         << reach_text(c.trials_to_reach.max, o.budget) << "] " << c.reached << "/"
+         << (c.runs - c.errors) << " | " << c.promoted << "/" << (c.runs - c.errors) << " | "
+         << fixed(100.0 * c.failed_share.mean, 1) << " % | " << fixed(c.ooms.mean, 1) << " | "
+         << fixed(c.violations.mean, 1) << " | " << fixed(c.refusals.mean, 1) << " | "
+         << fixed(c.search_trials.mean, 1) << " | " << stops << " | " << fixed(c.mean_wall_s, 2)
+         << " |\n";
+      if (c.errors > 0 && c.errors < c.runs)
+        md << "| | (" << c.errors << " of " << c.runs << " runs failed: see the json) | | | | | | | | | | | | |\n";
+    }
+    for (const auto& s : policy_summary)
+      if (s["policy"] == p)
+        md << "| `" << p << "` | **geometric mean over tasks** | **"
+           << fixed(s["geomean_true_speedup"].get<double>(), 3) << "x** | **"
+           << fixed(s["geomean_fraction_of_optimum"].get<double>(), 3)
+           << "** | | | | | | | | | | |\n";
+  }
+  md << "\n*best explored*: the highest true speedup among the usable configurations the "
+        "search measured (what a perfect promotion could have kept).\n";
+  return md.str();
+}
+
+int write_file(const fs::path& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << text;
+  f.close();
+  if (!f) {
+    std::cerr << "infrarsi_search_quality: cannot write '" << path.string() << "'\n";
+    return 1;
+  }
+  return 0;
+}
+
+int main_impl(int argc, char** argv) {
+  options o;
+  CLI::App app{
+      "infrarsi_search_quality: the search-quality benchmark (issue 6). Runs every search policy "
+      "on the simulator tasks with N seeds and a fixed budget of search trials, promotes with "
+      "tune's verifier rule, and scores the promoted configuration's true (noise-free) speedup "
+      "against the task's exhaustive optimum. Writes OUT/search_quality.json (every run and the "
+      "aggregates; identical for identical arguments except the \"wall_s\" object) and "
+      "OUT/search_quality.md (the table). Metrics: bench/README.md. Usually run through "
+      "bench/search_quality, which builds it first."};
+  app.add_option("--policies", o.policies,
+                 "Comma-separated policy names (default: every policy tuning::make_policy "
+                 "builds, plus optuna_tpe/1 unless --no-optuna)");
+  app.add_option("--tasks", o.tasks,
+                 "Comma-separated task files, or names under config/tasks/ (default: "
+                 "sim-dense-1node,sim-dense-multinode,sim-moe-1node,sim-moe-multinode)");
+  app.add_option("--seeds", o.seeds, "Number of seeds per policy and task (default 5)")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1000}));
+  app.add_option("--first-seed", o.first_seed, "First seed; seeds are consecutive (default 1)");
+  app.add_option("--budget", o.budget, "Search trials per run (default 40)")
+      ->check(CLI::Range(1u, 10000u));
+  app.add_option("--out", o.out, "Output directory (default: bench/results of the source tree)");
+  app.add_flag("--optuna,!--no-optuna", o.optuna,
+               "Include optuna_tpe/1 in the default policies (default on; needs the "
+               "infrarsi_bench_optuna library at build time and /usr/bin/python3 with optuna)");
+  app.add_option("--optuna-script", o.optuna_script, "bench/optuna_tpe.py (default: the source tree's)");
+  app.add_option("--python", o.python, "Interpreter with optuna (default /usr/bin/python3)");
+  app.add_flag("--quiet", o.quiet, "No progress lines on stderr");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+#if defined(INFRARSI_BENCH_HAVE_OPTUNA)
+  constexpr bool optuna_built = true;
+#else
+  constexpr bool optuna_built = false;
+#endif
+
+  // Policies.
+  std::vector<std::string> names;
+  if (o.policies.empty()) {
+    for (const auto& n : tuning::policy_names()) {
+      if (tuning::make_policy(n))
+        names.push_back(n);
+      else if (!o.quiet)
+        std::cerr << "infrarsi_search_quality: policy '" << n
+                  << "' is listed by tuning::policy_names() but make_policy does not build it: "
+                     "skipped\n";
+    }
+    if (o.optuna && optuna_built)
+      names.push_back(optuna_policy_name);
+    else if (o.optuna && !o.quiet)
+      std::cerr << "infrarsi_search_quality: optuna_tpe/1 skipped: this binary was built without "
+                   "the infrarsi_bench_optuna library\n";
+  } else {
+    names = split_list(o.policies);
+  }
+  if (names.empty()) {
+    std::cerr << "infrarsi_search_quality: --policies: no policy to run\n";
+    return 2;
+  }
+  std::map<std::string, std::unique_ptr<tuning::planner_policy>> policies;
+  for (const auto& n : names) {
+    if (policies.count(n) != 0) {
+      std::cerr << "infrarsi_search_quality: --policies: '" << n << "' given twice\n";
+      return 2;
+    }
+    if (n == optuna_policy_name) {
+      if (!o.optuna) {
+        std::cerr << "infrarsi_search_quality: --policies names optuna_tpe/1 but --no-optuna is given\n";
+        return 2;
+      }
+#if defined(INFRARSI_BENCH_HAVE_OPTUNA)
+      if (!fs::exists(o.optuna_script)) {
+        std::cerr << "infrarsi_search_quality: --optuna-script: no such file '" << o.optuna_script
+                  << "'\n";
+        return 2;
+      }
+      policies[n] = make_optuna_policy(o.optuna_script, o.python);
+      continue;
+#else
+      std::cerr << "infrarsi_search_quality: --policies: optuna_tpe/1 is not available: this "
+                   "binary was built without the infrarsi_bench_optuna library\n";
+      return 2;
+#endif
+    }
+    auto p = tuning::make_policy(n);
+    if (!p) {
+      std::string known;
+      for (const auto& k : tuning::policy_names())
+        if (tuning::make_policy(k))
+          known += (known.empty() ? "" : ", ") + k;
+      if (optuna_built)
+        known += std::string{", "} + optuna_policy_name;
+      std::cerr << "infrarsi_search_quality: --policies: unknown or unavailable policy '" << n
+                << "' (available: " << known << ")\n";
+      return 2;
+    }
+    policies[n] = std::move(p);
+  }
+
+  std::vector<std::uint64_t> seeds;
+  for (std::uint64_t i = 0; i < o.seeds; ++i)
+    seeds.push_back(o.first_seed + i);
+
+  // Output directory (checked before hours of work).
+  std::error_code ec;
+  fs::create_directories(o.out, ec);
+  if (ec || !fs::is_directory(o.out)) {
+    std::cerr << "infrarsi_search_quality: --out: cannot create directory '" << o.out
+              << "': " << ec.message() << "\n";
+    return 2;
+  }
+
+  auto total_start = std::chrono::steady_clock::now();
+  // Tasks and their oracles.
+  std::vector<std::string> task_args = o.tasks.empty() ? default_tasks : split_list(o.tasks);
+  if (task_args.empty()) {
+    std::cerr << "infrarsi_search_quality: --tasks: no task given\n";
+    return 2;
+  }
+  std::vector<std::unique_ptr<evaluator>> evaluators;
+  std::vector<task_info> tasks;
+  for (const auto& arg : task_args) {
+    auto path = task_path(arg);
+    auto t = runtime::load_task_file(path);
+    if (!t) {
+      std::cerr << "infrarsi_search_quality: --tasks: '" << arg << "': " << describe(t.error())
+                << "\n";
+      return 2;
+    }
+    if (!sim_evaluator::is_sim_task(*t)) {
+      std::cerr << "infrarsi_search_quality: --tasks: '" << path
+                << "' is not a simulator task (workload.argv[0] is not infrarsi-sim); only "
+                   "simulator tasks have an evaluator so far\n";
+      return 2;
+    }
+    auto oracle_start = std::chrono::steady_clock::now();
+    if (!o.quiet)
+      std::cerr << "infrarsi_search_quality: " << t->name << ": enumerating the space for the "
+                << "oracle...\n";
+    std::string why;
+    auto ev = sim_evaluator::create(*t, why);
+    if (!ev) {
+      std::cerr << "infrarsi_search_quality: --tasks: " << why << "\n";
+      return 2;
+    }
+    task_info info;
+    info.name = ev->task().name;
+    info.file = display_path(path);
+    info.baseline_s = ev->baseline_true_step_time();
+    info.optimum_s = ev->optimum_step_time();
+    info.optimum = ev->optimum_description();
+    info.space = ev->optimum_space_size();
+    info.incompatible = ev->incompatible_patches();
+    info.memory_capacity_bytes = ev->memory_capacity_bytes();
+    info.simulated = ev->task().contract.simulated_time;
+    info.oracle_wall_s = elapsed_s(oracle_start);
+    if (!o.quiet)
+      std::cerr << "infrarsi_search_quality: " << info.name << ": baseline "
+                << fixed(info.baseline_s, 2) << " s, optimum " << fixed(info.optimum_s, 2)
+                << " s (" << fixed(info.optimum_speedup(), 3) << "x) over " << info.space
+                << " configurations, " << fixed(info.oracle_wall_s, 1) << " s\n";
+    for (const auto& other : tasks)
+      if (other.name == info.name) {
+        std::cerr << "infrarsi_search_quality: --tasks: task '" << info.name << "' given twice\n";
+        return 2;
+      }
+    tasks.push_back(info);
+    evaluators.push_back(std::move(ev));
+  }
+
+  // Runs: task, then policy, then seed.
+  std::vector<run_result> runs;
+  std::size_t total = tasks.size() * names.size() * seeds.size();
+  bool any_error = false;
+  for (std::size_t ti = 0; ti < tasks.size(); ++ti)
+    for (const auto& name : names)
+      for (auto seed : seeds) {
+        auto r = run_one(*evaluators[ti], *policies.at(name), name, seed, o.budget);
+        if (!r.error.empty()) {
+          any_error = true;
+          std::cerr << "infrarsi_search_quality: " << name << " on " << r.task << " seed " << seed
+                    << ": " << r.error << "\n";
+        }
+        if (!o.quiet)
+          std::cerr << "[" << runs.size() + 1 << "/" << total << "] " << name << " " << r.task
+                    << " seed " << seed << ": true speedup " << fixed(r.true_speedup, 3)
+                    << "x (" << fixed(r.fraction_of_optimum, 3) << " of optimum "
+                    << fixed(tasks[ti].optimum_speedup(), 3) << "x), "
+                    << (r.promoted ? "promoted " + r.promoted_change : std::string{"nothing promoted"})
+                    << "; " << r.search_trials << " trials (" << r.stop_reason << "), "
+                    << fixed(r.wall_s, 2) << " s\n";
+        runs.push_back(std::move(r));
+      }
+
+  // Aggregates.
+  std::vector<cell> cells;
+  for (const auto& p : names)
+    for (const auto& t : tasks)
+      cells.push_back(aggregate(p, t.name, runs, o.budget));
+  json policy_summary = json::array();
+  for (const auto& p : names) {
+    std::vector<double> sp, fr;
+    std::size_t errors = 0;
+    for (const auto& c : cells)
+      if (c.policy == p) {
+        errors += c.errors;
+        if (c.errors < c.runs) {
+          sp.push_back(c.true_speedup.mean);
+          fr.push_back(c.fraction.mean);
+        }
+      }
+    policy_summary.push_back({{"policy", p},
+                              {"tasks", sp.size()},
+                              {"errors", errors},
+                              {"geomean_true_speedup", geomean(sp)},
+                              {"geomean_fraction_of_optimum", geomean(fr)}});
+  }
+  double total_wall = elapsed_s(total_start);
+
+  std::string command = "bench/search_quality";
+  for (int i = 1; i < argc; ++i)
+    command += std::string{" "} + argv[i];
+
+  json doc;
+  doc["benchmark"] = "search_quality/1";
+  doc["command"] = command;
+  doc["settings"] = {{"budget", o.budget},
+                     {"seeds", seeds},
+                     {"policies", names},
+                     {"baseline_repeats", baseline_repeats},
+                     {"verify_top", verify_top},
+                     {"verify_repeats", verify_repeats},
+                     {"initial_design",
+                      std::min<std::size_t>(4, std::max<std::size_t>(1, o.budget / 3))},
+                     {"reach_fraction", reach_fraction},
+                     {"promotion_rule", promotion_rule_text},
+                     {"failed_launch_charge_s", sim_failed_launch_s}};
+  json tj = json::array();
+  for (const auto& t : tasks) {
+    json inc = json::array();
+    for (const auto& [a, b] : t.incompatible)
+      inc.push_back({a, b});
+    tj.push_back({{"name", t.name},
+                  {"file", t.file},
+                  {"simulated_time", t.simulated},
+                  {"baseline_true_step_s", t.baseline_s},
+                  {"optimum_true_step_s", t.optimum_s},
+                  {"optimum_speedup", t.optimum_speedup()},
+                  {"optimum", t.optimum},
+                  {"configurations", t.space},
+                  {"incompatible_patches", inc},
+                  {"memory_capacity_bytes", t.memory_capacity_bytes}});
+  }
+  doc["tasks"] = tj;
+  json pj = json::array();
+  for (const auto& c : cells)
+    pj.push_back(cell_json(c));
+  doc["aggregates"] = pj;
+  doc["policy_summary"] = policy_summary;
+  json rj = json::array();
+  for (const auto& r : runs)
+    rj.push_back(run_json(r));
+  doc["runs"] = rj;
+  // Everything that depends on the machine's speed, apart (diff with `jq 'del(.wall_s)'`).
+  json wall;
+  wall["total"] = total_wall;
+  json ow = json::object();
+  for (const auto& t : tasks)
+    ow[t.name] = t.oracle_wall_s;
+  wall["oracle"] = ow;
+  json cw = json::array();
+  for (const auto& c : cells)
+    cw.push_back({{"policy", c.policy}, {"task", c.task}, {"mean_run_s", c.mean_wall_s}});
+  wall["mean_run_by_policy_task"] = cw;
+  json rw = json::array();
+  for (const auto& r : runs)
+    rw.push_back({{"policy", r.policy}, {"task", r.task}, {"seed", r.seed}, {"run_s", r.wall_s}});
+  wall["runs"] = rw;
+  doc["wall_s"] = wall;
+
+  fs::path out{o.out};
+  int rc = write_file(out / "search_quality.json", doc.dump(1) + "\n");
+  rc |= write_file(out / "search_quality.md", markdown(tasks, names, cells, policy_summary, o, seeds,
+                                                       command, total_wall, runs.size()));
+  if (rc != 0)
+    return 1;
+  if (!o.quiet) {
+    std::cerr << "infrarsi_search_quality: wrote " << (out / "search_quality.json").string()
+              << " and " << (out / "search_quality.md").string() << " (" << fixed(total_wall, 1)
+              << " s)\n";
+    for (const auto& s : policy_summary)
+      std::cerr << "  " << s["policy"].get<std::string>() << ": geometric mean true speedup "
+                << fixed(s["geomean_true_speedup"].get<double>(), 3) << "x, fraction of optimum "
+                << fixed(s["geomean_fraction_of_optimum"].get<double>(), 3) << "\n";
+  }
+  return any_error ? 1 : 0;
+}
+
+} // namespace
+} // namespace infrarsi::bench
+
+int main(int argc, char** argv) {
+  try {
+    return infrarsi::bench::main_impl(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "infrarsi_search_quality: " << e.what() << "\n";
+    return 1;
+  }
+}
