@@ -69,15 +69,9 @@ tuning::planner_input planner_input_for(const tuning::task_spec& task,
   return in;
 }
 
-std::string run_policy(const store::run_state& run) {
-  if (run.contract_doc && run.contract_doc->is_object())
-    return run.contract_doc->value("policy", std::string{"seeded_local_search/1"});
-  return tuning::default_policy_name;
-}
-
 std::string proposal_doc(const tuning::task_spec& task, const store::run_state& run,
                          std::uint32_t n) {
-  auto name = run_policy(run);
+  auto name = store::run_policy(run);
   auto policy = tuning::make_policy(name);
   if (!policy)
     return nlohmann::json{{"policy", name},

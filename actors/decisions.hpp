@@ -36,14 +36,10 @@ std::string contract_changes(const nlohmann::json& locked, const tuning::task_sp
 /// left out, so a run that lost a trial and re-ran it plans exactly as one that never lost it.
 tuning::planner_input planner_input_for(const tuning::task_spec& task, const store::run_state& run);
 
-/// The search policy of a run: the ContractLocked document's "policy" (tuning::make_policy
-/// names); runs logged before the policy was recorded used "seeded_local_search/1".
-std::string run_policy(const store::run_state& run);
-
 /// The planner's reply: {"policy": ..., "proposals": [{"config", "predicted_speedup", "reason",
 /// "prior_speedup"?, "p_oom"?}], "stop_reason"?} with at most `n` proposals (empty: the search
 /// space is exhausted, or the policy's stopping rule said stop, with "stop_reason"), from the
-/// run's policy (run_policy). An unknown policy gives no proposals and a stop_reason naming it.
+/// run's policy (store::run_policy). An unknown policy gives no proposals and a stop_reason naming it.
 std::string proposal_doc(const tuning::task_spec& task, const store::run_state& run,
                          std::uint32_t n);
 

@@ -8,6 +8,7 @@
 #include "adapters/environment.hpp"
 #include "tuning/contract_check.hpp"
 #include "tuning/planner.hpp"
+#include "tuning/prior_revision.hpp"
 
 namespace infrarsi::runtime {
 
@@ -158,6 +159,27 @@ nlohmann::json make_report(const tuning::task_spec& task, const store::run_state
       mfu["promoted"] = flops / (base_time / promoted.value("speedup", 1.0)) / peak;
   }
 
+  // Priors revised from this run's measurements (tuning/prior_revision.hpp).
+  std::vector<tuning::trial_record> measured;
+  for (const auto& t : run.trials)
+    if (t.outcome != tuning::trial_outcome::lost)
+      measured.push_back(t);
+  auto revision = tuning::revise_priors(task, run.priors, measured,
+                                        run.noise ? run.noise->log_sd : 0.02);
+  auto number_or_null = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
+  nlohmann::json effects = nlohmann::json::array();
+  for (const auto& e : revision.effects)
+    effects.push_back({{"feature", e.feature},
+                       {"prior_speedup", e.has_prior ? nlohmann::json(e.prior_speedup) : nlohmann::json(nullptr)},
+                       {"posterior_speedup", e.posterior_speedup},
+                       {"posterior_log_sd", e.posterior_log_sd},
+                       {"trials", e.trials}});
+  nlohmann::json prior_revision = {{"policy", store::run_policy(run)},
+                                   {"search_trials", revision.trials},
+                                   {"spearman_prior", number_or_null(revision.spearman_prior)},
+                                   {"spearman_posterior", number_or_null(revision.spearman_posterior)},
+                                   {"effects", effects}};
+
   return {{"run", run.run_id},
           {"task", task.name},
           {"task_file", task.source},
@@ -181,7 +203,8 @@ nlohmann::json make_report(const tuning::task_spec& task, const store::run_state
           {"promotion_decision", run.promotion ? *run.promotion : nlohmann::json{}},
           {"failed_trials_cost", failed},
           {"device_seconds_total", device_seconds},
-          {"mfu", mfu}};
+          {"mfu", mfu},
+          {"prior_revision", prior_revision}};
 }
 
 std::string render_markdown(const nlohmann::json& r) {
@@ -295,6 +318,27 @@ std::string render_markdown(const nlohmann::json& r) {
     md << "- " << o << ": " << c.value("trials", 0) << " trial(s), "
        << fixed(c.value("device_seconds", 0.0), 1) << " device-seconds\n";
   md << "\nTotal: " << fixed(r.value("device_seconds_total", 0.0), 1) << " device-seconds.\n";
+  if (r.contains("prior_revision") && r["prior_revision"].is_object()) {
+    const auto& pr = r["prior_revision"];
+    auto rho = [](const nlohmann::json& v) {
+      return v.is_number() ? fixed(v.get<double>(), 2) : std::string{"n/a (fewer than 3 trials or no spread)"};
+    };
+    md << "\n## Priors revised by this run\n\n"
+       << "Search policy " << pr.value("policy", "") << ". Rank correlation (Spearman) of predicted "
+       << "and measured speedups over " << pr.value("search_trials", 0) << " search trials: priors alone "
+       << rho(pr["spearman_prior"]) << "; time model fitted on the trials before each one "
+       << rho(pr["spearman_posterior"]) << ".\n\n"
+       << "| setting | prior speedup | posterior speedup | posterior log sd | trials |\n"
+       << "|---|---|---|---|---|\n";
+    for (const auto& e : pr["effects"]) {
+      if (e["prior_speedup"].is_null() && e.value("trials", 0) == 0)
+        continue;
+      md << "| " << e.value("feature", "") << " | "
+         << (e["prior_speedup"].is_number() ? fixed(e["prior_speedup"].get<double>(), 3) + "x" : std::string{"none"})
+         << " | " << fixed(e.value("posterior_speedup", 1.0), 3) << "x | "
+         << fixed(e.value("posterior_log_sd", 0.0), 3) << " | " << e.value("trials", 0) << " |\n";
+    }
+  }
   md << "\nMFU: ";
   if (r["mfu"].contains("baseline"))
     md << "baseline " << fixed(100 * r["mfu"].value("baseline", 0.0), 2) << "%";

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "tuning/planner.hpp"
+
 namespace infrarsi::store {
 
 using tuning::knob_value;
@@ -413,6 +415,16 @@ caf::expected<run_state> load_run(const event_log& log, const std::string& run_i
   if (auto err = fold_stream(log, run_id, p))
     return err;
   return p.state();
+}
+
+} // namespace infrarsi::store
+
+namespace infrarsi::store {
+
+std::string run_policy(const run_state& run) {
+  if (run.contract_doc && run.contract_doc->is_object())
+    return run.contract_doc->value("policy", std::string{"seeded_local_search/1"});
+  return tuning::default_policy_name;
 }
 
 } // namespace infrarsi::store

@@ -92,6 +92,11 @@ struct run_state {
   [[nodiscard]] bool stage_done(const std::string& stage) const;
 };
 
+/// The search policy of a run: its ContractLocked document's "policy" (a tuning::make_policy
+/// name). Runs logged before the policy was recorded used "seeded_local_search/1"; a run not yet
+/// locked gets tuning::default_policy_name.
+std::string run_policy(const run_state& run);
+
 /// Folds a run's stream into a run_state.
 class run_projection final : public projection {
 public:

@@ -99,3 +99,54 @@ speedup_estimate estimate_speedup(const std::vector<double>& a_times_s,
 }
 
 } // namespace infrarsi::tuning
+
+namespace infrarsi::tuning {
+
+namespace {
+
+std::vector<double> average_ranks(const std::vector<double>& v) {
+  std::vector<std::size_t> order(v.size());
+  for (std::size_t i = 0; i < order.size(); ++i)
+    order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return v[a] < v[b]; });
+  std::vector<double> rank(v.size());
+  for (std::size_t i = 0; i < order.size();) {
+    std::size_t j = i;
+    while (j + 1 < order.size() && v[order[j + 1]] == v[order[i]])
+      ++j;
+    double r = 0.5 * static_cast<double>(i + j) + 1.0;
+    for (std::size_t k = i; k <= j; ++k)
+      rank[order[k]] = r;
+    i = j + 1;
+  }
+  return rank;
+}
+
+} // namespace
+
+double spearman(const std::vector<double>& a, const std::vector<double>& b) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  if (a.size() != b.size() || a.size() < 3)
+    return nan;
+  auto ra = average_ranks(a);
+  auto rb = average_ranks(b);
+  double n = static_cast<double>(a.size());
+  double ma = 0, mb = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    ma += ra[i];
+    mb += rb[i];
+  }
+  ma /= n;
+  mb /= n;
+  double sab = 0, saa = 0, sbb = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    sab += (ra[i] - ma) * (rb[i] - mb);
+    saa += (ra[i] - ma) * (ra[i] - ma);
+    sbb += (rb[i] - mb) * (rb[i] - mb);
+  }
+  if (saa <= 0 || sbb <= 0)
+    return nan;
+  return sab / std::sqrt(saa * sbb);
+}
+
+} // namespace infrarsi::tuning

@@ -56,6 +56,11 @@ struct speedup_estimate {
 speedup_estimate estimate_speedup(const std::vector<double>& a_times_s,
                                   const std::vector<double>& b_times_s);
 
+/// Spearman's rank correlation (Spearman 1904) of paired samples: Pearson's correlation of
+/// their ranks, ties given their average rank. NaN when the sizes differ, with fewer than 3
+/// pairs, or when either sample has no spread.
+double spearman(const std::vector<double>& a, const std::vector<double>& b);
+
 /// Two-sided Student t quantile t_{1-alpha/2, dof} (dof may be fractional).
 double student_t_quantile(double alpha, double dof);
 

@@ -1,0 +1,64 @@
+#include "tuning/prior_revision.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "tuning/planner.hpp"
+#include "tuning/stats.hpp"
+
+namespace infrarsi::tuning {
+
+prior_revision revise_priors(const task_spec& task, const prior_set& priors,
+                             const std::vector<trial_record>& history, double noise_log_sd,
+                             time_model_options options) {
+  prior_revision out;
+  feature_space fs{task, &priors};
+  auto base = baseline_configuration(task);
+  std::vector<double> baseline_times;
+  for (const auto& t : history)
+    if (t.usable() && t.config == base)
+      baseline_times.push_back(t.timed_step_time_s);
+  if (baseline_times.empty()) {
+    out.spearman_prior = out.spearman_posterior = std::numeric_limits<double>::quiet_NaN();
+    return out;
+  }
+  const double base_log = std::log(median(baseline_times));
+
+  std::vector<std::pair<std::vector<int>, double>> data;
+  std::vector<double> measured, prior_pred, posterior_pred;
+  std::vector<std::size_t> count(fs.names.size(), 0);
+  for (const auto& t : history) {
+    if (!t.usable())
+      continue;
+    auto active = fs.active(task, t.config);
+    double y = std::log(t.timed_step_time_s) - base_log;
+    if (t.purpose == "explore") {
+      time_model before{fs, options};
+      before.fit(data, noise_log_sd);
+      measured.push_back(std::exp(-y));
+      prior_pred.push_back(std::exp(-before.prior_mean(active)));
+      posterior_pred.push_back(std::exp(-before.predict(active).mean));
+    }
+    for (int i : active)
+      count[static_cast<std::size_t>(i)] += 1;
+    data.emplace_back(std::move(active), y);
+  }
+  out.trials = measured.size();
+  out.spearman_prior = spearman(prior_pred, measured);
+  out.spearman_posterior = spearman(posterior_pred, measured);
+  time_model after{fs, options};
+  after.fit(data, noise_log_sd);
+  for (std::size_t i = 0; i < fs.names.size(); ++i) {
+    revised_effect e;
+    e.feature = fs.names[i];
+    e.has_prior = fs.has_prior[i];
+    e.prior_speedup = std::exp(-fs.prior_mean[static_cast<Eigen::Index>(i)]);
+    e.posterior_speedup = std::exp(-after.effect_mean(static_cast<int>(i)));
+    e.posterior_log_sd = after.effect_sd(static_cast<int>(i));
+    e.trials = count[i];
+    out.effects.push_back(std::move(e));
+  }
+  return out;
+}
+
+} // namespace infrarsi::tuning
