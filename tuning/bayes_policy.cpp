@@ -51,7 +51,8 @@ struct constraint_set {
 /// One scored candidate.
 struct scored {
   configuration config;
-  std::vector<int> active;
+  std::vector<int> active; // one-hot features
+  sparse_features x;       // model features
   double ei = 0;     // expected improvement of log step time
   double p_fit = 1;  // 1 - P(OOM)
   double mean = 0;   // predicted log(t / t_baseline)
@@ -196,10 +197,10 @@ proposal_batch bayes_ei::plan(const planner_input& in, std::size_t n) const {
   for (const auto& t : in.history)
     if (t.usable() && t.config == base_config)
       baseline_times.push_back(t.timed_step_time_s);
-  std::vector<std::pair<std::vector<int>, double>> data;
+  std::vector<std::pair<sparse_features, double>> data;
   for (const auto& t : in.history)
     if (t.usable() && (options_.use_patches || t.config.patches.empty()))
-      data.emplace_back(fs.active(task, t.config), std::log(t.timed_step_time_s));
+      data.emplace_back(fs.point(task, t.config), std::log(t.timed_step_time_s));
   double baseline_log = !baseline_times.empty() ? std::log(median(baseline_times))
                         : data.empty()          ? 0.0
                                                 : data.front().second;
@@ -208,7 +209,8 @@ proposal_batch bayes_ei::plan(const planner_input& in, std::size_t n) const {
   time_model model{fs, options_.time};
   model.fit(data, in.noise_log_sd);
 
-  // Censored memory model on log bytes: features [1, main effects].
+  // Censored memory model on log bytes: features [1, one-hot and ordinal features].
+  const auto M = fs.model_size();
   const double capacity = in.memory_capacity_bytes;
   memory_fit mem;
   bool have_mem = false;
@@ -222,30 +224,45 @@ proposal_batch bayes_ei::plan(const planner_input& in, std::size_t n) const {
       if (!measured && !oom)
         continue;
       memory_observation o;
-      o.x = Eigen::VectorXd::Zero(static_cast<Eigen::Index>(F + 1));
+      o.x = Eigen::VectorXd::Zero(static_cast<Eigen::Index>(M + 1));
       o.x[0] = 1.0;
-      for (int i : fs.active(task, t.config))
-        o.x[1 + i] = 1.0;
+      for (const auto& [i, v] : fs.point(task, t.config))
+        o.x[1 + i] = v;
       o.oom = oom;
       o.bytes = oom ? std::log(capacity) : std::log(static_cast<double>(t.peak_memory_bytes));
       obs.push_back(std::move(o));
     }
-    // Priors (log units): intercept vague; a setting changes memory by a factor e^+-1 at 1 sd.
-    std::vector<coefficient_prior> priors(F + 1, coefficient_prior{0.0, 1.0});
+    // Priors (log units): intercept vague; a setting changes memory by a factor e^+-1 at 1 sd,
+    // an ordinal slope by up to a factor 2 per doubling at 1 sd.
+    // A value of a knob with an ordinal feature deviates from the knob's trend by 30 % at 1 sd.
+    std::vector<coefficient_prior> priors(M + 1, coefficient_prior{0.0, 1.0});
+    for (std::size_t i = F; i < M; ++i) // a factor 2 per doubling at 1 sd, over the range R
+      priors[1 + i] = {0.0, std::log(2.0) * fs.ordinal_range[i - F]};
+    for (std::size_t i = 0; i < F; ++i)
+      if (std::find(fs.ordinal_knob.begin(), fs.ordinal_knob.end(), fs.knob_of[i])
+          != fs.ordinal_knob.end())
+        priors[1 + i] = {0.0, 0.3};
     priors[0] = {std::log(capacity), 10.0};
     std::string why;
     if (!obs.empty()) {
-      mem = fit_censored_memory(obs, priors, why);
-      have_mem = why.empty() && mem.coef.size() == static_cast<Eigen::Index>(F + 1);
+      // Floor: 2 % of peak memory (log units), the run-to-run spread of allocators.
+      mem = fit_censored_memory(obs, priors, why, 0.02);
+      have_mem = why.empty() && mem.coef.size() == static_cast<Eigen::Index>(M + 1);
     }
   }
-  auto p_oom = [&](const std::vector<int>& active) {
+  auto log_memory = [&](const sparse_features& x) {
+    double m = mem.coef[0];
+    for (const auto& [i, v] : x)
+      m += v * mem.coef[1 + i];
+    return m;
+  };
+  auto p_oom = [&](const sparse_features& sx) {
     if (!have_mem)
       return 0.0;
-    Eigen::VectorXd x = Eigen::VectorXd::Zero(static_cast<Eigen::Index>(F + 1));
+    Eigen::VectorXd x = Eigen::VectorXd::Zero(static_cast<Eigen::Index>(M + 1));
     x[0] = 1.0;
-    for (int i : active)
-      x[1 + i] = 1.0;
+    for (const auto& [i, v] : sx)
+      x[1 + i] = v;
     return mem.p_oom(x, std::log(capacity));
   };
 
@@ -253,8 +270,8 @@ proposal_batch bayes_ei::plan(const planner_input& in, std::size_t n) const {
   double best = 0.0;
   {
     bool any = false;
-    for (const auto& [a, y] : data) {
-      double m = model.predict(a).mean;
+    for (const auto& [x, y] : data) {
+      double m = model.predict(x).mean;
       if (!any || m < best)
         best = m;
       any = true;
@@ -265,11 +282,12 @@ proposal_batch bayes_ei::plan(const planner_input& in, std::size_t n) const {
     scored s;
     s.config = c;
     s.active = fs.active(task, c);
-    auto pr = model.predict(s.active);
+    s.x = fs.point(task, c);
+    auto pr = model.predict(s.x);
     s.mean = pr.mean;
     s.sd = pr.sd;
     s.ei = expected_improvement(best, pr.mean, pr.sd);
-    s.p_fit = 1.0 - p_oom(s.active);
+    s.p_fit = 1.0 - p_oom(s.x);
     return s;
   };
 
@@ -327,39 +345,51 @@ proposal_batch bayes_ei::plan(const planner_input& in, std::size_t n) const {
   }
 
   // -- pairing --------------------------------------------------------------------------------
+  // The configurations with the best EI that are predicted to run out of memory (up to 16),
+  // each with every single memory-saving change (a knob tagged memory-saver, or a patch) that
+  // lowers its fitted memory enough to be predicted to fit.
   if (have_mem && !pool.empty()) {
-    const scored* by_ei = &pool.front();
-    for (const auto& s : pool)
-      if (s.ei > by_ei->ei)
-        by_ei = &s;
-    if (1.0 - by_ei->p_fit > 0.5) {
-      auto hungry = *by_ei;
-      std::vector<scored> pairs;
+    std::vector<std::size_t> by_ei(pool.size());
+    for (std::size_t i = 0; i < by_ei.size(); ++i)
+      by_ei[i] = i;
+    std::stable_sort(by_ei.begin(), by_ei.end(),
+                     [&](std::size_t a, std::size_t b) { return pool[a].ei > pool[b].ei; });
+    std::vector<scored> hungry_list;
+    for (std::size_t i : by_ei) {
+      if (hungry_list.size() >= 16)
+        break;
+      if (pool[i].p_fit < 0.5)
+        hungry_list.push_back(pool[i]);
+    }
+    std::map<std::string, std::size_t> where;
+    for (std::size_t i = 0; i < pool.size(); ++i)
+      where[pool[i].config.key()] = i;
+    for (const auto& hungry : hungry_list) {
       for (const auto& m : neighbours(hungry.config)) {
-        auto a = fs.active(task, m);
-        // A memory-saving change: what it adds or removes lowers the fitted log memory.
-        double delta = 0.0;
-        for (int i : a)
-          delta += mem.coef[1 + i];
-        for (int i : hungry.active)
-          delta -= mem.coef[1 + i];
-        if (!(delta < 0) || chosen.count(m.key()) != 0 || !constraints.ok(m)
-            || !usable_config(m))
+        bool saver_change = m.patches != hungry.config.patches;
+        for (const auto& k : task.knobs)
+          if (has_tag(k, "memory-saver") && m.knobs.at(k.name) != hungry.config.knobs.at(k.name))
+            saver_change = true;
+        if (!saver_change)
+          continue;
+        double delta = log_memory(fs.point(task, m)) - log_memory(hungry.x);
+        if (!(delta < 0) || chosen.count(m.key()) != 0 || !constraints.ok(m) || !usable_config(m))
           continue;
         auto s = score(m);
-        s.paired = "paired " + hungry.config.diff_from(base_config) + " (P(OOM) "
-                   + fmt("%.2f", 1.0 - hungry.p_fit) + " alone) with "
-                   + m.diff_from(hungry.config) + " (fitted memory x" + fmt("%.2f", std::exp(delta))
-                   + ", P(OOM) " + fmt("%.2f", 1.0 - s.p_fit) + ")";
-        pairs.push_back(std::move(s));
-      }
-      for (auto& s : pairs) {
-        auto it = std::find_if(pool.begin(), pool.end(),
-                               [&](const scored& p) { return p.config == s.config; });
-        if (it != pool.end())
-          it->paired = s.paired;
-        else
+        if (s.p_fit < 0.5)
+          continue; // the saver does not make it fit
+        auto text = "paired " + hungry.config.diff_from(base_config) + " (P(OOM) "
+                    + fmt("%.2f", 1.0 - hungry.p_fit) + " alone) with " + m.diff_from(hungry.config)
+                    + " (fitted memory x" + fmt("%.2f", std::exp(delta)) + ", P(OOM) "
+                    + fmt("%.2f", 1.0 - s.p_fit) + ")";
+        auto it = where.find(m.key());
+        if (it == where.end()) {
+          s.paired = std::move(text);
+          where[m.key()] = pool.size();
           pool.push_back(std::move(s));
+        } else if (pool[it->second].paired.empty()) {
+          pool[it->second].paired = std::move(text);
+        }
       }
     }
   }
@@ -397,13 +427,13 @@ proposal_batch bayes_ei::plan(const planner_input& in, std::size_t n) const {
     proposal p;
     p.config = b.config;
     p.predicted_speedup = std::exp(-b.mean);
-    p.prior_speedup = std::exp(-model.prior_mean(b.active));
+    p.prior_speedup = std::exp(-model.prior_mean(b.x));
     p.p_oom = 1.0 - b.p_fit;
     p.reason = "EI " + fmt("%.4f", b.ei) + " x P(fits) " + fmt("%.2f", b.p_fit) + ": predicted "
                + fmt("%.3f", std::exp(-b.mean)) + "x (log sd " + fmt("%.3f", b.sd) + ")"
                + (b.paired.empty() ? "" : "; " + b.paired);
     chosen.insert(b.config.key());
-    auto fantasy = b.active;
+    auto fantasy = b.x;
     double fantasy_mean = b.mean;
     out.proposals.push_back(std::move(p));
     pool.erase(pool.begin() + static_cast<std::ptrdiff_t>(bi));
@@ -413,7 +443,7 @@ proposal_batch bayes_ei::plan(const planner_input& in, std::size_t n) const {
     model.condition(fantasy, fantasy_mean);
     best = std::min(best, fantasy_mean);
     for (auto& s : pool) {
-      auto pr = model.predict(s.active);
+      auto pr = model.predict(s.x);
       s.mean = pr.mean;
       s.sd = pr.sd;
       s.ei = expected_improvement(best, pr.mean, pr.sd);

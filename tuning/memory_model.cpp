@@ -20,6 +20,9 @@ struct problem {
   Eigen::VectorXd prior_prec; // 1 / sd^2
   double s0 = 0.0;            // weak prior centre of log s
   double s0_sd = 5.0;
+  double floor = 0.0; // sigma floor, scaled units: sigma = sqrt(floor^2 + exp(2 s))
+
+  [[nodiscard]] double sigma_of(double s) const { return std::sqrt(floor * floor + std::exp(2.0 * s)); }
 
   [[nodiscard]] Eigen::Index dim() const { return prior_mean.size() + 1; }
 
@@ -27,7 +30,7 @@ struct problem {
     auto p = prior_mean.size();
     Eigen::VectorXd b = th.head(p);
     double s = th[p];
-    double sigma = std::exp(s);
+    double sigma = sigma_of(s);
     double lp = 0.0;
     for (const auto& o : *data) {
       double mu = o.x.dot(b);
@@ -35,7 +38,7 @@ struct problem {
       if (o.oom)
         lp += log_normal_survival((y - mu) / sigma);
       else
-        lp += log_normal_pdf((y - mu) / sigma) - s;
+        lp += log_normal_pdf((y - mu) / sigma) - std::log(sigma);
     }
     lp -= 0.5 * ((b - prior_mean).array().square() * prior_prec.array()).sum();
     lp -= 0.5 * ((s - s0) / s0_sd) * ((s - s0) / s0_sd);
@@ -46,7 +49,8 @@ struct problem {
     auto p = prior_mean.size();
     Eigen::VectorXd b = th.head(p);
     double s = th[p];
-    double sigma = std::exp(s);
+    double sigma = sigma_of(s);
+    double r = std::exp(2.0 * s) / (sigma * sigma); // d log sigma / d s
     Eigen::VectorXd g = Eigen::VectorXd::Zero(dim());
     for (const auto& o : *data) {
       double mu = o.x.dot(b);
@@ -56,10 +60,10 @@ struct problem {
         // d/dmu log Q(z) = lambda / sigma, d/ds log Q(z) = lambda z (inverse Mills ratio).
         double lambda = std::exp(log_normal_pdf(z) - log_normal_survival(z));
         g.head(p) += (lambda / sigma) * o.x;
-        g[p] += lambda * z;
+        g[p] += lambda * z * r;
       } else {
         g.head(p) += (z / sigma) * o.x;
-        g[p] += z * z - 1.0;
+        g[p] += (z * z - 1.0) * r;
       }
     }
     g.head(p) -= ((b - prior_mean).array() * prior_prec.array()).matrix();
@@ -83,7 +87,7 @@ struct problem {
 };
 
 memory_fit fit(const std::vector<memory_observation>& data,
-               const std::vector<coefficient_prior>& priors, std::string& why) {
+               const std::vector<coefficient_prior>& priors, double sigma_floor, std::string& why) {
   memory_fit out;
   why.clear();
   if (data.empty()) {
@@ -115,6 +119,7 @@ memory_fit fit(const std::vector<memory_observation>& data,
   problem pr;
   pr.data = &data;
   pr.scale = scale;
+  pr.floor = std::max(0.0, sigma_floor) / scale;
   pr.prior_mean = Eigen::VectorXd::Zero(p);
   pr.prior_prec = Eigen::VectorXd::Constant(p, 1e-12);
   for (Eigen::Index j = 0; j < static_cast<Eigen::Index>(priors.size()); ++j) {
@@ -187,7 +192,7 @@ memory_fit fit(const std::vector<memory_observation>& data,
   Eigen::MatrixXd cov = (-pr.hessian(th)).inverse();
   out.coef = th.head(p) * scale;
   out.coef_cov = cov.topLeftCorner(p, p) * scale * scale;
-  out.sigma = std::exp(th[p]) * scale;
+  out.sigma = pr.sigma_of(th[p]) * scale;
   return out;
 }
 
@@ -219,8 +224,9 @@ double memory_fit::price_sd(std::size_t j) const {
 }
 
 memory_fit fit_censored_memory(const std::vector<memory_observation>& data,
-                               const std::vector<coefficient_prior>& priors, std::string& why) {
-  return fit(data, priors, why);
+                               const std::vector<coefficient_prior>& priors, std::string& why,
+                               double sigma_floor) {
+  return fit(data, priors, sigma_floor, why);
 }
 
 memory_fit fit_dropping_ooms(const std::vector<memory_observation>& data,
@@ -229,7 +235,7 @@ memory_fit fit_dropping_ooms(const std::vector<memory_observation>& data,
   for (const auto& o : data)
     if (!o.oom)
       measured.push_back(o);
-  return fit(measured, priors, why);
+  return fit(measured, priors, 0.0, why);
 }
 
 } // namespace infrarsi::tuning

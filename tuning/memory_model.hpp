@@ -65,10 +65,14 @@ struct memory_fit {
 };
 
 /// Fits the censored model. `priors` has one entry per feature (or is empty: vague priors).
+/// `sigma_floor` (bytes, >= 0) bounds the residual sd from below, sigma = sqrt(floor^2 +
+/// exp(2 log s)): a job whose peak memory is exactly reproducible (a simulator, a deterministic
+/// allocator) would otherwise drive s to 0 and P(OOM) to a step function.
 /// Errors (returned as a fit with converged = false and `why` set): no observations, features of
 /// unequal length, a prior of the wrong length or with sd <= 0, no measured (uncensored) trial.
 memory_fit fit_censored_memory(const std::vector<memory_observation>& data,
-                               const std::vector<coefficient_prior>& priors, std::string& why);
+                               const std::vector<coefficient_prior>& priors, std::string& why,
+                               double sigma_floor = 0.0);
 
 /// The naive fit a tuner that drops OOM trials would make: ordinary least squares (with the same
 /// priors) on the measured trials only. For comparison in tests and benchmarks.

@@ -24,37 +24,46 @@ prior_revision revise_priors(const task_spec& task, const prior_set& priors,
   }
   const double base_log = std::log(median(baseline_times));
 
-  std::vector<std::pair<std::vector<int>, double>> data;
+  std::vector<std::pair<sparse_features, double>> data;
   std::vector<double> measured, prior_pred, posterior_pred;
   std::vector<std::size_t> count(fs.names.size(), 0);
   for (const auto& t : history) {
     if (!t.usable())
       continue;
     auto active = fs.active(task, t.config);
+    auto x = fs.point(task, t.config);
     double y = std::log(t.timed_step_time_s) - base_log;
     if (t.purpose == "explore") {
       time_model before{fs, options};
       before.fit(data, noise_log_sd);
       measured.push_back(std::exp(-y));
-      prior_pred.push_back(std::exp(-before.prior_mean(active)));
-      posterior_pred.push_back(std::exp(-before.predict(active).mean));
+      prior_pred.push_back(std::exp(-before.prior_mean(x)));
+      posterior_pred.push_back(std::exp(-before.predict(x).mean));
     }
     for (int i : active)
       count[static_cast<std::size_t>(i)] += 1;
-    data.emplace_back(std::move(active), y);
+    data.emplace_back(std::move(x), y);
   }
   out.trials = measured.size();
   out.spearman_prior = spearman(prior_pred, measured);
   out.spearman_posterior = spearman(posterior_pred, measured);
   time_model after{fs, options};
   after.fit(data, noise_log_sd);
-  for (std::size_t i = 0; i < fs.names.size(); ++i) {
+  // Each setting alone: the baseline with only that change, as the fitted model predicts it
+  // (its main effect plus the ordinal trend of its knob; no interaction is involved).
+  auto intercept = after.predict({}).mean;
+  for (const auto& c : single_changes(task, base)) {
+    auto active = fs.active(task, c);
+    if (active.size() != 1)
+      continue;
+    auto i = static_cast<std::size_t>(active.front());
+    auto pr = after.predict(fs.point(task, c));
     revised_effect e;
     e.feature = fs.names[i];
     e.has_prior = fs.has_prior[i];
     e.prior_speedup = std::exp(-fs.prior_mean[static_cast<Eigen::Index>(i)]);
-    e.posterior_speedup = std::exp(-after.effect_mean(static_cast<int>(i)));
-    e.posterior_log_sd = after.effect_sd(static_cast<int>(i));
+    e.posterior_speedup = std::exp(-(pr.mean - intercept));
+    e.posterior_log_sd = pr.sd;
     e.trials = count[i];
     out.effects.push_back(std::move(e));
   }

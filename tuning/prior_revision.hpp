@@ -28,7 +28,8 @@ struct revised_effect {
   /// The prior's speedup (1 when the priors say nothing), and whether they said anything.
   double prior_speedup = 1.0;
   bool has_prior = false;
-  /// Posterior main effect as a speedup exp(-mean), and the posterior sd of its log.
+  /// The revised model's speedup of the baseline with only this setting changed, exp(-(mean
+  /// minus the baseline's mean)), and the posterior sd of that configuration's log time.
   double posterior_speedup = 1.0;
   double posterior_log_sd = 0.0;
   /// Usable trials in which the setting was active.
@@ -42,7 +43,7 @@ struct prior_revision {
   /// predictions vs measured; NaN with fewer than 3 trials or no spread.
   double spearman_prior = 0.0;
   double spearman_posterior = 0.0;
-  /// Every feature, in feature order.
+  /// Every one-hot feature (each knob's non-default searched values, then each patch).
   std::vector<revised_effect> effects;
 };
 

@@ -114,6 +114,41 @@ feature_space::feature_space(const task_spec& task, const prior_set* priors) {
     has_prior.push_back(known);
   }
   prior_mean = Eigen::Map<Eigen::VectorXd>(means.data(), static_cast<Eigen::Index>(means.size()));
+  for (std::size_t ki = 0; ki < task.knobs.size(); ++ki) {
+    const auto& k = task.knobs[ki];
+    if (k.type != knob_type::integer && k.type != knob_type::real)
+      continue;
+    auto values = search_values(k);
+    bool positive = numeric(k.default_value) > 0 && values.size() > 2;
+    for (const auto& v : values)
+      positive = positive && numeric(v) > 0;
+    if (!positive)
+      continue; // two values: the one-hot feature says it all
+    double range = 0.0;
+    for (const auto& v : values)
+      range = std::max(range, std::abs(std::log2(numeric(v) / numeric(k.default_value))));
+    if (!(range > 0))
+      continue;
+    ordinal_names.push_back("log2(" + k.name + ")");
+    ordinal_knob.push_back(static_cast<int>(ki));
+    ordinal_range.push_back(range);
+  }
+}
+
+sparse_features feature_space::point(const task_spec& task, const configuration& c) const {
+  sparse_features out;
+  for (int i : active(task, c))
+    out.emplace_back(i, 1.0);
+  for (std::size_t o = 0; o < ordinal_knob.size(); ++o) {
+    const auto& k = task.knobs[static_cast<std::size_t>(ordinal_knob[o])];
+    auto it = c.knobs.find(k.name);
+    if (it == c.knobs.end())
+      continue;
+    double v = std::log2(numeric(it->second) / numeric(k.default_value)) / ordinal_range[o];
+    if (v != 0.0 && std::isfinite(v))
+      out.emplace_back(static_cast<int>(names.size() + o), v);
+  }
+  return out;
 }
 
 std::vector<int> feature_space::active(const task_spec& task, const configuration& c) const {

@@ -39,9 +39,17 @@ double numeric(const knob_value& v);
 /// Knobs without a memory tag are taken as memory-neutral (docs/task-contract.md).
 bool at_least_as_hungry(const task_spec& task, const configuration& c, const configuration& oom);
 
+/// A configuration as a sparse feature vector: (feature index, value), indices ascending.
+using sparse_features = std::vector<std::pair<int, double>>;
+
 /// One-hot main-effect features of a configuration: "knob=value" for every searched value that
 /// is not the knob's default, and "+patch" for every patch (task order). The baseline encodes
-/// to all zeros.
+/// to all zeros. For the models there are also ordinal features, one per integer or real knob
+/// whose searched values and default are all > 0 (three or more values): "log2(knob)" =
+/// log2(value / default) / R, R = the largest |log2(value / default)| over the searched values
+/// (so the feature lies in [-1, 1] and products of two stay small), so a trend (memory doubling
+/// with the micro-batch, time falling with TP) carries over to values not yet tried. Indices
+/// 0..F-1 are the one-hot features, F..F+O-1 the ordinal ones.
 struct feature_space {
   std::vector<std::string> names;
   std::map<std::string, std::size_t> index;
@@ -52,13 +60,26 @@ struct feature_space {
   Eigen::VectorXd prior_mean;
   /// Per feature: true when a prior exists for it.
   std::vector<bool> has_prior;
+  /// Ordinal features: names "log2(knob)" and the knob's index in task.knobs.
+  std::vector<std::string> ordinal_names;
+  std::vector<int> ordinal_knob;
+  /// R of each ordinal feature: doublings from the default to the farthest searched value.
+  std::vector<double> ordinal_range;
 
   feature_space(const task_spec& task, const prior_set* priors);
 
   /// Dense 0/1 vector, length names.size().
   [[nodiscard]] Eigen::VectorXd encode(const task_spec& task, const configuration& c) const;
-  /// Indices of the features that are 1, ascending.
+  /// Indices of the one-hot features that are 1, ascending.
   [[nodiscard]] std::vector<int> active(const task_spec& task, const configuration& c) const;
+  /// One-hot and ordinal features together (indices as above; zero entries left out).
+  [[nodiscard]] sparse_features point(const task_spec& task, const configuration& c) const;
+  /// F + O.
+  [[nodiscard]] std::size_t model_size() const { return names.size() + ordinal_names.size(); }
+  /// The knob of model feature i (-1: a patch).
+  [[nodiscard]] int model_knob(std::size_t i) const {
+    return i < names.size() ? knob_of[i] : ordinal_knob[i - names.size()];
+  }
 };
 
 /// What the history says about proposing a configuration again (shared by every policy).

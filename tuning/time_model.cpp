@@ -6,14 +6,14 @@
 namespace infrarsi::tuning {
 
 time_model::time_model(const feature_space& fs, time_model_options options)
-    : features_(fs.names.size()), options_(options) {
+    : features_(fs.model_size()), options_(options) {
   const auto f = features_;
   pair_.assign(f * f, -1);
   std::size_t d = 1 + f;
   if (options_.interactions)
     for (std::size_t i = 0; i < f; ++i)
       for (std::size_t j = i + 1; j < f; ++j) {
-        bool same_knob = fs.knob_of[i] >= 0 && fs.knob_of[i] == fs.knob_of[j];
+        bool same_knob = fs.model_knob(i) >= 0 && fs.model_knob(i) == fs.model_knob(j);
         if (!same_knob)
           pair_[i * f + j] = static_cast<int>(d++);
       }
@@ -21,33 +21,39 @@ time_model::time_model(const feature_space& fs, time_model_options options)
   prior_mean_ = Eigen::VectorXd::Zero(dim);
   prior_var_ = Eigen::VectorXd::Constant(dim, options_.interaction_sd * options_.interaction_sd);
   prior_var_[0] = options_.intercept_sd * options_.intercept_sd;
+  const auto one_hot = fs.names.size();
   for (std::size_t i = 0; i < f; ++i) {
-    prior_mean_[static_cast<Eigen::Index>(1 + i)] = fs.prior_mean[static_cast<Eigen::Index>(i)];
-    prior_var_[static_cast<Eigen::Index>(1 + i)] = options_.main_sd * options_.main_sd;
+    auto k = static_cast<Eigen::Index>(1 + i);
+    if (i < one_hot) {
+      prior_mean_[k] = fs.prior_mean[static_cast<Eigen::Index>(i)];
+      prior_var_[k] = options_.main_sd * options_.main_sd;
+    } else {
+      prior_var_[k] = options_.ordinal_sd * options_.ordinal_sd;
+    }
   }
   mean_ = prior_mean_;
   cov_ = prior_var_.asDiagonal();
   noise_var_ = options_.model_error_sd * options_.model_error_sd;
 }
 
-std::vector<int> time_model::expand(const std::vector<int>& active) const {
-  std::vector<int> out;
-  out.reserve(1 + active.size() * (active.size() + 1) / 2);
-  out.push_back(0);
-  for (int i : active)
-    out.push_back(1 + i);
-  for (std::size_t a = 0; a < active.size(); ++a)
-    for (std::size_t b = a + 1; b < active.size(); ++b) {
-      auto i = static_cast<std::size_t>(std::min(active[a], active[b]));
-      auto j = static_cast<std::size_t>(std::max(active[a], active[b]));
+sparse_features time_model::expand(const sparse_features& x) const {
+  sparse_features out;
+  out.reserve(1 + x.size() * (x.size() + 1) / 2);
+  out.emplace_back(0, 1.0);
+  for (const auto& [i, v] : x)
+    out.emplace_back(1 + i, v);
+  for (std::size_t a = 0; a < x.size(); ++a)
+    for (std::size_t b = a + 1; b < x.size(); ++b) {
+      auto i = static_cast<std::size_t>(std::min(x[a].first, x[b].first));
+      auto j = static_cast<std::size_t>(std::max(x[a].first, x[b].first));
       int p = pair_[i * features_ + j];
       if (p >= 0)
-        out.push_back(p);
+        out.emplace_back(p, x[a].second * x[b].second);
     }
   return out;
 }
 
-void time_model::fit(const std::vector<std::pair<std::vector<int>, double>>& data,
+void time_model::fit(const std::vector<std::pair<sparse_features, double>>& data,
                      double noise_log_sd) {
   double noise = std::max(noise_log_sd, 0.005);
   noise_var_ = noise * noise + options_.model_error_sd * options_.model_error_sd;
@@ -55,12 +61,12 @@ void time_model::fit(const std::vector<std::pair<std::vector<int>, double>>& dat
   Eigen::MatrixXd precision = Eigen::MatrixXd::Zero(d, d);
   precision.diagonal() = prior_var_.cwiseInverse();
   Eigen::VectorXd rhs = prior_mean_.cwiseQuotient(prior_var_);
-  for (const auto& [active, y] : data) {
-    auto idx = expand(active);
-    for (int a : idx) {
-      rhs[a] += y / noise_var_;
-      for (int b : idx)
-        precision(a, b) += 1.0 / noise_var_;
+  for (const auto& [x, y] : data) {
+    auto idx = expand(x);
+    for (const auto& [a, va] : idx) {
+      rhs[a] += va * y / noise_var_;
+      for (const auto& [b, vb] : idx)
+        precision(a, b) += va * vb / noise_var_;
     }
   }
   Eigen::LLT<Eigen::MatrixXd> llt(precision);
@@ -69,37 +75,37 @@ void time_model::fit(const std::vector<std::pair<std::vector<int>, double>>& dat
   observations_ = data.size();
 }
 
-time_prediction time_model::predict(const std::vector<int>& active) const {
-  auto idx = expand(active);
+time_prediction time_model::predict(const sparse_features& x) const {
+  auto idx = expand(x);
   time_prediction p;
   double var = 0.0;
-  for (int a : idx) {
-    p.mean += mean_[a];
-    for (int b : idx)
-      var += cov_(a, b);
+  for (const auto& [a, va] : idx) {
+    p.mean += va * mean_[a];
+    for (const auto& [b, vb] : idx)
+      var += va * vb * cov_(a, b);
   }
   p.sd = std::sqrt(std::max(0.0, var));
   return p;
 }
 
-double time_model::prior_mean(const std::vector<int>& active) const {
+double time_model::prior_mean(const sparse_features& x) const {
   double m = 0.0;
-  for (int i : active)
-    m += prior_mean_[1 + i];
+  for (const auto& [i, v] : x)
+    m += v * prior_mean_[1 + i];
   return m;
 }
 
-void time_model::condition(const std::vector<int>& active, double value) {
-  auto idx = expand(active);
+void time_model::condition(const sparse_features& x, double value) {
+  auto idx = expand(x);
   Eigen::VectorXd cx = Eigen::VectorXd::Zero(cov_.rows());
   double pred = 0.0;
-  for (int a : idx) {
-    cx += cov_.col(a);
-    pred += mean_[a];
+  for (const auto& [a, va] : idx) {
+    cx += va * cov_.col(a);
+    pred += va * mean_[a];
   }
   double var = 0.0;
-  for (int a : idx)
-    var += cx[a];
+  for (const auto& [a, va] : idx)
+    var += va * cx[a];
   double denom = noise_var_ + var;
   mean_ += cx * ((value - pred) / denom);
   cov_ -= cx * cx.transpose() / denom;

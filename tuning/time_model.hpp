@@ -9,13 +9,15 @@
 ///
 ///   log t(c) - log t(baseline) = w0 + sum_i w_i x_i(c) + sum_{i<j} v_ij x_i(c) x_j(c) + e,
 ///
-/// where x(c) is the one-hot main-effect vector of tuning/search_space.hpp (one feature per
-/// non-default knob value and per patch), the pairs (i, j) run over features of different knobs
-/// (every knob-knob, knob-patch and patch-patch interaction), and e ~ N(0, s^2) with
+/// where x(c) is the feature vector of tuning/search_space.hpp (one-hot: one feature per
+/// non-default knob value and per patch; ordinal: log2(value / default) of numeric knobs with
+/// three or more values), the pairs (i, j) run over features of different knobs (every
+/// knob-knob, knob-patch and patch-patch interaction), and e ~ N(0, s^2) with
 /// s^2 = noise_log_sd^2 + model_error_sd^2 (measurement noise from the doctor plus what a
 /// second-order model cannot represent). Priors, independent Gaussians:
 ///   w0 ~ N(0, intercept_sd^2)            (the baseline is measured, so w0 is small)
-///   w_i ~ N(-log prior_speedup_i, main_sd^2)   (the llm-proposer's / experience bank's prior)
+///   w_i ~ N(-log prior_speedup_i, main_sd^2)   (one-hot: the llm-proposer's / experience bank's
+///                                               prior; ordinal: N(0, ordinal_sd^2) over the range)
 ///   v_ij ~ N(0, interaction_sd^2)
 /// The posterior is Gaussian in closed form: precision P = diag(1/prior var) + X'X / s^2,
 /// mean m = P^-1 (prior precision x prior mean + X'y / s^2). Predictions for any
@@ -43,6 +45,9 @@ struct time_model_options {
   /// Prior sd of one setting's main effect on log step time: 0.3 = a setting that changes step
   /// time by 35 % is one sd away from its prior mean.
   double main_sd = 0.3;
+  /// Prior sd of an ordinal feature's coefficient: the change of log step time from the
+  /// default to the farthest searched value of the knob (the feature is scaled to [-1, 1]).
+  double ordinal_sd = 0.5;
   /// Prior sd of one pairwise interaction (log units).
   double interaction_sd = 0.1;
   /// Added to the measurement noise: what the second-order model cannot represent (log units).
@@ -63,24 +68,25 @@ public:
   /// `fs` gives the features and the prior means (copied; `fs` need not outlive the model).
   time_model(const feature_space& fs, time_model_options options = {});
 
-  /// Fits the posterior to `data`: (active main features of a trial, its log step time minus
+  /// Fits the posterior to `data`: (features of a trial, feature_space::point, its log step time minus
   /// the baseline's log step time). `noise_log_sd` is the doctor's log-sd of one measurement
   /// (floored at 0.005). Replaces any earlier fit (the prior is always the starting point).
-  void fit(const std::vector<std::pair<std::vector<int>, double>>& data, double noise_log_sd);
+  void fit(const std::vector<std::pair<sparse_features, double>>& data, double noise_log_sd);
 
-  /// Posterior prediction for a configuration given by its active main features.
-  [[nodiscard]] time_prediction predict(const std::vector<int>& active) const;
+  /// Posterior prediction for a configuration given by its features.
+  [[nodiscard]] time_prediction predict(const sparse_features& x) const;
   /// Prediction from the prior alone (main effects' prior means; what the priors say).
-  [[nodiscard]] double prior_mean(const std::vector<int>& active) const;
+  [[nodiscard]] double prior_mean(const sparse_features& x) const;
 
   /// Conditions the posterior on one more observation `value` at `active` (rank-one update).
   /// With value = predict(active).mean this is the "kriging believer" fantasy of batch
   /// Bayesian optimization (Ginsbourger, Le Riche, Carraro 2010, "Kriging is well-suited to
   /// parallelize optimization"): the mean is unchanged and the variance near `active` shrinks,
   /// so the next pick of a batch goes elsewhere.
-  void condition(const std::vector<int>& active, double value);
+  void condition(const sparse_features& x, double value);
 
-  /// Posterior mean and sd of main effect `i` (log units; speedup = exp(-mean)).
+  /// Posterior mean and sd of main effect `i` (model feature index; log units; speedup =
+  /// exp(-mean)).
   [[nodiscard]] double effect_mean(int i) const;
   [[nodiscard]] double effect_sd(int i) const;
 
@@ -92,8 +98,9 @@ public:
   [[nodiscard]] double noise_variance() const { return noise_var_; }
 
 private:
-  /// Indices of the coefficients active for a configuration: intercept, mains, pairs.
-  [[nodiscard]] std::vector<int> expand(const std::vector<int>& active) const;
+  /// The coefficients active for a configuration and their feature values: intercept (1),
+  /// mains, pairs (product of the two values).
+  [[nodiscard]] sparse_features expand(const sparse_features& x) const;
 
   std::size_t features_ = 0;
   time_model_options options_;
