@@ -177,7 +177,8 @@ TEST_F(TuneEndToEnd, EveryProposalIsRecomputedFromTheEventsBeforeIt) {
       auto spec = messages::trial_spec_msg::decode(ev.payload);
       if ((*spec)->purpose()->str() == "explore") {
         auto in = actors::planner_input_for(*task, before.state());
-        auto again = tuning::seeded_local_search{}.propose(in, 1);
+        EXPECT_EQ(store::run_policy(before.state()), tuning::default_policy_name);
+        auto again = tuning::make_policy(store::run_policy(before.state()))->propose(in, 1);
         EXPECT_FALSE(again.empty());
         if (!again.empty()) {
           EXPECT_EQ(again[0].config.key(), store::configuration_of(**spec).key());
