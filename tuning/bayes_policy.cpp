@@ -130,12 +130,24 @@ proposal_batch bayes_ei::plan(const planner_input& in, std::size_t n) const {
         if (constraints.ok(m) && keys.insert(m.key()).second)
           raw.push_back(std::move(m));
   }
+  // Contract-risky features: patches (code can do less work or change the numerics) and values
+  // of knobs tagged "numerics"; launch settings otherwise preserve the work by construction.
+  std::vector<bool> risky(F, false);
+  for (std::size_t i = 0; i < F; ++i)
+    risky[i] = fs.knob_of[i] < 0
+               || has_tag(task.knobs[static_cast<std::size_t>(fs.knob_of[i])], "numerics");
+  auto untested_risky = [&](const configuration& c) {
+    std::size_t n_untested = 0;
+    for (int i : fs.active(task, c))
+      n_untested += risky[static_cast<std::size_t>(i)] && facts.passed[static_cast<std::size_t>(i)] == 0;
+    return n_untested;
+  };
   std::vector<configuration> open;
-  std::vector<configuration> bold; // more than one untested setting
+  std::vector<configuration> bold; // more than one untested risky feature
   for (auto& c : raw) {
     if (!usable_config(c))
       continue;
-    (facts.untested(fs.active(task, c)) <= 1 ? open : bold).push_back(std::move(c));
+    (untested_risky(c) <= 1 ? open : bold).push_back(std::move(c));
   }
   bool strict = !open.empty(); // "one new thing at a time" is in force
   if (open.empty())
@@ -167,16 +179,30 @@ proposal_batch bayes_ei::plan(const planner_input& in, std::size_t n) const {
       }
     }
     if (pick == nullptr) {
+      // Space-filling: the prior's predicted log gain + 0.05 x the Hamming distance (capped at
+      // half the features) to every configuration tried or chosen; ties go to a seeded random
+      // order of the candidates, so the design is a diverse random sample where the priors
+      // are silent (each trial then informs many effects at once, unlike one-at-a-time).
+      std::vector<const configuration*> others;
+      for (const auto& t : in.history)
+        others.push_back(&t.config);
+      for (const auto& p : out.proposals)
+        others.push_back(&p.config);
+      const std::size_t cap = std::max<std::size_t>(1, F / 2);
       double best_score = -1e300;
+      std::uint64_t best_tie = 0;
+      splitmix64 order{in.seed ^ 0x1D5EEDull};
       for (const auto& c : open) {
-        if (chosen.count(c.key()) != 0 || hamming(c, base_config) > 3)
+        std::uint64_t tie = order.next();
+        if (chosen.count(c.key()) != 0)
           continue;
-        std::size_t min_dist = out.proposals.empty() ? 0 : 1000;
-        for (const auto& p : out.proposals)
-          min_dist = std::min(min_dist, hamming(c, p.config));
-        double score = prior_gain(c) + 0.05 * static_cast<double>(std::min<std::size_t>(min_dist, 6));
-        if (score > best_score) { // strict: the first in enumeration order wins ties
+        std::size_t min_dist = cap;
+        for (const auto* o : others)
+          min_dist = std::min(min_dist, hamming(c, *o));
+        double score = prior_gain(c) + 0.05 * static_cast<double>(min_dist);
+        if (score > best_score || (score == best_score && tie < best_tie)) {
           best_score = score;
+          best_tie = tie;
           pick = &c;
         }
       }
@@ -303,7 +329,7 @@ proposal_batch bayes_ei::plan(const planner_input& in, std::size_t n) const {
     if (in_pool.count(c.key()) != 0 || chosen.count(c.key()) != 0 || !constraints.ok(c)
         || !usable_config(c))
       return false;
-    return !strict || facts.untested(fs.active(task, c)) <= 1;
+    return !strict || untested_risky(c) <= 1;
   };
   auto neighbours = [&](const configuration& c) { return single_changes(task, c); };
   {
