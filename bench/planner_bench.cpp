@@ -1,0 +1,113 @@
+// Google Benchmark of one proposal step of the search policies (issue 6): policy.plan(in, 1) on
+// the simulator task config/tasks/sim-dense-1node.toml (13 knobs, 6 patches: 331,776
+// configurations, so the candidate set is the seeded sample of 20,000 plus the neighbourhoods
+// of what was measured) with a history of N finished, verified trials at N = 100, 1,000 and
+// 10,000. The history is made by the in-process simulator evaluator (bench/sim_evaluator.hpp):
+// 3 baselines, then random candidates (about a third run out of memory, a few break the
+// contract), so the time model, the censored memory model and the history rules all work on
+// real-looking data.
+//
+//   build-release/bin/infrarsi_planner_bench [--task=FILE] [Google Benchmark flags]
+//
+// Reported: wall time per proposal step (ms); the counter "trials" is N.
+
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+
+#include <benchmark/benchmark.h>
+
+#include "bench/sim_evaluator.hpp"
+#include "messages/errc.hpp"
+#include "runtime/task_file.hpp"
+#include "tuning/planner.hpp"
+
+namespace {
+
+using namespace infrarsi;
+
+std::string g_task = std::string{INFRARSI_SOURCE_DIR} + "/config/tasks/sim-dense-1node.toml";
+std::unique_ptr<bench::sim_evaluator> g_eval;
+std::map<std::size_t, std::vector<tuning::trial_record>> g_histories;
+tuning::prior_set g_priors;
+
+const std::vector<tuning::trial_record>& history(std::size_t n) {
+  auto it = g_histories.find(n);
+  if (it != g_histories.end())
+    return it->second;
+  auto& h = g_histories[n];
+  const auto& task = g_eval->task();
+  g_eval->begin_run(1);
+  auto base = tuning::baseline_configuration(task);
+  std::uint64_t id = 1;
+  for (int i = 0; i < 3; ++i)
+    h.push_back(g_eval->measure(base, id++, 0, "baseline"));
+  auto candidates = tuning::enumerate_candidates(task, 1);
+  tuning::splitmix64 rng{42};
+  while (h.size() < n)
+    h.push_back(g_eval->measure(candidates[rng.below(candidates.size())], id++, 0, "explore"));
+  return h;
+}
+
+void proposal_step(benchmark::State& state, const std::string& policy_name) {
+  auto n = static_cast<std::size_t>(state.range(0));
+  const auto& task = g_eval->task();
+  tuning::planner_input in;
+  in.task = &task;
+  in.priors = &g_priors;
+  in.history = history(n);
+  in.seed = 1;
+  in.noise_log_sd = 0.01;
+  in.min_detectable_speedup = 0.0; // no stopping rule: every step proposes
+  in.memory_capacity_bytes = g_eval->memory_capacity_bytes();
+  in.incompatible_patches = g_eval->incompatible_patches();
+  auto policy = tuning::make_policy(policy_name);
+  std::size_t proposed = 0;
+  for (auto _ : state) {
+    auto batch = policy->plan(in, 1);
+    proposed += batch.proposals.size();
+    benchmark::DoNotOptimize(batch);
+  }
+  state.counters["trials"] = static_cast<double>(n);
+  state.counters["proposals"] = static_cast<double>(proposed) / static_cast<double>(state.iterations());
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--task=", 7) == 0)
+      g_task = argv[i] + 7;
+    else
+      args.push_back(argv[i]);
+  }
+  auto task = runtime::load_task_file(g_task);
+  if (!task) {
+    std::cerr << "infrarsi_planner_bench: " << g_task << ": " << infrarsi::describe(task.error()) << "\n";
+    return 2;
+  }
+  std::string why;
+  g_eval = bench::sim_evaluator::create(*task, why);
+  if (!g_eval) {
+    std::cerr << "infrarsi_planner_bench: " << g_task << ": " << why << "\n";
+    return 2;
+  }
+  for (const auto* name : {"bayes_ei/1", "random/1", "seeded_local_search/1"}) {
+    benchmark::RegisterBenchmark((std::string{"plan/"} + name).c_str(),
+                                 [name](benchmark::State& s) { proposal_step(s, name); })
+      ->Arg(100)
+      ->Arg(1000)
+      ->Arg(10000)
+      ->Unit(benchmark::kMillisecond)
+      ->MinTime(2.0);
+  }
+  int n = static_cast<int>(args.size());
+  benchmark::Initialize(&n, args.data());
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  g_eval.reset();
+  return 0;
+}
