@@ -268,6 +268,31 @@ proposal_batch bayes_ei::plan(const planner_input& in, std::size_t n) const {
       if (std::find(fs.ordinal_knob.begin(), fs.ordinal_knob.end(), fs.knob_of[i])
           != fs.ordinal_knob.end())
         priors[1 + i] = {0.0, 0.3};
+    // The priors' memory_bytes, relative to the baseline's measured peak: log(1 + bytes/peak).
+    std::vector<double> base_peaks;
+    for (const auto& t : in.history)
+      if (t.finished && t.outcome == trial_outcome::ok && t.config == base_config
+          && t.peak_memory_bytes > 0)
+        base_peaks.push_back(static_cast<double>(t.peak_memory_bytes));
+    if (!base_peaks.empty() && in.priors != nullptr) {
+      double peak = median(base_peaks);
+      for (std::size_t i = 0; i < F; ++i) {
+        double bytes = 0.0;
+        const auto& name = fs.names[i];
+        if (fs.knob_of[i] < 0) {
+          if (const auto* pp = in.priors->find_patch(name.substr(1)))
+            bytes = pp->memory_bytes;
+        } else {
+          const auto& k = task.knobs[static_cast<std::size_t>(fs.knob_of[i])];
+          for (const auto& v : search_values(k))
+            if (name == k.name + "=" + to_string(v))
+              if (const auto* sp = in.priors->find(k.name, v))
+                bytes = sp->memory_bytes;
+        }
+        if (bytes != 0.0 && peak + bytes > 0)
+          priors[1 + i].mean = std::log1p(bytes / peak);
+      }
+    }
     priors[0] = {std::log(capacity), 10.0};
     std::string why;
     if (!obs.empty()) {

@@ -19,7 +19,8 @@
 ///     (tuning/time_model.hpp: log step time, main effects with the priors' means, pairwise
 ///     interactions) and the censored memory model (tuning/memory_model.hpp: Tobit regression
 ///     of log peak memory per rank on an intercept and the main effects; an OOM trial is
-///     right-censored at log(capacity)), which gives P(OOM) of any configuration.
+///     right-censored at log(capacity); coefficient priors centred on the priors' memory_bytes
+///     relative to the baseline's measured peak), which gives P(OOM) of any configuration.
 ///  4. Acquisition: expected improvement of log step time over the best posterior mean among
 ///     measured configurations (Jones, Schonlau, Welch 1998, "Efficient global optimization of
 ///     expensive black-box functions", J. Global Optim. 13, eq. 15), times P(fits) = 1 - P(OOM)
