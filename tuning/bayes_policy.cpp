@@ -104,12 +104,36 @@ proposal_batch bayes_ei::plan(const planner_input& in, std::size_t n) const {
   constraint_set constraints{task};
   const auto F = fs.names.size();
 
+  // Contract-risky features: patches (code can do less work or change the numerics) and values
+  // of knobs tagged "numerics"; launch settings otherwise preserve the work by construction.
+  std::vector<bool> risky(F, false);
+  for (std::size_t i = 0; i < F; ++i)
+    risky[i] = fs.knob_of[i] < 0
+               || has_tag(task.knobs[static_cast<std::size_t>(fs.knob_of[i])], "numerics");
+  // A violation is blamed on its only untested risky feature (any untested launch settings
+  // with it are not suspects); history_facts blames the only untested feature of any kind.
+  std::vector<bool> blamed(F, false);
+  for (const auto& t : in.history) {
+    bool violation = t.outcome == trial_outcome::contract_violation
+                     || (t.verified && !t.violations.empty());
+    if (!violation)
+      continue;
+    std::vector<int> suspects;
+    for (int i : fs.active(task, t.config))
+      if (risky[static_cast<std::size_t>(i)] && facts.passed[static_cast<std::size_t>(i)] == 0)
+        suspects.push_back(i);
+    if (suspects.size() == 1)
+      blamed[static_cast<std::size_t>(suspects.front())] = true;
+  }
   auto usable_config = [&](const configuration& c) {
     if (!options_.use_patches && !c.patches.empty())
       return false;
     if (!admissible(in, facts, c))
       return false;
     auto a = fs.active(task, c);
+    for (int i : a)
+      if (blamed[static_cast<std::size_t>(i)] && facts.passed[static_cast<std::size_t>(i)] == 0)
+        return false;
     return !facts.banned(a) && !facts.dominated_by_oom(task, c);
   };
 
@@ -130,12 +154,6 @@ proposal_batch bayes_ei::plan(const planner_input& in, std::size_t n) const {
         if (constraints.ok(m) && keys.insert(m.key()).second)
           raw.push_back(std::move(m));
   }
-  // Contract-risky features: patches (code can do less work or change the numerics) and values
-  // of knobs tagged "numerics"; launch settings otherwise preserve the work by construction.
-  std::vector<bool> risky(F, false);
-  for (std::size_t i = 0; i < F; ++i)
-    risky[i] = fs.knob_of[i] < 0
-               || has_tag(task.knobs[static_cast<std::size_t>(fs.knob_of[i])], "numerics");
   auto untested_risky = [&](const configuration& c) {
     std::size_t n_untested = 0;
     for (int i : fs.active(task, c))

@@ -6,11 +6,12 @@
 ///  1. Candidates: tuning::enumerate_candidates (the whole space when it has at most 20,000
 ///     configurations, a seeded sample otherwise), filtered by what every policy respects
 ///     (tuning::admissible) and by two certainties: a configuration at least as memory-hungry
-///     by the task's tags as one that ran out of memory, and a setting or patch that broke the
-///     contract as the only untested thing of its trial, are never proposed. As in
-///     seeded_local_search, a proposal brings at most one setting never seen to pass the
-///     contract (so a violation has an unambiguous cause), unless nothing else is left or it
-///     is a memory pairing (5).
+///     by the task's tags as one that ran out of memory, and a patch or numerics-tagged setting
+///     that broke the contract as the only untested contract-risky feature of its trial (and
+///     never passed since), are never proposed. A proposal brings at most one contract-risky
+///     feature (a patch, a value of a knob tagged "numerics") never seen to pass the contract,
+///     so a violation has an unambiguous cause, unless nothing else is left or it is a memory
+///     pairing (5); launch settings keep the work by construction and may change together.
 ///  2. Initial design (the first `initial_design` search trials): the experience bank's seeds,
 ///     then the candidates at most three changes from the baseline with the best
 ///     prior-predicted speedup, spread out (each pick maximizes predicted log gain + 0.05 x its
