@@ -44,6 +44,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/evaluator.hpp"
+#include "bench/real_evaluator.hpp"
 #include "bench/sim_evaluator.hpp"
 #include "messages/errc.hpp"
 #include "runtime/task_file.hpp"
@@ -91,6 +92,11 @@ struct options {
   std::string optuna_script = std::string{INFRARSI_SOURCE_DIR} + "/bench/optuna_tpe.py";
   std::string python = "/usr/bin/python3";
   bool quiet = false;
+  // Real-workload tasks (bench/real_evaluator.hpp; bench/README.md "Real CPU workload").
+  std::string grid;            ///< grid file of the real task; "" = bench/results/<task>_grid.json
+  bool measure_grid = false;   ///< measure the real task's knob grid instead of benchmarking
+  std::uint32_t repeats = 3;   ///< --measure-grid: measurements per knob assignment
+  std::size_t grid_limit = 0;  ///< --measure-grid: only the first N assignments (0: all)
 };
 
 /// A path as recorded in the results: relative to the source tree when inside it (so results
@@ -201,6 +207,9 @@ struct run_result {
   std::size_t ooms = 0, contract_violations = 0, constraint_refusals = 0, launch_errors = 0,
               crashes = 0, usable = 0;
   double wall_s = 0;
+  /// A real task's promoted configuration had patches (no exhaustive truth): true_speedup is
+  /// its re-verified measured speedup.
+  bool true_speedup_measured = false;
 };
 
 std::string shorten(const std::string& s, std::size_t n = 160) {
@@ -397,6 +406,14 @@ run_result run_one(evaluator& ev, const tuning::planner_policy& policy, const st
     r.promoted_ci_low = winner->estimate.ci_low;
     r.promoted_ci_high = winner->estimate.ci_high;
     r.true_speedup = winner->true_speedup.value_or(1.0);
+    // A real task has no exhaustive truth for a configuration with patches: scored by its
+    // re-verified measured speedup instead, and marked (bench/real_evaluator.hpp).
+    if (auto* real = dynamic_cast<real_evaluator*>(&ev); real != nullptr && !winner->true_speedup)
+      for (const auto& t : in.history)
+        if (t.trial_id == winner->candidate_trial && !real->has_truth(t.config)) {
+          r.true_speedup = winner->estimate.speedup;
+          r.true_speedup_measured = true;
+        }
   }
   r.fraction_of_optimum = r.true_speedup / opt_speedup;
   r.wall_s = elapsed_s(start);
@@ -448,6 +465,7 @@ struct cell {
   std::size_t reached = 0, promoted = 0;
   std::map<std::string, std::size_t> stop_reasons;
   double mean_wall_s = 0;
+  std::size_t measured = 0; ///< runs whose true speedup is a measured one (real tasks)
 };
 
 cell aggregate(const std::string& policy, const std::string& task,
@@ -471,6 +489,7 @@ cell aggregate(const std::string& policy, const std::string& task,
     reach.push_back(r.trials_to_reach ? static_cast<double>(*r.trials_to_reach) : budget + 1.0);
     c.reached += r.trials_to_reach ? 1 : 0;
     c.promoted += r.promoted ? 1 : 0;
+    c.measured += r.true_speedup_measured ? 1 : 0;
     share.push_back(r.failed_device_share);
     oom.push_back(static_cast<double>(r.ooms));
     viol.push_back(static_cast<double>(r.contract_violations));
@@ -511,6 +530,8 @@ json run_json(const run_result& r) {
   if (!r.error.empty())
     j["error"] = r.error;
   j["true_speedup"] = r.true_speedup;
+  if (r.true_speedup_measured)
+    j["true_speedup_source"] = "measured";
   j["fraction_of_optimum"] = r.fraction_of_optimum;
   j["trials_to_90pct_optimum"] =
       r.trials_to_reach ? json(*r.trials_to_reach) : json(nullptr);
@@ -583,6 +604,7 @@ json cell_json(const cell& c) {
           {"trials_to_90pct_optimum", to_json(c.trials_to_reach)},
           {"reached_90pct", c.reached},
           {"promoted", c.promoted},
+          {"true_speedup_measured_runs", c.measured},
           {"best_explored_true_speedup", to_json(c.best_explored)},
           {"failed_device_share", to_json(c.failed_share)},
           {"ooms", to_json(c.ooms)},
@@ -643,6 +665,14 @@ std::string markdown(const std::vector<task_info>& tasks, const std::vector<std:
   md << "- **Priors**: none (the sim tasks have no knowledge-base entry); every policy sees the "
         "same planner_input: history, seed, noise log-sd and minimum detectable speedup, initial "
         "design min(4, max(1, budget/3)), incompatible patch pairs, memory capacity from the task.\n";
+  if (!std::all_of(tasks.begin(), tasks.end(), [](const auto& t) { return t.simulated; }))
+    md << "- **Real tasks** (not simulated): times are seconds of wall clock on this machine "
+          "(the seed drives only the policy; the noise is the machine's own). "
+          "*true* step times are the medians of the task's measured knob grid "
+          "(bench/results/<task>_grid.json, `--measure-grid`), the optimum is its fastest knob "
+          "assignment. A configuration with patches has no exhaustive truth: a promoted one is "
+          "scored by its re-verified measured speedup, marked *(m N)* for N runs so scored, and "
+          "it counts as unknown for *best explored* and *trials to 90 %*.\n";
   md << "- Wall time: " << fixed(total_wall_s, 1) << " s for " << run_count
      << " runs on this machine (oracle enumerations included).\n\n";
 
@@ -680,7 +710,8 @@ std::string markdown(const std::vector<task_info>& tasks, const std::vector<std:
       std::string stops;
       for (const auto& [k, n] : c.stop_reasons)
         stops += (stops.empty() ? "" : "; ") + shorten(k, 60) + (c.stop_reasons.size() > 1 ? " (" + std::to_string(n) + ")" : "");
-      md << fixed(c.true_speedup.mean, 3) << "x " << range_text(c.true_speedup, 2) << " | "
+      md << fixed(c.true_speedup.mean, 3) << "x " << range_text(c.true_speedup, 2)
+         << (c.measured > 0 ? " (m " + std::to_string(c.measured) + ")" : std::string{}) << " | "
          << fixed(c.fraction.mean, 3) << " " << range_text(c.fraction, 2) << " | "
          << fixed(c.best_explored.mean, 3) << "x | "
          << reach_text(c.trials_to_reach.mean, o.budget, 1) << " ["
@@ -717,6 +748,62 @@ int write_file(const fs::path& path, const std::string& text) {
   return 0;
 }
 
+// ---- real-workload tasks (bench/real_evaluator.hpp) ----------------------------------------------
+
+/// The real evaluator's options for a task of the benchmark.
+real_evaluator_options real_options(const options& o, const std::string& task_name,
+                                    const std::string& path) {
+  real_evaluator_options r;
+  r.grid_file = o.grid.empty() ? default_grid_file(INFRARSI_SOURCE_DIR, task_name) : o.grid;
+  r.grid_command = "bench/search_quality --measure-grid --tasks " + display_path(path) +
+                   " --repeats 3";
+  return r;
+}
+
+/// --measure-grid: the exhaustive measurement of each real task's knob grid.
+int measure_grid_main(const options& o, int argc, char** argv) {
+  std::string command = "bench/search_quality";
+  for (int i = 1; i < argc; ++i)
+    command += std::string{" "} + argv[i];
+  if (o.tasks.empty()) {
+    std::cerr << "infrarsi_search_quality: --measure-grid needs --tasks (a real task file)\n";
+    return 2;
+  }
+  for (const auto& arg : split_list(o.tasks)) {
+    auto path = task_path(arg);
+    auto t = runtime::load_task_file(path);
+    if (!t) {
+      std::cerr << "infrarsi_search_quality: --tasks: '" << arg << "': " << describe(t.error())
+                << "\n";
+      return 2;
+    }
+    if (sim_evaluator::is_sim_task(*t)) {
+      std::cerr << "infrarsi_search_quality: --measure-grid: '" << path
+                << "' is a simulator task (its truth is computed, not measured)\n";
+      return 2;
+    }
+    auto ro = real_options(o, t->name, path);
+    ro.require_grid = false;
+    grid_options g;
+    g.out = ro.grid_file;
+    ro.grid_file.clear(); // measured, not read
+    g.repeats = o.repeats;
+    g.limit = o.grid_limit;
+    g.command = command;
+    g.task_file = display_path(path);
+    g.quiet = o.quiet;
+    std::string why;
+    auto ev = real_evaluator::create(*t, ro, why);
+    if (!ev) {
+      std::cerr << "infrarsi_search_quality: --tasks: " << why << "\n";
+      return 2;
+    }
+    if (int rc = measure_grid(*ev, g, std::cerr); rc != 0)
+      return rc;
+  }
+  return 0;
+}
+
 int main_impl(int argc, char** argv) {
   options o;
   CLI::App app{
@@ -745,11 +832,24 @@ int main_impl(int argc, char** argv) {
   app.add_option("--optuna-script", o.optuna_script, "bench/optuna_tpe.py (default: the source tree's)");
   app.add_option("--python", o.python, "Interpreter with optuna (default /usr/bin/python3)");
   app.add_flag("--quiet", o.quiet, "No progress lines on stderr");
+  app.add_option("--grid", o.grid,
+                 "Grid file of the real task (default bench/results/<task>_grid.json of the "
+                 "source tree): read by the benchmark, written by --measure-grid");
+  app.add_flag("--measure-grid", o.measure_grid,
+               "Instead of the benchmark: measure every knob assignment of the real task(s) in "
+               "--tasks --repeats times in interleaved rounds and write the grid file "
+               "(bench/README.md \"Real CPU workload\")");
+  app.add_option("--repeats", o.repeats, "--measure-grid: measurements per assignment (default 3)")
+      ->check(CLI::Range(1u, 100u));
+  app.add_option("--grid-limit", o.grid_limit,
+                 "--measure-grid: only the first N assignments, baseline first (default 0: all)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  if (o.measure_grid)
+    return measure_grid_main(o, argc, argv);
 
 #if defined(INFRARSI_BENCH_HAVE_OPTUNA)
   constexpr bool optuna_built = true;
@@ -850,18 +950,16 @@ int main_impl(int argc, char** argv) {
                 << "\n";
       return 2;
     }
-    if (!sim_evaluator::is_sim_task(*t)) {
-      std::cerr << "infrarsi_search_quality: --tasks: '" << path
-                << "' is not a simulator task (workload.argv[0] is not infrarsi-sim); only "
-                   "simulator tasks have an evaluator so far\n";
-      return 2;
-    }
     auto oracle_start = std::chrono::steady_clock::now();
     if (!o.quiet)
       std::cerr << "infrarsi_search_quality: " << t->name << ": enumerating the space for the "
                 << "oracle...\n";
     std::string why;
-    auto ev = sim_evaluator::create(*t, why);
+    std::unique_ptr<evaluator> ev;
+    if (sim_evaluator::is_sim_task(*t))
+      ev = sim_evaluator::create(*t, why);
+    else
+      ev = real_evaluator::create(*t, real_options(o, t->name, path), why);
     if (!ev) {
       std::cerr << "infrarsi_search_quality: --tasks: " << why << "\n";
       return 2;
