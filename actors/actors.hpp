@@ -27,6 +27,11 @@ namespace infrarsi::actors {
 planner_actor::behavior_type planner(planner_actor::pointer self, const store::event_log* log,
                                      const tuning::task_spec* task);
 
+/// The offline knowledge base's priors for `task`: `dir`/<task knowledge>.toml, else
+/// `dir`/default.toml, else none; values typed by the task's knobs, entries naming unknown knobs,
+/// values of the wrong type or unknown patches skipped, an unparsable file gives no priors.
+tuning::prior_set load_knowledge(const tuning::task_spec& task, const std::string& dir);
+
 /// llm-proposer, offline backend: priors from `knowledge_dir`/<task knowledge>.toml, else
 /// `knowledge_dir`/default.toml, else none (every prior neutral).
 llm_proposer_actor::behavior_type llm_proposer(llm_proposer_actor::pointer self,

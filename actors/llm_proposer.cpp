@@ -7,10 +7,6 @@
 
 namespace infrarsi::actors {
 
-namespace {
-
-/// Reads the offline knowledge base for `task`; values are typed by the task's knobs. Entries
-/// naming unknown knobs or values of the wrong type are skipped.
 tuning::prior_set load_knowledge(const tuning::task_spec& task, const std::string& dir) {
   tuning::prior_set priors;
   namespace fs = std::filesystem;
@@ -77,6 +73,8 @@ tuning::prior_set load_knowledge(const tuning::task_spec& task, const std::strin
     }
   return priors;
 }
+
+namespace {
 
 } // namespace
 

@@ -43,6 +43,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "actors/actors.hpp"
 #include "bench/evaluator.hpp"
 #include "bench/real_evaluator.hpp"
 #include "bench/sim_evaluator.hpp"
@@ -97,6 +98,8 @@ struct options {
   bool measure_grid = false;   ///< measure the real task's knob grid instead of benchmarking
   std::uint32_t repeats = 3;   ///< --measure-grid: measurements per knob assignment
   std::size_t grid_limit = 0;  ///< --measure-grid: only the first N assignments (0: all)
+  /// Offline knowledge base of priors ("" = none).
+  std::string knowledge = std::string{INFRARSI_SOURCE_DIR} + "/config/knowledge";
 };
 
 /// A path as recorded in the results: relative to the source tree when inside it (so results
@@ -265,7 +268,7 @@ reverification reverify(evaluator& ev, const tuning::trial_record& cand,
 
 /// Runs one policy on one task with one seed (see the file comment).
 run_result run_one(evaluator& ev, const tuning::planner_policy& policy, const std::string& policy_name,
-                   std::uint64_t seed, std::uint32_t budget) {
+                   std::uint64_t seed, std::uint32_t budget, const tuning::prior_set& priors) {
   auto start = std::chrono::steady_clock::now();
   const auto& task = ev.task();
   run_result r;
@@ -284,7 +287,6 @@ run_result run_one(evaluator& ev, const tuning::planner_policy& policy, const st
     return base_true / *t;
   };
 
-  tuning::prior_set priors; // the sim tasks have no knowledge-base entry: neutral priors
   tuning::planner_input in;
   in.task = &task;
   in.priors = &priors;
@@ -662,9 +664,11 @@ std::string markdown(const std::vector<task_info>& tasks, const std::vector<std:
           "(invalid layout) or runs out of memory is charged the simulator's 30 s start-up x "
           "GPUs in device-seconds; one refused before launch (a broken constraint, patches that "
           "do not apply together) costs nothing.\n";
-  md << "- **Priors**: none (the sim tasks have no knowledge-base entry); every policy sees the "
-        "same planner_input: history, seed, noise log-sd and minimum detectable speedup, initial "
-        "design min(4, max(1, budget/3)), incompatible patch pairs, memory capacity from the task.\n";
+  md << "- **Priors**: the offline knowledge base's (`--knowledge`, as `infrarsi tune` loads them; "
+        "the sim tasks have no entry, so theirs are neutral); only `bayes_ei/1` and "
+        "`settings_only/1` use priors. Every policy sees the same planner_input: history, seed, "
+        "priors, noise log-sd and minimum detectable speedup, initial design min(4, max(1, "
+        "budget/3)), incompatible patch pairs, memory capacity from the task.\n";
   if (!std::all_of(tasks.begin(), tasks.end(), [](const auto& t) { return t.simulated; }))
     md << "- **Real tasks** (not simulated): times are seconds of wall clock on this machine "
           "(the seed drives only the policy; the noise is the machine's own). "
@@ -832,6 +836,9 @@ int main_impl(int argc, char** argv) {
   app.add_option("--optuna-script", o.optuna_script, "bench/optuna_tpe.py (default: the source tree's)");
   app.add_option("--python", o.python, "Interpreter with optuna (default /usr/bin/python3)");
   app.add_flag("--quiet", o.quiet, "No progress lines on stderr");
+  app.add_option("--knowledge", o.knowledge,
+                 "Offline knowledge base of priors, as infrarsi tune --knowledge (default: the "
+                 "source tree's config/knowledge; \"\" for none)");
   app.add_option("--grid", o.grid,
                  "Grid file of the real task (default bench/results/<task>_grid.json of the "
                  "source tree): read by the benchmark, written by --measure-grid");
@@ -989,6 +996,14 @@ int main_impl(int argc, char** argv) {
     evaluators.push_back(std::move(ev));
   }
 
+  // Priors: the offline knowledge base, as `infrarsi tune`'s llm-proposer loads it (the sim
+  // tasks have no entry: neutral priors).
+  std::vector<tuning::prior_set> task_priors;
+  for (std::size_t ti = 0; ti < tasks.size(); ++ti)
+    task_priors.push_back(o.knowledge.empty() ? tuning::prior_set{}
+                                              : actors::load_knowledge(evaluators[ti]->task(),
+                                                                       o.knowledge));
+
   // Runs: task, then policy, then seed.
   std::vector<run_result> runs;
   std::size_t total = tasks.size() * names.size() * seeds.size();
@@ -996,7 +1011,8 @@ int main_impl(int argc, char** argv) {
   for (std::size_t ti = 0; ti < tasks.size(); ++ti)
     for (const auto& name : names)
       for (auto seed : seeds) {
-        auto r = run_one(*evaluators[ti], *policies.at(name), name, seed, o.budget);
+        auto r = run_one(*evaluators[ti], *policies.at(name), name, seed, o.budget,
+                         task_priors[ti]);
         if (!r.error.empty()) {
           any_error = true;
           std::cerr << "infrarsi_search_quality: " << name << " on " << r.task << " seed " << seed
