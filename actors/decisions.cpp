@@ -47,6 +47,11 @@ std::string contract_changes(const nlohmann::json& locked, const tuning::task_sp
   return out;
 }
 
+std::uint64_t memory_capacity_bytes(const tuning::task_spec& task) {
+  return task.limits.device_memory_bytes > 0 ? task.limits.device_memory_bytes
+                                             : task.limits.memory_cap_bytes;
+}
+
 tuning::planner_input planner_input_for(const tuning::task_spec& task,
                                         const store::run_state& run) {
   tuning::planner_input in;
@@ -61,11 +66,18 @@ tuning::planner_input planner_input_for(const tuning::task_spec& task,
   in.noise_log_sd = run.noise ? run.noise->log_sd : 0.02;
   // The doctor gives the minimum detectable speedup as a fraction (0.05 = 5 %).
   in.min_detectable_speedup = run.noise ? 1.0 + run.noise->min_detectable_speedup : 0.0;
-  in.memory_capacity_bytes = static_cast<double>(task.limits.device_memory_bytes > 0
-                                                   ? task.limits.device_memory_bytes
-                                                   : task.limits.memory_cap_bytes);
+  in.memory_capacity_bytes = static_cast<double>(memory_capacity_bytes(task));
   in.seed = run.seed;
-  in.initial_design = std::min<std::size_t>(4, std::max<std::size_t>(1, task.budget.trials / 3));
+  std::uint64_t budget = task.budget.trials;
+  if (run.contract_doc && run.contract_doc->contains("policy")) {
+    // Runs that record their policy also record what the planner was given at init: the
+    // search budget (`tune --trials` included) and the memory capacity, which a resume keeps.
+    const auto& doc = *run.contract_doc;
+    if (doc.contains("budget") && doc["budget"].is_object())
+      budget = doc["budget"].value("trials", budget);
+    in.memory_capacity_bytes = doc.value("memory_capacity_bytes", in.memory_capacity_bytes);
+  }
+  in.initial_design = std::min<std::size_t>(4, std::max<std::size_t>(1, budget / 3));
   return in;
 }
 

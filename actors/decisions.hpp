@@ -32,7 +32,14 @@ nlohmann::json contract_json(const tuning::task_spec& task);
 /// ContractLocked event): "" when equal, else e.g. "contract.loss_rtol (locked 0.0001, now 0.02)".
 std::string contract_changes(const nlohmann::json& locked, const tuning::task_spec& task);
 
-/// The planner's input for a run as folded so far. Lost attempts carry no measurement and are
+/// Memory one rank may use before it runs out, bytes: limits.device_memory_bytes, else
+/// limits.memory_cap_bytes; 0: unknown. Recorded at init (contract_locked
+/// "memory_capacity_bytes"); a resume must not change it.
+std::uint64_t memory_capacity_bytes(const tuning::task_spec& task);
+
+/// The planner's input for a run as folded so far. Runs that record their policy take the search
+/// budget and the memory capacity from their contract_locked document (so `tune --trials` sizes
+/// the initial design, and a resume plans with what init saw); older runs from the task. Lost attempts carry no measurement and are
 /// left out, so a run that lost a trial and re-ran it plans exactly as one that never lost it.
 tuning::planner_input planner_input_for(const tuning::task_spec& task, const store::run_state& run);
 

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "actors/actors.hpp"
+#include "actors/decisions.hpp"
 #include "adapters/environment.hpp"
 #include "adapters/trial_launcher.hpp"
 #include "runtime/report.hpp"
@@ -476,7 +477,8 @@ private:
                           {"hardware_fingerprint", hardware_fp_},
                           {"workload_signature", workload_sig_},
                           {"seed", o_.seed},
-                          {"policy", tuning::default_policy_name}};
+                          {"policy", tuning::default_policy_name},
+                          {"memory_capacity_bytes", memory_capacity_bytes(task_)}};
     if (auto err = append_doc(wire::EventKind::ContractLocked, "contract/1", doc.dump()))
       return err;
     auto priors = ask<std::string>(

@@ -852,8 +852,25 @@ int main_impl(int argc, char** argv) {
                  "--measure-grid: only the first N assignments, baseline first (default 0: all)");
   try {
     app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e); // help: exit 0
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    app.exit(e);
+    return 2; // a bad option (bench/README.md): always 2, whatever CLI11's own code
+  }
+  for (const char* name : {"--first-seed", "--seeds", "--budget", "--repeats", "--grid-limit"}) {
+    // Unsigned options: CLI11 would wrap "-1" to 2^64 - 1.
+    for (const auto& text : app.get_option(name)->results())
+      if (!text.empty() && text.front() == '-') {
+        std::cerr << "infrarsi_search_quality: " << name << " " << text
+                  << ": must be a non-negative integer\n";
+        return 2;
+      }
+  }
+  if (!o.measure_grid && (app.count("--grid-limit") > 0 || app.count("--repeats") > 0)) {
+    std::cerr << "infrarsi_search_quality: --grid-limit and --repeats apply to --measure-grid "
+                 "only\n";
+    return 2;
   }
   if (o.measure_grid)
     return measure_grid_main(o, argc, argv);

@@ -173,9 +173,11 @@ nlohmann::json make_report(const tuning::task_spec& task, const store::run_state
                        {"prior_speedup", e.has_prior ? nlohmann::json(e.prior_speedup) : nlohmann::json(nullptr)},
                        {"posterior_speedup", e.posterior_speedup},
                        {"posterior_log_sd", e.posterior_log_sd},
-                       {"trials", e.trials}});
+                       {"trials", e.trials},
+                       {"confounded_with", e.confounded_with}});
   nlohmann::json prior_revision = {{"policy", store::run_policy(run)},
                                    {"search_trials", revision.trials},
+                                   {"priors_given", revision.priors_given},
                                    {"spearman_prior", number_or_null(revision.spearman_prior)},
                                    {"spearman_posterior", number_or_null(revision.spearman_posterior)},
                                    {"effects", effects}};
@@ -325,18 +327,28 @@ std::string render_markdown(const nlohmann::json& r) {
     };
     md << "\n## Priors revised by this run\n\n"
        << "Search policy " << pr.value("policy", "") << ". Rank correlation (Spearman) of predicted "
-       << "and measured speedups over " << pr.value("search_trials", 0) << " search trials: priors alone "
-       << rho(pr["spearman_prior"]) << "; time model fitted on the trials before each one "
-       << rho(pr["spearman_posterior"]) << ".\n\n"
-       << "| setting | prior speedup | posterior speedup | posterior log sd | trials |\n"
-       << "|---|---|---|---|---|\n";
+       << "and measured speedups over the " << pr.value("search_trials", 0)
+       << " usable search trials: priors alone "
+       << (pr.value("priors_given", false) ? rho(pr["spearman_prior"])
+                                           : std::string{"n/a (the priors said nothing: no knowledge-base entry for this task)"})
+       << "; time model fitted on the trials before each one " << rho(pr["spearman_posterior"])
+       << ".\n\n"
+       << "Posterior speedup: the revised model's prediction for the baseline with only that "
+          "setting changed. Settings that ran in exactly the same trials cannot be told apart "
+          "by the data (their split follows the priors); they are named in the last column.\n\n"
+       << "| setting | prior speedup | posterior speedup | posterior log sd | usable trials (incl. re-verification) | not separable from |\n"
+       << "|---|---|---|---|---|---|\n";
     for (const auto& e : pr["effects"]) {
       if (e["prior_speedup"].is_null() && e.value("trials", 0) == 0)
         continue;
       md << "| " << e.value("feature", "") << " | "
          << (e["prior_speedup"].is_number() ? fixed(e["prior_speedup"].get<double>(), 3) + "x" : std::string{"none"})
          << " | " << fixed(e.value("posterior_speedup", 1.0), 3) << "x | "
-         << fixed(e.value("posterior_log_sd", 0.0), 3) << " | " << e.value("trials", 0) << " |\n";
+         << fixed(e.value("posterior_log_sd", 0.0), 3) << " | " << e.value("trials", 0) << " | ";
+      std::string sep;
+      for (const auto& c : e.value("confounded_with", nlohmann::json::array()))
+        md << sep << c.get<std::string>(), sep = ", ";
+      md << " |\n";
     }
   }
   md << "\nMFU: ";

@@ -544,10 +544,25 @@ tuning::task_spec parse_task(const reader& r, const toml::table& root) {
 } // namespace
 
 bool parse_byte_size(const std::string& text, std::uint64_t& out) {
+  // A plain decimal number (digits, at most one '.'), then an optional unit: no sign, exponent,
+  // hexadecimal ("0x10" would read as 16), "inf" or "nan".
   std::size_t pos = 0;
+  bool digits = false;
+  bool dot = false;
+  for (; pos < text.size(); ++pos) {
+    char ch = text[pos];
+    if (ch >= '0' && ch <= '9')
+      digits = true;
+    else if (ch == '.' && !dot)
+      dot = true;
+    else
+      break;
+  }
+  if (!digits)
+    return false;
   double value = 0;
   try {
-    value = std::stod(text, &pos);
+    value = std::stod(text.substr(0, pos));
   } catch (const std::exception&) {
     return false;
   }
@@ -560,8 +575,10 @@ bool parse_byte_size(const std::string& text, std::uint64_t& out) {
     {"TiB", 1099511627776.0}};
   for (const auto& [name, factor] : units) {
     if (unit == name) {
-      auto bytes = value * factor;
-      if (!std::isfinite(bytes) || bytes < 0 || bytes > 1.8e19)
+      auto bytes = std::round(value * factor);
+      // At most 2^63 - 1 (what llround can return), and a non-zero size may not round to 0
+      // bytes (0 means "none").
+      if (!std::isfinite(bytes) || bytes < 0 || bytes >= 9.2e18 || (value > 0 && bytes < 1))
         return false;
       out = static_cast<std::uint64_t>(std::llround(bytes));
       return true;

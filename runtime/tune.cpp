@@ -113,6 +113,16 @@ int run_tune(const tune_options& o, std::ostream& out, std::ostream& err) {
             << "; a locked contract cannot change (start a new run)\n";
         return 1;
       }
+      if (locked.contains("memory_capacity_bytes")
+          && locked.value("memory_capacity_bytes", std::uint64_t{0})
+               != actors::memory_capacity_bytes(*task)) {
+        err << "infrarsi tune: " << task->source << ": the memory capacity (limits."
+            << (task->limits.device_memory_bytes > 0 ? "device_memory_bytes" : "memory_cap_bytes")
+            << " = " << actors::memory_capacity_bytes(*task) << " bytes) differs from the "
+            << locked.value("memory_capacity_bytes", std::uint64_t{0}) << " bytes run '" << run_id
+            << "' locked at init; the planner's memory model depends on it (start a new run)\n";
+        return 1;
+      }
       std::vector<std::string> knobs_then;
       for (const auto& k : locked.value("knobs", nlohmann::json::array()))
         knobs_then.push_back(k.value("name", ""));

@@ -59,6 +59,15 @@ struct scored {
   double sd = 0;
   std::string paired; // "" or the pairing explanation
   [[nodiscard]] double acquisition() const { return ei * p_fit; }
+  /// Strict order of preference: acquisition, then EI, then P(fits) (so that candidates whose
+  /// acquisition underflows to 0 are still told apart).
+  [[nodiscard]] bool better_than(const scored& o) const {
+    if (acquisition() != o.acquisition())
+      return acquisition() > o.acquisition();
+    if (ei != o.ei)
+      return ei > o.ei;
+    return p_fit > o.p_fit;
+  }
 };
 
 } // namespace
@@ -255,7 +264,24 @@ proposal_batch bayes_ei::plan(const planner_input& in, std::size_t n) const {
 
   // Censored memory model on log bytes: features [1, one-hot and ordinal features].
   const auto M = fs.model_size();
-  const double capacity = in.memory_capacity_bytes;
+  // Without a declared capacity, a trial that ran out of memory still says its peak exceeded
+  // every peak that fitted: censor at the largest measured peak (a lower bound of the unknown
+  // capacity, so P(OOM) errs on the side of caution).
+  double capacity = in.memory_capacity_bytes;
+  bool capacity_inferred = false;
+  if (!(capacity > 0)) {
+    bool any_oom = false;
+    double max_peak = 0.0;
+    for (const auto& t : in.history) {
+      any_oom = any_oom || (t.finished && t.outcome == trial_outcome::oom);
+      if (t.finished && t.outcome == trial_outcome::ok)
+        max_peak = std::max(max_peak, static_cast<double>(t.peak_memory_bytes));
+    }
+    if (any_oom && max_peak > 0) {
+      capacity = max_peak;
+      capacity_inferred = true;
+    }
+  }
   memory_fit mem;
   bool have_mem = false;
   if (capacity > 0) {
@@ -316,7 +342,11 @@ proposal_batch bayes_ei::plan(const planner_input& in, std::size_t n) const {
     if (!obs.empty()) {
       // Floor: 2 % of peak memory (log units), the run-to-run spread of allocators.
       mem = fit_censored_memory(obs, priors, why, 0.02);
-      have_mem = why.empty() && mem.coef.size() == static_cast<Eigen::Index>(M + 1);
+      // A fit with a non-finite coefficient or covariance, or a negative variance (a Hessian
+      // that was not negative definite) is not used: P(fits) is then n/a, never NaN.
+      have_mem = why.empty() && mem.coef.size() == static_cast<Eigen::Index>(M + 1)
+                 && mem.coef.allFinite() && mem.coef_cov.allFinite()
+                 && (mem.coef_cov.diagonal().array() >= 0).all() && std::isfinite(mem.sigma);
     }
   }
   auto log_memory = [&](const sparse_features& x) {
@@ -357,20 +387,23 @@ proposal_batch bayes_ei::plan(const planner_input& in, std::size_t n) const {
     s.sd = pr.sd;
     s.ei = expected_improvement(best, pr.mean, pr.sd);
     s.p_fit = 1.0 - p_oom(s.x);
+    if (!std::isfinite(s.ei))
+      s.ei = 0.0;
+    if (!std::isfinite(s.p_fit))
+      s.p_fit = 0.5;
     return s;
   };
 
   // -- candidate pool: the enumeration, refined by coordinate ascent ---------------------------
   std::vector<scored> pool;
-  std::set<std::string> in_pool;
+  std::map<std::string, std::size_t> in_pool; // key -> index in pool
   for (const auto& c : open)
     if (chosen.count(c.key()) == 0) {
-      in_pool.insert(c.key());
+      in_pool[c.key()] = pool.size();
       pool.push_back(score(c));
     }
   auto acceptable = [&](const configuration& c) {
-    if (in_pool.count(c.key()) != 0 || chosen.count(c.key()) != 0 || !constraints.ok(c)
-        || !usable_config(c))
+    if (chosen.count(c.key()) != 0 || !constraints.ok(c) || !usable_config(c))
       return false;
     return !strict || untested_risky(c) <= 1;
   };
@@ -379,9 +412,8 @@ proposal_batch bayes_ei::plan(const planner_input& in, std::size_t n) const {
     std::vector<std::size_t> order(pool.size());
     for (std::size_t i = 0; i < order.size(); ++i)
       order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-      return pool[a].acquisition() > pool[b].acquisition();
-    });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return pool[a].better_than(pool[b]); });
     std::vector<configuration> starts;
     for (std::size_t i = 0; i < order.size() && starts.size() < 8; ++i)
       starts.push_back(pool[order[i]].config);
@@ -398,12 +430,16 @@ proposal_batch bayes_ei::plan(const planner_input& in, std::size_t n) const {
       for (int step = 0; step < 12; ++step) {
         std::optional<scored> better;
         for (const auto& m : neighbours(current.config)) {
-          if (!acceptable(m))
-            continue;
-          auto s = score(m);
-          in_pool.insert(m.key());
-          pool.push_back(s);
-          if (s.acquisition() > (better ? better->acquisition() : current.acquisition()))
+          // A neighbour already in the pool is a step like any other; a new one joins it.
+          auto it = in_pool.find(m.key());
+          if (it == in_pool.end()) {
+            if (!acceptable(m))
+              continue;
+            it = in_pool.emplace(m.key(), pool.size()).first;
+            pool.push_back(score(m));
+          }
+          const auto& s = pool[it->second];
+          if (s.better_than(better ? *better : current))
             better = s;
         }
         if (!better)
@@ -432,7 +468,7 @@ proposal_batch bayes_ei::plan(const planner_input& in, std::size_t n) const {
     }
     std::map<std::string, std::size_t> where;
     for (std::size_t i = 0; i < pool.size(); ++i)
-      where[pool[i].config.key()] = i;
+      where[pool[i].config.key()] = i; // the pool grows below; `where` follows it
     for (const auto& hungry : hungry_list) {
       for (const auto& m : neighbours(hungry.config)) {
         bool saver_change = m.patches != hungry.config.patches;
@@ -442,7 +478,7 @@ proposal_batch bayes_ei::plan(const planner_input& in, std::size_t n) const {
         if (!saver_change)
           continue;
         double delta = log_memory(fs.point(task, m)) - log_memory(hungry.x);
-        if (!(delta < 0) || chosen.count(m.key()) != 0 || !constraints.ok(m) || !usable_config(m))
+        if (!(delta < 0) || !acceptable(m))
           continue;
         auto s = score(m);
         if (s.p_fit < 0.5)
@@ -483,7 +519,7 @@ proposal_batch bayes_ei::plan(const planner_input& in, std::size_t n) const {
   while (out.proposals.size() < n && !pool.empty()) {
     std::size_t bi = 0;
     for (std::size_t i = 1; i < pool.size(); ++i)
-      if (pool[i].acquisition() > pool[bi].acquisition())
+      if (pool[i].better_than(pool[bi]))
         bi = i;
     const auto& b = pool[bi];
     if (out.proposals.empty() && b.acquisition() < stop_below && all_tried) {
@@ -497,8 +533,12 @@ proposal_batch bayes_ei::plan(const planner_input& in, std::size_t n) const {
     p.config = b.config;
     p.predicted_speedup = std::exp(-b.mean);
     p.prior_speedup = std::exp(-model.prior_mean(b.x));
-    p.p_oom = 1.0 - b.p_fit;
-    p.reason = "EI " + fmt("%.4f", b.ei) + " x P(fits) " + fmt("%.2f", b.p_fit) + ": predicted "
+    if (have_mem)
+      p.p_oom = 1.0 - b.p_fit;
+    std::string fits = !have_mem ? "P(fits) n/a (no memory model yet)"
+                                 : "P(fits) " + fmt("%.2f", b.p_fit)
+                                     + (capacity_inferred ? " (capacity unknown: the largest peak that fitted)" : "");
+    p.reason = "EI " + fmt("%.4f", b.ei) + " x " + fits + ": predicted "
                + fmt("%.3f", std::exp(-b.mean)) + "x (log sd " + fmt("%.3f", b.sd) + ")"
                + (b.paired.empty() ? "" : "; " + b.paired);
     chosen.insert(b.config.key());

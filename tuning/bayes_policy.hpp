@@ -10,8 +10,9 @@
 ///     that broke the contract as the only untested contract-risky feature of its trial (and
 ///     never passed since), are never proposed. A proposal brings at most one contract-risky
 ///     feature (a patch, a value of a knob tagged "numerics") never seen to pass the contract,
-///     so a violation has an unambiguous cause, unless nothing else is left or it is a memory
-///     pairing (5); launch settings keep the work by construction and may change together.
+///     so a violation has an unambiguous cause, unless no such candidate is left (then any
+///     candidate may be proposed); launch settings keep the work by construction and may change
+///     together.
 ///  2. Initial design (the first `initial_design` search trials): the experience bank's seeds,
 ///     then the candidates at most three changes from the baseline with the best
 ///     prior-predicted speedup, spread out (each pick maximizes predicted log gain + 0.05 x its
@@ -30,10 +31,13 @@
 ///     then refined by coordinate ascent (every single knob change and patch toggle) from the
 ///     eight best and from the fastest measured configuration, so a sampled candidate set does
 ///     not hide the optimum.
-///  5. Pairing: when the configuration with the best EI alone is predicted to run out of
-///     memory (P(OOM) > 0.5), each single memory-saving change to it (a knob tagged
-///     memory-saver, or a patch whose fitted memory price is negative) is scored too; the
-///     proposal says which saver it was paired with and what the saver's price is.
+///  5. Pairing: for the (up to 16) configurations with the best EI that are predicted to run
+///     out of memory (P(OOM) > 0.5), each single memory-saving change (a knob tagged
+///     memory-saver, or a patch, that lowers the fitted memory) that makes it fit (P(OOM) < 0.5)
+///     is scored too, even outside the candidate set (the rules of 1 still apply); a proposal
+///     that is such a pair says which hungry configuration, which saver and the saver's fitted
+///     price (a memory factor). Without a declared capacity, OOM trials are censored at the
+///     largest peak measured in a trial that fitted (a lower bound of the capacity).
 ///  6. Batches: after each pick the time model is conditioned on the pick at its predicted mean
 ///     (kriging believer), which lowers the EI of similar configurations, so a batch is diverse.
 ///  7. Stop: after the initial design, when the best EI x P(fits) is below

@@ -27,6 +27,7 @@ prior_revision revise_priors(const task_spec& task, const prior_set& priors,
   std::vector<std::pair<sparse_features, double>> data;
   std::vector<double> measured, prior_pred, posterior_pred;
   std::vector<std::size_t> count(fs.names.size(), 0);
+  std::vector<std::vector<std::size_t>> seen_in(fs.names.size()); // usable trial indices
   for (const auto& t : history) {
     if (!t.usable())
       continue;
@@ -40,8 +41,10 @@ prior_revision revise_priors(const task_spec& task, const prior_set& priors,
       prior_pred.push_back(std::exp(-before.prior_mean(x)));
       posterior_pred.push_back(std::exp(-before.predict(x).mean));
     }
-    for (int i : active)
+    for (int i : active) {
       count[static_cast<std::size_t>(i)] += 1;
+      seen_in[static_cast<std::size_t>(i)].push_back(data.size());
+    }
     data.emplace_back(std::move(x), y);
   }
   out.trials = measured.size();
@@ -65,6 +68,11 @@ prior_revision revise_priors(const task_spec& task, const prior_set& priors,
     e.posterior_speedup = std::exp(-(pr.mean - intercept));
     e.posterior_log_sd = pr.sd;
     e.trials = count[i];
+    if (!seen_in[i].empty())
+      for (std::size_t j = 0; j < fs.names.size(); ++j)
+        if (j != i && seen_in[j] == seen_in[i])
+          e.confounded_with.push_back(fs.names[j]);
+    out.priors_given = out.priors_given || e.has_prior;
     out.effects.push_back(std::move(e));
   }
   return out;

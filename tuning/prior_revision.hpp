@@ -32,8 +32,11 @@ struct revised_effect {
   /// minus the baseline's mean)), and the posterior sd of that configuration's log time.
   double posterior_speedup = 1.0;
   double posterior_log_sd = 0.0;
-  /// Usable trials in which the setting was active.
+  /// Usable trials in which the setting was active (search, baseline and re-verification).
   std::size_t trials = 0;
+  /// Settings that were active in exactly the same usable trials (perfectly confounded: the
+  /// data cannot tell their effects apart; the posterior splits them by the priors), by name.
+  std::vector<std::string> confounded_with;
 };
 
 struct prior_revision {
@@ -43,6 +46,8 @@ struct prior_revision {
   /// predictions vs measured; NaN with fewer than 3 trials or no spread.
   double spearman_prior = 0.0;
   double spearman_posterior = 0.0;
+  /// Whether the priors said anything about any setting (false: no knowledge-base entry).
+  bool priors_given = false;
   /// Every one-hot feature (each knob's non-default searched values, then each patch).
   std::vector<revised_effect> effects;
 };

@@ -55,7 +55,7 @@ sparse_features time_model::expand(const sparse_features& x) const {
 
 void time_model::fit(const std::vector<std::pair<sparse_features, double>>& data,
                      double noise_log_sd) {
-  double noise = std::max(noise_log_sd, 0.005);
+  double noise = std::isfinite(noise_log_sd) ? std::max(noise_log_sd, 0.005) : 0.02;
   noise_var_ = noise * noise + options_.model_error_sd * options_.model_error_sd;
   auto d = prior_mean_.size();
   Eigen::MatrixXd precision = Eigen::MatrixXd::Zero(d, d);
@@ -69,10 +69,19 @@ void time_model::fit(const std::vector<std::pair<sparse_features, double>>& data
         precision(a, b) += va * vb / noise_var_;
     }
   }
+  // The precision is the prior's (diagonal, positive) plus a Gram matrix, so it is positive
+  // definite; a failed factorization can only come from non-finite data, which is left out.
   Eigen::LLT<Eigen::MatrixXd> llt(precision);
+  if (llt.info() != Eigen::Success || !rhs.allFinite()) {
+    precision = prior_var_.cwiseInverse().asDiagonal();
+    rhs = prior_mean_.cwiseQuotient(prior_var_);
+    llt.compute(precision);
+    observations_ = 0;
+  } else {
+    observations_ = data.size();
+  }
   mean_ = llt.solve(rhs);
   cov_ = llt.solve(Eigen::MatrixXd::Identity(d, d));
-  observations_ = data.size();
 }
 
 time_prediction time_model::predict(const sparse_features& x) const {

@@ -70,7 +70,8 @@ public:
 
   /// Fits the posterior to `data`: (features of a trial, feature_space::point, its log step time minus
   /// the baseline's log step time). `noise_log_sd` is the doctor's log-sd of one measurement
-  /// (floored at 0.005). Replaces any earlier fit (the prior is always the starting point).
+  /// (floored at 0.005; 0.02 when not finite). Replaces any earlier fit (the prior is always the
+  /// starting point). Non-finite data leave the model at its prior (observations() == 0).
   void fit(const std::vector<std::pair<sparse_features, double>>& data, double noise_log_sd);
 
   /// Posterior prediction for a configuration given by its features.

@@ -144,6 +144,18 @@ TEST(ByteSize, UnitsAndRejections) {
   EXPECT_FALSE(parse_byte_size("3 parsecs", v));
   EXPECT_FALSE(parse_byte_size("-1GB", v));
   EXPECT_FALSE(parse_byte_size("", v));
+  // Not plain decimal: hexadecimal, exponent, inf/nan.
+  EXPECT_FALSE(parse_byte_size("0x10", v));
+  EXPECT_FALSE(parse_byte_size("8e10", v));
+  EXPECT_FALSE(parse_byte_size("inf", v));
+  EXPECT_FALSE(parse_byte_size("nan", v));
+  // A non-zero size that rounds to 0 bytes, and one beyond 2^63.
+  EXPECT_FALSE(parse_byte_size("0.4", v));
+  EXPECT_FALSE(parse_byte_size("10000000TB", v));
+  ASSERT_TRUE(parse_byte_size("81559MiB", v));
+  EXPECT_EQ(v, 81559ull * 1048576ull);
+  ASSERT_TRUE(parse_byte_size("0", v));
+  EXPECT_EQ(v, 0u);
 }
 
 } // namespace
