@@ -119,18 +119,30 @@ proposal_batch bayes_ei::plan(const planner_input& in, std::size_t n) const {
   for (std::size_t i = 0; i < F; ++i)
     risky[i] = fs.knob_of[i] < 0
                || has_tag(task.knobs[static_cast<std::size_t>(fs.knob_of[i])], "numerics");
-  // A violation is blamed on its only untested risky feature (any untested launch settings
-  // with it are not suspects); history_facts blames the only untested feature of any kind.
+  // A contract violation, a crash, a timeout or a launch error is blamed on its only untested
+  // risky feature (untested launch settings with it are not suspects); a crash, timeout or
+  // launch error with no untested risky feature, on its only untested feature of any kind.
+  // (history_facts blames a violation's only untested feature of any kind.)
   std::vector<bool> blamed(F, false);
   for (const auto& t : in.history) {
     bool violation = t.outcome == trial_outcome::contract_violation
                      || (t.verified && !t.violations.empty());
-    if (!violation)
+    bool failed = t.finished
+                  && (t.outcome == trial_outcome::crash || t.outcome == trial_outcome::timeout
+                      || t.outcome == trial_outcome::launch_error);
+    if (!violation && !failed)
       continue;
     std::vector<int> suspects;
-    for (int i : fs.active(task, t.config))
-      if (risky[static_cast<std::size_t>(i)] && facts.passed[static_cast<std::size_t>(i)] == 0)
+    std::vector<int> untested_any;
+    for (int i : fs.active(task, t.config)) {
+      if (facts.passed[static_cast<std::size_t>(i)] != 0)
+        continue;
+      untested_any.push_back(i);
+      if (risky[static_cast<std::size_t>(i)])
         suspects.push_back(i);
+    }
+    if (suspects.empty() && failed)
+      suspects = untested_any;
     if (suspects.size() == 1)
       blamed[static_cast<std::size_t>(suspects.front())] = true;
   }

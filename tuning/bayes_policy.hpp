@@ -7,8 +7,9 @@
 ///     configurations, a seeded sample otherwise), filtered by what every policy respects
 ///     (tuning::admissible) and by two certainties: a configuration at least as memory-hungry
 ///     by the task's tags as one that ran out of memory, and a patch or numerics-tagged setting
-///     that broke the contract as the only untested contract-risky feature of its trial (and
-///     never passed since), are never proposed. A proposal brings at most one contract-risky
+///     that broke the contract, crashed, timed out or failed to launch as the only untested
+///     contract-risky feature of its trial (for a crash, timeout or launch error without one:
+///     the only untested feature of any kind), and never passed since, are never proposed. A proposal brings at most one contract-risky
 ///     feature (a patch, a value of a knob tagged "numerics") never seen to pass the contract,
 ///     so a violation has an unambiguous cause, unless no such candidate is left (then any
 ///     candidate may be proposed); launch settings keep the work by construction and may change

@@ -357,6 +357,43 @@ TEST(BayesEi, StopsWhenNothingLeftCanBeatTheMinimumDetectableSpeedup) {
   EXPECT_EQ(batch.stop_reason, "the search space is exhausted");
 }
 
+TEST(BayesEi, APatchThatCrashedIsBlamedAndNotProposedAgain) {
+  // The real-workload benchmark's failure: a patch that crashes the job (cheat_loss_drift at
+  // world size 2) with a tempting prior. Once it crashed as the only untested patch of a trial,
+  // no proposal may carry it again.
+  auto task = toy_task();
+  prior_set priors;
+  priors.patches.push_back({"fused_b", 2.0, 0, "test"}); // "2x faster"
+  splitmix64 noise{9};
+  planner_input in;
+  in.task = &task;
+  in.priors = &priors;
+  in.noise_log_sd = 0.006;
+  in.initial_design = 0;
+  auto base = baseline_configuration(task);
+  for (std::uint64_t i = 0; i < 3; ++i)
+    in.history.push_back(run_toy(base, i, "baseline", noise));
+  bayes_ei policy;
+  auto first = policy.plan(in, 1);
+  ASSERT_EQ(first.proposals.size(), 1u);
+  ASSERT_EQ(first.proposals[0].config.patches, std::vector<std::string>{"fused_b"})
+    << first.proposals[0].config.key(); // the prior makes it the best bet
+  trial_record crashed;
+  crashed.trial_id = 3;
+  crashed.purpose = "explore";
+  crashed.config = first.proposals[0].config;
+  crashed.finished = crashed.verified = true;
+  crashed.outcome = trial_outcome::crash;
+  in.history.push_back(crashed);
+  for (int i = 0; i < 10; ++i) {
+    auto batch = policy.plan(in, 1);
+    ASSERT_EQ(batch.proposals.size(), 1u);
+    const auto& c = batch.proposals[0].config;
+    EXPECT_EQ(std::count(c.patches.begin(), c.patches.end(), "fused_b"), 0) << c.key();
+    in.history.push_back(run_toy(c, 4 + static_cast<std::uint64_t>(i), "explore", noise));
+  }
+}
+
 TEST(Baselines, GreedyMovesFromTheIncumbentOneCoordinateAtATime) {
   greedy_coordinate policy;
   std::vector<std::string> reasons;
