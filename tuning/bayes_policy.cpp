@@ -514,17 +514,12 @@ proposal_batch bayes_ei::plan(const planner_input& in, std::size_t n) const {
   // -- batch ------------------------------------------------------------------------------------
   // The stopping rule needs evidence on every setting: until each one has run in some trial,
   // its EI rests on the prior alone (which says "no effect" when the priors are silent).
+  // "Run" means measured in a usable trial (a crash, OOM or violation measures nothing), or
+  // excluded for good (blamed for a failure).
   bool all_tried = true;
-  {
-    std::vector<bool> seen(F, false);
-    for (const auto& t : in.history)
-      if (t.finished && t.outcome != trial_outcome::lost)
-        for (int i : fs.active(task, t.config))
-          seen[static_cast<std::size_t>(i)] = true;
-    for (std::size_t i = 0; i < F; ++i)
-      if (!seen[i] && !facts.broke[i])
-        all_tried = false;
-  }
+  for (std::size_t i = 0; i < F; ++i)
+    if (facts.passed[i] == 0 && !facts.broke[i] && !blamed[i])
+      all_tried = false;
   const double stop_below =
       options_.stop_rule && in.min_detectable_speedup > 1.0 ? std::log(in.min_detectable_speedup)
                                                             : -1.0;

@@ -42,9 +42,9 @@
 ///  6. Batches: after each pick the time model is conditioned on the pick at its predicted mean
 ///     (kriging believer), which lowers the EI of similar configurations, so a batch is diverse.
 ///  7. Stop: after the initial design, when the best EI x P(fits) is below
-///     log(min detectable speedup) of the doctor and every setting and patch has run in some
-///     trial (before that, an untried setting's EI rests on the prior alone), no more proposals
-///     (stop_reason says so).
+///     log(min detectable speedup) of the doctor and every setting and patch has been measured
+///     in a usable trial or excluded for a failure (before that, an untried setting's EI rests
+///     on the prior alone), no more proposals (stop_reason says so).
 ///
 /// Pure and deterministic: the same input gives the same proposals, byte for byte.
 
