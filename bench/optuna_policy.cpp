@@ -33,6 +33,8 @@
 
 #include "bench/optuna_policy.hpp"
 
+#include "tuning/search_space.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -72,37 +74,6 @@ constexpr int response_timeout_ms = 300'000;
 /// Bytes of the child's stderr quoted in an error message (its tail).
 constexpr off_t stderr_quote_bytes = 4096;
 
-/// The knob's search values: a copy of search_values() in tuning/planner.cpp (anonymous there).
-std::vector<knob_value> search_values(const knob_spec& k) {
-  if (!k.values.empty())
-    return k.values;
-  std::vector<knob_value> out;
-  if (k.type == knob_type::boolean)
-    return {knob_value{false}, knob_value{true}};
-  if (!k.min || !k.max)
-    return {k.default_value};
-  if (k.type == knob_type::integer) {
-    auto lo = static_cast<std::int64_t>(std::ceil(*k.min));
-    auto hi = static_cast<std::int64_t>(std::floor(*k.max));
-    if (hi - lo + 1 <= 64) {
-      for (auto v = lo; v <= hi; ++v)
-        out.emplace_back(v);
-    } else {
-      for (int i = 0; i < 8; ++i) {
-        auto v = lo + static_cast<std::int64_t>(std::llround((hi - lo) * i / 7.0));
-        if (out.empty() || std::get<std::int64_t>(out.back()) != v)
-          out.emplace_back(v);
-      }
-    }
-  } else {
-    for (int i = 0; i < 5; ++i)
-      out.emplace_back(*k.min + (*k.max - *k.min) * i / 4.0);
-  }
-  if (std::find(out.begin(), out.end(), k.default_value) == out.end())
-    out.push_back(k.default_value);
-  return out;
-}
-
 /// A knob value as plain JSON (integer, float, bool, string: the variant's own type).
 json value_to_json(const knob_value& v) {
   return std::visit([](const auto& x) { return json(x); }, v);
@@ -138,7 +109,7 @@ struct search_space {
 
   search_space(const tuning::task_spec& task, const std::vector<std::string>& excluded) {
     for (const auto& k : task.knobs)
-      knobs.emplace_back(&k, search_values(k));
+      knobs.emplace_back(&k, tuning::search_values(k));
     for (const auto& p : task.patches)
       if (std::find(excluded.begin(), excluded.end(), p.name) == excluded.end())
         patches.push_back(p.name);
