@@ -10,6 +10,7 @@
 /// Units: step times in seconds of the task's own clock (simulated seconds when the task's
 /// contract says `simulated_time`), device-seconds = seconds x devices, memory in bytes.
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -20,6 +21,20 @@
 #include "tuning/trial.hpp"
 
 namespace infrarsi::bench {
+
+/// Canonical form of a configuration of `task` (for equality, keys and truth lookups): every
+/// knob present (the task's defaults filled in), patches sorted and unique.
+inline tuning::configuration canonical_configuration(const tuning::task_spec& task,
+                                                     const tuning::configuration& c) {
+  tuning::configuration out;
+  out.knobs = task.default_assignment();
+  for (const auto& [k, v] : c.knobs)
+    out.knobs[k] = v;
+  out.patches = c.patches;
+  std::sort(out.patches.begin(), out.patches.end());
+  out.patches.erase(std::unique(out.patches.begin(), out.patches.end()), out.patches.end());
+  return out;
+}
 
 /// One task's trials and its oracle. Not thread-safe (implementations cache).
 class evaluator {

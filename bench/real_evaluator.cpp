@@ -26,18 +26,6 @@ namespace infrarsi::bench {
 
 namespace {
 
-/// Every knob present (defaults filled in), patches sorted and unique.
-tuning::configuration completed(const tuning::task_spec& task, const tuning::configuration& c) {
-  tuning::configuration out;
-  out.knobs = task.default_assignment();
-  for (const auto& [k, v] : c.knobs)
-    out.knobs[k] = v;
-  out.patches = c.patches;
-  std::sort(out.patches.begin(), out.patches.end());
-  out.patches.erase(std::unique(out.patches.begin(), out.patches.end()), out.patches.end());
-  return out;
-}
-
 std::string utc_now() {
   std::time_t t = std::time(nullptr);
   std::tm tm{};
@@ -188,7 +176,7 @@ std::unique_ptr<real_evaluator> real_evaluator::create(tuning::task_spec task,
             "'";
       return nullptr;
     }
-    const auto base = completed(t, tuning::baseline_configuration(t));
+    const auto base = canonical_configuration(t, tuning::baseline_configuration(t));
     ev->baseline_key_ = base.key();
     const grid_entry* best = nullptr;
     tuning::configuration best_config;
@@ -213,7 +201,7 @@ std::unique_ptr<real_evaluator> real_evaluator::create(tuning::task_spec task,
         }
         c.knobs[name] = *v;
       }
-      c = completed(t, c);
+      c = canonical_configuration(t, c);
       grid_entry e;
       e.usable = a.value("usable", false);
       if (e.usable && a.contains("median_step_s") && a["median_step_s"].is_number())
@@ -388,7 +376,7 @@ tuning::trial_record real_evaluator::measure(const tuning::configuration& config
 }
 
 std::string real_evaluator::key_of(const tuning::configuration& config) const {
-  return completed(task_, config).key();
+  return canonical_configuration(task_, config).key();
 }
 
 bool real_evaluator::has_truth(const tuning::configuration& config) const {
@@ -447,7 +435,7 @@ std::vector<tuning::configuration> knob_grid(const tuning::task_spec& task) {
       }
     out = std::move(next);
   }
-  auto base = completed(task, tuning::baseline_configuration(task));
+  auto base = canonical_configuration(task, tuning::baseline_configuration(task));
   auto it = std::find(out.begin(), out.end(), base);
   if (it != out.end())
     std::rotate(out.begin(), it, it + 1); // the baseline first, the rest in order
@@ -512,7 +500,7 @@ int measure_grid(real_evaluator& ev, const grid_options& o, std::ostream& progre
   const std::size_t total = grid.size();
   if (o.limit > 0 && o.limit < grid.size())
     grid.resize(o.limit);
-  const auto base = completed(task, tuning::baseline_configuration(task));
+  const auto base = canonical_configuration(task, tuning::baseline_configuration(task));
 
   nlohmann::json machine = adapters::hardware_description();
   machine["load_average_before"] = load_average();

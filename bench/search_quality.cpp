@@ -150,17 +150,6 @@ bool failed_outcome(tuning::trial_outcome o) {
          o == trial_outcome::timeout;
 }
 
-/// Canonical configuration: every knob present, patches sorted (for equality and keys).
-tuning::configuration canonical(const tuning::task_spec& task, const tuning::configuration& c) {
-  tuning::configuration out;
-  out.knobs = task.default_assignment();
-  for (const auto& [k, v] : c.knobs)
-    out.knobs[k] = v;
-  out.patches = c.patches;
-  std::sort(out.patches.begin(), out.patches.end());
-  return out;
-}
-
 // ---- one run -----------------------------------------------------------------------------------
 
 /// One search trial as the results record it.
@@ -277,7 +266,7 @@ run_result run_one(evaluator& ev, const tuning::planner_policy& policy, const st
   r.seed = seed;
   ev.begin_run(seed);
 
-  const auto baseline = canonical(task, tuning::baseline_configuration(task));
+  const auto baseline = canonical_configuration(task, tuning::baseline_configuration(task));
   const double base_true = ev.baseline_true_step_time();
   const double opt_speedup = base_true / ev.optimum_step_time();
   auto true_speedup_of = [&](const tuning::configuration& c) -> std::optional<double> {
@@ -328,7 +317,7 @@ run_result run_one(evaluator& ev, const tuning::planner_policy& policy, const st
       s.index = r.search_trials;
       s.trial_id = rec.trial_id;
       s.outcome = tuning::to_string(rec.outcome);
-      s.change = canonical(task, p.config).diff_from(baseline);
+      s.change = canonical_configuration(task, p.config).diff_from(baseline);
       s.device_s = rec.device_seconds;
       s.predicted_speedup = p.predicted_speedup;
       if (rec.usable()) {
@@ -377,12 +366,12 @@ run_result run_one(evaluator& ev, const tuning::planner_policy& policy, const st
   for (const auto& t : in.history) {
     if (t.purpose != "explore" || !t.usable() || !(t.timed_step_time_s < r.noise.mean_step_time_s))
       continue;
-    auto c = canonical(task, t.config);
+    auto c = canonical_configuration(task, t.config);
     if (c == baseline)
       continue;
     bool dup = false;
     for (const auto* q : ranked)
-      dup = dup || canonical(task, q->config) == c;
+      dup = dup || canonical_configuration(task, q->config) == c;
     if (!dup)
       ranked.push_back(&t);
   }

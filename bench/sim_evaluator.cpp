@@ -40,18 +40,6 @@ std::vector<std::string> rendered_args(const tuning::task_spec& task, std::strin
   return args;
 }
 
-/// Canonical form: every knob of the task present (defaults filled in), patches sorted.
-tuning::configuration completed(const tuning::task_spec& task, const tuning::configuration& c) {
-  tuning::configuration out;
-  out.knobs = task.default_assignment();
-  for (const auto& [k, v] : c.knobs)
-    out.knobs[k] = v;
-  out.patches = c.patches;
-  std::sort(out.patches.begin(), out.patches.end());
-  out.patches.erase(std::unique(out.patches.begin(), out.patches.end()), out.patches.end());
-  return out;
-}
-
 std::string join(const std::vector<std::string>& v) {
   std::string out;
   for (const auto& s : v)
@@ -174,7 +162,7 @@ sim_evaluator::kernels_for(const std::vector<std::string>& patches, std::string&
 sim_evaluator::priced sim_evaluator::price(const tuning::configuration& raw) {
   priced p;
   p.gpus = task_gpus_;
-  auto config = completed(task_, raw);
+  auto config = canonical_configuration(task_, raw);
   // Refused before launch: unknown knob or patch, value outside the domain (the launcher's
   // complete_assignment), a broken constraint (contract_violation, as the node-runner reports
   // it), patches that do not apply together.
