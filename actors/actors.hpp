@@ -3,6 +3,7 @@
 /// Behaviours of the six actors (interfaces.hpp) and the supervisor's options. Actors are thin:
 /// they fold what they need from the event log, call tuning/, store/ or adapters/, and reply.
 
+#include <atomic>
 #include <functional>
 #include <optional>
 #include <ostream>
@@ -12,7 +13,8 @@
 #include <caf/all.hpp>
 #include <zmq.hpp>
 
-#include "actors/decisions.hpp"
+#include "decide/decisions.hpp"
+#include "decide/next_step.hpp"
 #include "actors/interfaces.hpp"
 #include "store/event_log.hpp"
 #include "store/experience_bank.hpp"
@@ -22,10 +24,13 @@
 
 namespace infrarsi::actors {
 
+struct fold_state;
+struct supervisor_state;
 
-/// planner: folds the run and calls tuning::seeded_local_search.
-planner_actor::behavior_type planner(planner_actor::pointer self, const store::event_log* log,
-                                     const tuning::task_spec* task);
+
+/// planner: folds the run incrementally and calls the run's policy (decide::proposal_doc).
+planner_actor::behavior_type planner(planner_actor::stateful_pointer<fold_state> self,
+                                     const store::event_log* log, const tuning::task_spec* task);
 
 /// The offline knowledge base's priors for `task`: `dir`/<task knowledge>.toml, else
 /// `dir`/default.toml, else none; values typed by the task's knobs, entries naming unknown knobs,
@@ -38,47 +43,98 @@ llm_proposer_actor::behavior_type llm_proposer(llm_proposer_actor::pointer self,
                                                const tuning::task_spec* task,
                                                std::string knowledge_dir);
 
-/// verifier: contract checks, noise calibration and the promotion test.
-verifier_actor::behavior_type verifier(verifier_actor::pointer self, const store::event_log* log,
+/// verifier: contract checks, noise calibration and the promotion test, over an incremental fold.
+verifier_actor::behavior_type verifier(verifier_actor::stateful_pointer<fold_state> self,
+                                       const store::event_log* log,
                                        const tuning::task_spec* task);
 
-/// node-runner client: the ZeroMQ DEALER end of the bridge (runtime/node_bridge.hpp). Spawn
+/// node-runner client: the ZeroMQ DEALER end of the bridge (adapters/node_bridge.hpp). Spawn
 /// detached: the socket stays on the actor's own thread. Stale replies (for an attempt other
-/// than the one awaited) go to `stale_to` as (stale_atom, trial_result_msg).
+/// than the one awaited) go to `stale_to` as (stale_atom, trial_result_msg). A wait ends early
+/// (errc::interrupted) once `cancel` is set.
 node_runner_actor::behavior_type node_runner(node_runner_actor::pointer self,
                                              zmq::context_t* ctx, std::string endpoint,
-                                             std::string run_id, caf::actor stale_to);
+                                             std::string run_id, caf::actor stale_to,
+                                             const std::atomic<bool>* cancel);
 
 /// experience-curator over an experience_bank.
 curator_actor::behavior_type curator(curator_actor::pointer self, store::experience_bank* bank);
 
+/// A run projection that catches up with the log on every request (each event folded once).
+struct fold_state {
+  static inline const char* name = "fold";
+  std::optional<store::run_projection> fold;
+  /// Folds the events of `run_id` not yet seen, up to the first `upto` events of the stream
+  /// (all of them when unset). Errors from the log pass through.
+  caf::expected<const store::run_state*> catch_up(const store::event_log& log,
+                                                  const std::string& run_id,
+                                                  std::optional<std::uint64_t> upto = {});
+};
+
 /// What the supervisor needs to run one tuning run.
 struct supervisor_options {
+  /// The run's task: parsed from the file for a new run, from the log's ContractLocked
+  /// "task_toml" for a resumed one (runtime/tune.cpp).
   const tuning::task_spec* task = nullptr;
   store::event_log* log = nullptr;
   store::experience_bank* bank = nullptr;
   zmq::context_t* zmq_context = nullptr;
-  /// Endpoint of the node-runner (inproc://... in embedded mode).
-  std::string node_endpoint;
+  /// Endpoints of the node-runners, one per node slot (tcp://127.0.0.1:PORT or ipc://... in
+  /// embedded mode; the same bridge a remote node uses).
+  std::vector<std::string> node_endpoints;
   std::string run_id;
   /// Directory for the run's files (report, applied changes).
   std::string run_dir;
   std::string knowledge_dir;
   std::uint64_t seed = 0;
-  /// Overrides budget.trials (and the budget logged at init, on a resumed run) when set.
+  /// Search trials of a new run (logged at init; a resume keeps the logged budget).
   std::optional<std::uint32_t> trials;
+  /// The task file's text, logged at init (ContractLocked "task_toml") so the log is
+  /// self-contained.
+  std::string task_text;
   /// Last stage to run ("apply" = all).
   std::string until = "apply";
   /// Progress lines (one per trial) go here.
   std::ostream* progress = nullptr;
   /// When set, "SEQUENCE KIND\n" is written and flushed here after every acknowledged append.
   std::ostream* append_trace = nullptr;
+  /// Set by the runtime when the run is interrupted: node-runner waits end at once.
+  const std::atomic<bool>* cancel = nullptr;
+  /// Receives (std::string summary, int exit status) when the run ends.
+  caf::actor reply_to;
 };
 
-/// The supervisor: the run's stage machine init -> doctor -> run -> report -> apply. Runs on its
-/// own thread (spawn detached); spawns, monitors and restarts the other actors; appends every
-/// event before acting on it. Sends (std::string summary, int exit status) to `reply_to` at the
-/// end.
-void supervisor(caf::blocking_actor* self, supervisor_options opts, caf::actor reply_to);
+/// The supervisor: the run's stage machine init -> doctor -> run -> report -> apply, as an
+/// event-based actor over one node-runner per endpoint. Each handler appends its events, folds
+/// them into its projection, calls decide::next_step and acts with request(...).then(...).
+supervisor_actor::behavior_type supervisor(
+  supervisor_actor::stateful_pointer<supervisor_state> self, supervisor_options opts);
+
+/// One node slot of the supervisor: a node-runner client and the attempt it runs.
+struct node_slot {
+  node_runner_actor handle;
+  std::string endpoint;
+  bool busy = false;
+  decide::attempt_id running{0, 0};
+};
+
+/// The supervisor's state: nothing that is not derivable from the log except what it has
+/// asked for and not yet been answered (decide::outstanding) and its node slots.
+struct supervisor_state {
+  static inline const char* name = "supervisor";
+  supervisor_options o;
+  /// The run folded up to the log's version (each appended event folded once).
+  std::optional<store::run_projection> fold;
+  std::uint64_t version = 0;
+  decide::outstanding busy;
+  std::vector<node_slot> nodes;
+  bool wall_clock_expired = false;
+  /// The run has ended (reply sent); later answers are dropped.
+  bool ended = false;
+  planner_actor planner;
+  verifier_actor verifier;
+  llm_proposer_actor llm;
+  curator_actor curator;
+};
 
 } // namespace infrarsi::actors

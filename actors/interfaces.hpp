@@ -4,7 +4,8 @@
 /// JSON documents (the same bytes the supervisor appends to the event log, so replay can
 /// byte-compare them); trials travel as FlatBuffers messages (messages/type_ids.hpp).
 /// Actors hold no state that is not derivable from the event log: each request names the run,
-/// and the actor folds what it needs from the log.
+/// and the actor folds what it needs from the log — incrementally, each event once (a
+/// store::run_projection that records how far it has read).
 
 #include <cstdint>
 #include <string>
@@ -26,6 +27,9 @@ using run_atom = caf::atom_constant<caf::atom("run")>;
 using seeds_atom = caf::atom_constant<caf::atom("seeds")>;
 using ingest_atom = caf::atom_constant<caf::atom("ingest")>;
 using stale_atom = caf::atom_constant<caf::atom("stale")>;
+using advance_atom = caf::atom_constant<caf::atom("advance")>;
+using interrupt_atom = caf::atom_constant<caf::atom("interrupt")>;
+using deadline_atom = caf::atom_constant<caf::atom("deadline")>;
 constexpr propose_atom propose_atom_v{};
 constexpr priors_atom priors_atom_v{};
 constexpr check_atom check_atom_v{};
@@ -35,12 +39,16 @@ constexpr run_atom run_atom_v{};
 constexpr seeds_atom seeds_atom_v{};
 constexpr ingest_atom ingest_atom_v{};
 constexpr stale_atom stale_atom_v{};
+constexpr advance_atom advance_atom_v{};
+constexpr interrupt_atom interrupt_atom_v{};
+constexpr deadline_atom deadline_atom_v{};
 
 /// planner: the search.
 using planner_actor = caf::typed_actor<
-  /// (run id, n) -> proposals document {"policy", "proposals": [{config, predicted_speedup,
-  /// reason}]}, folded from the run's events.
-  caf::replies_to<propose_atom, std::string, std::uint32_t>::with<std::string>>;
+  /// (run id, n, version) -> proposals document {"policy", "proposals": [{config,
+  /// predicted_speedup, reason}]} from the run's first `version` events exactly (events appended
+  /// while it plans are not seen; ProposalsMade records the version, so replay recomputes it).
+  caf::replies_to<propose_atom, std::string, std::uint32_t, std::uint64_t>::with<std::string>>;
 
 /// llm-proposer: priors per setting and patch (offline knowledge base backend).
 using llm_proposer_actor = caf::typed_actor<
@@ -64,6 +72,19 @@ using verifier_actor = caf::typed_actor<
 using node_runner_actor = caf::typed_actor<
   /// (spec) -> result; errors: the node vanished (trial lost) or the bridge failed.
   caf::replies_to<run_atom, messages::trial_spec_msg>::with<messages::trial_result_msg>>;
+
+/// supervisor: one run's stage machine over N node-runners (actors/supervisor.cpp). It starts by
+/// itself when spawned and sends (std::string summary, int exit status) to its `reply_to` when
+/// the run ends, fails or is interrupted.
+using supervisor_actor = caf::typed_actor<
+  /// (advance): take every step decide::next_step allows now (sent to itself).
+  caf::reacts_to<advance_atom>,
+  /// (interrupt, signal number): stop dispatching, log RunInterrupted, end with 128 + signal.
+  caf::reacts_to<interrupt_atom, int>,
+  /// (deadline): the search stage's wall-clock limit has passed (a delayed message to itself).
+  caf::reacts_to<deadline_atom>,
+  /// (stale, result): a late result for an attempt already given up (logged TrialResultStale).
+  caf::reacts_to<stale_atom, messages::trial_result_msg>>;
 
 /// experience-curator: the experience bank.
 using curator_actor = caf::typed_actor<

@@ -12,6 +12,8 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <sstream>
 
 #include "messages/errc.hpp"
@@ -24,6 +26,27 @@ namespace {
 
 std::string errno_text(int err) {
   return std::string{std::strerror(err)};
+}
+
+/// The process-wide registry of live trial process groups (signal_all_groups).
+struct group_registry {
+  std::mutex mutex;
+  std::set<pid_t> groups;
+};
+
+group_registry& registry() {
+  static group_registry r; // constructed on first use, thread-safe (C++11 statics)
+  return r;
+}
+
+/// Drops the groups of `r` that have no process left; `r.mutex` must be held.
+void prune_dead_groups(group_registry& r) {
+  for (auto it = r.groups.begin(); it != r.groups.end();) {
+    if (::kill(-*it, 0) != 0 && errno == ESRCH)
+      it = r.groups.erase(it);
+    else
+      ++it;
+  }
 }
 
 } // namespace
@@ -83,6 +106,12 @@ caf::expected<child_process> spawn(const spawn_request& req) {
     return make_error(errc::io_error, "spawn: pipe: " + errno_text(errno));
   }
   const char* workdir = req.workdir.empty() ? nullptr : req.workdir.c_str();
+  // With registration, the registry's lock is held across fork until the group is recorded, so
+  // a concurrent signal_all_groups() either runs before the child exists or sees its group.
+  // The child never touches the lock.
+  std::unique_lock<std::mutex> registry_lock;
+  if (req.register_group)
+    registry_lock = std::unique_lock<std::mutex>{registry().mutex};
   pid_t pid = ::fork();
   if (pid < 0) {
     for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1], exec_pipe[0],
@@ -114,6 +143,10 @@ caf::expected<child_process> spawn(const spawn_request& req) {
   }
   // Parent. Also set the group here, so it exists before we might signal it.
   ::setpgid(pid, pid);
+  if (req.register_group) {
+    registry().groups.insert(pid);
+    registry_lock.unlock();
+  }
   ::close(out_pipe[1]);
   ::close(err_pipe[1]);
   ::close(exec_pipe[1]);
@@ -124,6 +157,8 @@ caf::expected<child_process> spawn(const spawn_request& req) {
   } while (n < 0 && errno == EINTR);
   ::close(exec_pipe[0]);
   if (n == static_cast<ssize_t>(sizeof child_errno)) {
+    if (req.register_group)
+      unregister_group(pid); // before the reap, after which the id may be reused
     int status = 0;
     ::waitpid(pid, &status, 0);
     ::close(out_pipe[0]);
@@ -196,6 +231,36 @@ std::uint64_t group_rss_bytes(pid_t pgid) {
 void signal_group(pid_t pgid, int sig) {
   if (pgid > 1)
     ::kill(-pgid, sig); // ESRCH: already gone, nothing to do
+}
+
+std::size_t signal_all_groups(int sig) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock{r.mutex};
+  std::size_t signalled = 0;
+  for (auto it = r.groups.begin(); it != r.groups.end();) {
+    if (::kill(-*it, sig) == 0) {
+      ++signalled;
+      ++it;
+    } else if (errno == ESRCH) {
+      it = r.groups.erase(it); // nothing of the group is left
+    } else {
+      ++it; // EPERM/EINVAL: not ours to judge; the launcher still owns it
+    }
+  }
+  return signalled;
+}
+
+std::size_t live_group_count() {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock{r.mutex};
+  prune_dead_groups(r);
+  return r.groups.size();
+}
+
+void unregister_group(pid_t pgid) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock{r.mutex};
+  r.groups.erase(pgid);
 }
 
 std::map<std::string, std::string> current_environment() {

@@ -337,6 +337,11 @@ struct supervisor {
         signal_group(r.pid, SIGKILL);
         ::usleep(20'000);
       }
+    // Every leader is reaped here; a group with no member left leaves the registry of live
+    // trial groups (one that still has an unkillable member stays until it is gone).
+    for (auto& r : ranks)
+      if (!r.running && group_members(r.pid).empty())
+        unregister_group(r.pid);
   }
 };
 
@@ -594,6 +599,7 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
       rank_vars["rank"] = std::to_string(rank);
     spawn_request sreq;
     sreq.workdir = report.workdir;
+    sreq.register_group = true; // signal_all_groups() reaches it; unregistered by loop()
     for (const auto& a : task.workload.argv) {
       auto rendered = tuning::render_template(a, rank_vars, why);
       if (!rendered)

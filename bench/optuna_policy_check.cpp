@@ -29,7 +29,7 @@
 
 #include "bench/optuna_policy.hpp"
 #include "messages/errc.hpp"
-#include "runtime/task_file.hpp"
+#include "adapters/task_file.hpp"
 #include "tuning/planner.hpp"
 
 namespace {
@@ -137,7 +137,7 @@ int run(int argc, char** argv) {
       argc > 1 ? argv[1] : INFRARSI_SOURCE_DIR "/config/tasks/sim-dense-1node.toml";
   std::string script = argc > 2 ? argv[2] : INFRARSI_SOURCE_DIR "/bench/optuna_tpe.py";
   std::string python = argc > 3 ? argv[3] : "/usr/bin/python3";
-  auto loaded = runtime::load_task_file(task_path);
+  auto loaded = adapters::load_task_file(task_path);
   if (!loaded) {
     std::cerr << "infrarsi_optuna_check: " << describe(loaded.error()) << "\n";
     return 2;

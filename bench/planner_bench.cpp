@@ -21,7 +21,7 @@
 
 #include "bench/sim_evaluator.hpp"
 #include "messages/errc.hpp"
-#include "runtime/task_file.hpp"
+#include "adapters/task_file.hpp"
 #include "tuning/planner.hpp"
 
 namespace {
@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
     else
       args.push_back(argv[i]);
   }
-  auto task = runtime::load_task_file(g_task);
+  auto task = adapters::load_task_file(g_task);
   if (!task) {
     std::cerr << "infrarsi_planner_bench: " << g_task << ": " << infrarsi::describe(task.error()) << "\n";
     return 2;

@@ -10,7 +10,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "actors/decisions.hpp"
+#include "decide/decisions.hpp"
 #include "adapters/environment.hpp"
 #include "adapters/trial_launcher.hpp"
 #include "bench/sim_evaluator.hpp"
@@ -266,14 +266,14 @@ void real_evaluator::fold_document(std::uint16_t kind, const std::string& schema
 }
 
 void real_evaluator::verify(std::uint64_t trial_id, std::uint32_t attempt) {
-  auto verdict = actors::check_doc(task_, projection_->state(), trial_id, attempt);
+  auto verdict = decide::check_doc(task_, projection_->state(), trial_id, attempt);
   if (!verdict)
     throw std::runtime_error("verifier: " + describe(verdict.error()));
   fold_document(static_cast<std::uint16_t>(wire::EventKind::TrialVerified), "verdict/1", *verdict);
 }
 
 void real_evaluator::calibrate() {
-  auto doc = actors::calibrate_doc(task_, projection_->state());
+  auto doc = decide::calibrate_doc(task_, projection_->state());
   auto j = nlohmann::json::parse(doc);
   if (j.contains("error"))
     throw std::runtime_error("task '" + task_.name + "': the loss reference cannot be made: " +

@@ -14,9 +14,9 @@
 ///     projection (store::run_projection), so the record holds what the event log would;
 ///  3. the doctor: when the run's `reference_baselines`-th trial of purpose "baseline" has
 ///     ended (or before the first trial of another purpose, from the baselines there are), the
-///     verifier's calibration (actors::calibrate_doc: tuning::make_loss_reference over those
+///     verifier's calibration (decide::calibrate_doc: tuning::make_loss_reference over those
 ///     baselines) is folded as BaselineCalibrated;
-///  4. the verifier's verdict (actors::check_doc: tuning::check_contract against that reference)
+///  4. the verifier's verdict (decide::check_doc: tuning::check_contract against that reference)
 ///     is folded as TrialVerified. Baselines that end before the reference exists are judged on
 ///     everything but the loss (work, timing window, clocks); their loss is the reference.
 /// Step times are this machine's wall-clock seconds; device-seconds are the launcher's (wall

@@ -48,7 +48,7 @@
 #include "bench/real_evaluator.hpp"
 #include "bench/sim_evaluator.hpp"
 #include "messages/errc.hpp"
-#include "runtime/task_file.hpp"
+#include "adapters/task_file.hpp"
 #include "tuning/planner.hpp"
 #include "tuning/priors.hpp"
 #include "tuning/stats.hpp"
@@ -764,7 +764,7 @@ int measure_grid_main(const options& o, int argc, char** argv) {
   }
   for (const auto& arg : split_list(o.tasks)) {
     auto path = task_path(arg);
-    auto t = runtime::load_task_file(path);
+    auto t = adapters::load_task_file(path);
     if (!t) {
       std::cerr << "infrarsi_search_quality: --tasks: '" << arg << "': " << describe(t.error())
                 << "\n";
@@ -957,7 +957,7 @@ int main_impl(int argc, char** argv) {
   std::vector<task_info> tasks;
   for (const auto& arg : task_args) {
     auto path = task_path(arg);
-    auto t = runtime::load_task_file(path);
+    auto t = adapters::load_task_file(path);
     if (!t) {
       std::cerr << "infrarsi_search_quality: --tasks: '" << arg << "': " << describe(t.error())
                 << "\n";

@@ -306,7 +306,11 @@ event_payload event_payload_of(std::uint16_t kind) noexcept {
     case wire::EventKind::CandidateReverified:
     case wire::EventKind::CandidatePromoted:
     case wire::EventKind::ReportWritten:
-    case wire::EventKind::ChangesApplied: return event_payload::document;
+    case wire::EventKind::ChangesApplied:
+    case wire::EventKind::ProposalsMade:
+    case wire::EventKind::SearchStopped:
+    case wire::EventKind::RunInterrupted:
+    case wire::EventKind::ApplyStarted: return event_payload::document;
     default: return event_payload::none;
   }
 }

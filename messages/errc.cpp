@@ -17,6 +17,7 @@ const char* to_string(errc code) noexcept {
     case errc::store_locked: return "store_locked";
     case errc::not_permitted: return "not_permitted";
     case errc::unknown_kind: return "unknown_kind";
+    case errc::interrupted: return "interrupted";
   }
   return "unknown_error_code";
 }

@@ -36,6 +36,8 @@ enum class errc : std::uint8_t {
   not_permitted = 8,
   /// The message or event kind is not known to this build.
   unknown_kind = 9,
+  /// The operation was cancelled (the run was interrupted by a signal).
+  interrupted = 10,
 };
 
 /// Category atom of every infrarsi error (at most 10 characters, as CAF atoms must be).

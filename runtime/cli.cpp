@@ -18,13 +18,16 @@
 
 #include "adapters/trial_launcher.hpp"
 #include "messages/json.hpp"
-#include "runtime/task_file.hpp"
+#include "adapters/task_file.hpp"
 #include "runtime/replay.hpp"
 #include "runtime/store_paths.hpp"
 #include "runtime/tune.hpp"
 #include "store/rocksdb_event_log.hpp"
 
 namespace infrarsi::runtime {
+
+using adapters::load_task_file;
+using adapters::parse_byte_size;
 
 namespace {
 
@@ -369,7 +372,12 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     "tune", "Run all five stages on TASK: init (lock scope and contract), doctor (baseline "
             "and noise), run (search, verify, re-verify, promote), report, apply.\n"
             "One progress line per trial on stderr; the summary on stdout. The event log, "
-            "experience bank, trial logs and report live under the store directory.");
+            "experience bank, trial logs and report live under the store directory.\n"
+            "--nodes N runs N node-runners (each behind its own ZeroMQ endpoint) and keeps N "
+            "trials in flight; give each slot its share of the machine with --slot-env and "
+            "--slot-cpus (docs/tune.md \"Node slots\").\n"
+            "Ctrl-C or SIGTERM stops dispatching, ends every running trial's processes, logs the "
+            "interruption and exits 130 / 143; resume with --run. A second signal exits at once.");
   tune_cmd->add_option("TASK", tune.task_path, "Task file (TOML; docs/task-contract.md)")
     ->required();
   tune_cmd->add_option("--store", tune.store_dir, "Store directory (default: .infrarsi/ beside TASK)");
@@ -379,6 +387,15 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     "--trials", tune_trials,
     "Search trials (default: the task's budget.trials; on --run, the budget the run started with)");
   tune_cmd->add_option("--run", tune.run_id, "Continue this run id instead of starting a new one");
+  tune_cmd->add_option("--nodes", tune.nodes,
+                       "Node slots: trials in flight at a time, one node-runner each (default 1)")
+    ->check(CLI::Range(1, 256));
+  tune_cmd->add_option("--slot-env", tune.slot_env,
+                       "Environment of one node slot, K=V with ';' between variables (repeat "
+                       "once per slot, in slot order), e.g. --slot-env 'CUDA_VISIBLE_DEVICES=0,1' "
+                       "--slot-env 'CUDA_VISIBLE_DEVICES=2,3'");
+  tune_cmd->add_option("--slot-cpus", tune.slot_cpus,
+                       "CPU cores of one node slot for taskset -c, e.g. 0-1 (repeat once per slot)");
   tune_cmd->add_option("--until", tune.until, "Stop after this stage")
     ->check(CLI::IsMember({"init", "doctor", "run", "report", "apply"}))
     ->capture_default_str();

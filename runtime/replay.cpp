@@ -1,15 +1,17 @@
 #include "runtime/replay.hpp"
 
+#include <algorithm>
+#include <optional>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "actors/decisions.hpp"
+#include "decide/decisions.hpp"
 #include "adapters/environment.hpp"
 #include "messages/codec.hpp"
 #include "messages/errc.hpp"
 #include "runtime/store_paths.hpp"
-#include "runtime/task_file.hpp"
+#include "adapters/task_file.hpp"
 #include "store/rocksdb_event_log.hpp"
 #include "store/run_projection.hpp"
 
@@ -58,11 +60,51 @@ public:
       case wire::EventKind::ContractLocked: {
         auto j = nlohmann::json::parse(document_text(ev), nullptr, false);
         std::string logged = j.is_object() && j.contains("contract") ? j["contract"].dump() : "";
-        if (!same("contract", logged, actors::contract_json(task_).dump()) && j.is_object())
-          r.decision += ": the task's " + actors::contract_changes(j.value("contract",
+        if (!same("contract", logged, decide::contract_json(task_).dump()) && j.is_object())
+          r.decision += ": the task's " + decide::contract_changes(j.value("contract",
                                                                          nlohmann::json::object()),
                                                                  task_);
         return !r.diverged;
+      }
+      case wire::EventKind::ProposalsMade: {
+        auto j = nlohmann::json::parse(document_text(ev), nullptr, false);
+        if (!j.is_object() || !j.contains("planner"))
+          return diverge("proposal batch", document_text(ev), "a proposals document");
+        auto n = j.value("n", 1u);
+        // The planner saw the run's first `at` events (results may have been logged while it
+        // planned): recomputed from exactly those.
+        const store::run_state* seen = &state;
+        if (j.contains("at") && j["at"].is_number_unsigned() && events_ != nullptr) {
+          auto at = std::min<std::uint64_t>(j["at"].get<std::uint64_t>(), ev.sequence);
+          if (at < lag_next_)
+            lag_.emplace(state.run_id), lag_next_ = 0;
+          if (!lag_)
+            lag_.emplace(state.run_id);
+          for (; lag_next_ < at; ++lag_next_)
+            lag_->apply((*events_)[lag_next_]);
+          seen = &lag_->state();
+        }
+        auto recomputed = nlohmann::json::parse(decide::proposal_doc(task_, *seen, n));
+        return same("proposal batch", j["planner"].dump(), recomputed.dump());
+      }
+      case wire::EventKind::SearchStopped: {
+        auto j = nlohmann::json::parse(document_text(ev), nullptr, false);
+        auto reason = j.is_object() ? j.value("reason", "") : "";
+        auto budget = decide::budget_of(task_, state).trials;
+        auto explored = decide::search_trials(state);
+        if (reason == "budget")
+          return explored >= budget
+                   ? (++r.reproduced, true)
+                   : diverge("search stop", document_text(ev),
+                             std::to_string(explored) + " of " + std::to_string(budget)
+                               + " search trials: the budget is not spent");
+        if (reason == "policy") {
+          bool empty = state.last_proposals && (*state.last_proposals)["planner"]["proposals"].empty();
+          return empty ? (++r.reproduced, true)
+                       : diverge("search stop", document_text(ev),
+                                 "the last proposal batch was not empty");
+        }
+        return true; // wall clock: a fact from outside, not a decision
       }
       case wire::EventKind::TrialProposed: {
         auto spec = messages::trial_spec_msg::decode(ev.payload);
@@ -74,44 +116,65 @@ public:
           known = known || t.trial_id == id;
         if ((*spec)->attempt() > 0 || known)
           return true; // a re-queue of an existing trial, not a new decision
+        tuning::trial_record logged_trial; // its purpose, as the projection reads it
+        {
+          store::run_projection one{state.run_id};
+          one.apply(ev);
+          if (!one.state().trials.empty())
+            logged_trial = one.state().trials.front();
+        }
         auto config = store::configuration_of(**spec);
-        std::string purpose = (*spec)->purpose() != nullptr ? (*spec)->purpose()->str() : "";
+        const auto purpose = tuning::purpose_text(logged_trial);
         std::string logged = "trial " + std::to_string(id) + " " + purpose + " " + config.key();
-        std::string want_purpose = purpose;
         tuning::configuration want;
-        if (purpose == "explore") {
-          auto doc = nlohmann::json::parse(actors::proposal_doc(task_, state, 1));
-          if (doc["proposals"].empty())
-            return diverge("proposal", logged, "no proposal (search space exhausted)");
-          if (auto c = store::configuration_from_json(doc["proposals"][0]["config"]))
-            want = *c;
-        } else if (purpose == "baseline" || purpose.rfind("verify-baseline/", 0) == 0) {
-          want = tuning::baseline_configuration(task_);
-        } else if (purpose.rfind("verify-candidate/", 0) == 0) {
-          auto rest = purpose.substr(std::string{"verify-candidate/"}.size());
-          auto candidate = std::stoull(rest.substr(0, rest.find('#')));
-          want_purpose = purpose;
-          bool picked = false;
-          for (const auto& [cid, c] : actors::reverify_candidates(task_, state))
-            if (cid == candidate) {
-              want = c;
-              picked = true;
+        switch (logged_trial.kind) {
+          case tuning::purpose_kind::explore: {
+            if (state.last_proposals) {
+              const auto& list = (*state.last_proposals)["planner"]["proposals"];
+              if (state.proposals_taken >= list.size())
+                return diverge("proposal", logged,
+                               "no proposal left in the last batch of "
+                                 + std::to_string(list.size()));
+              if (auto c = store::configuration_from_json(list[state.proposals_taken]["config"]))
+                want = *c;
+              break;
             }
-          if (!picked)
-            return diverge("proposal", logged,
-                           "trial " + std::to_string(candidate) + " is not a candidate to verify");
+            // Logs written before proposal batches: one proposal before each search trial.
+            auto doc = nlohmann::json::parse(decide::proposal_doc(task_, state, 1));
+            if (doc["proposals"].empty())
+              return diverge("proposal", logged, "no proposal (search space exhausted)");
+            if (auto c = store::configuration_from_json(doc["proposals"][0]["config"]))
+              want = *c;
+            break;
+          }
+          case tuning::purpose_kind::baseline:
+          case tuning::purpose_kind::verify_baseline: want = tuning::baseline_configuration(task_); break;
+          case tuning::purpose_kind::verify_candidate: {
+            bool picked = false;
+            for (const auto& [cid, c] : decide::reverify_candidates(task_, state))
+              if (cid == logged_trial.candidate_trial) {
+                want = c;
+                picked = true;
+              }
+            if (!picked)
+              return diverge("proposal", logged,
+                             "trial " + std::to_string(logged_trial.candidate_trial)
+                               + " is not a candidate to verify");
+            break;
+          }
+          case tuning::purpose_kind::unknown: break;
         }
         return same("proposal", logged,
-                    "trial " + std::to_string(state.next_trial_id()) + " " + want_purpose + " "
+                    "trial " + std::to_string(state.next_trial_id()) + " " + purpose + " "
                       + want.key());
       }
       case wire::EventKind::BaselineCalibrated:
-        return same("calibration", document_text(ev), actors::calibrate_doc(task_, state));
+        return same("calibration", document_text(ev), decide::calibrate_doc(task_, state));
       case wire::EventKind::TrialVerified: {
         auto j = nlohmann::json::parse(document_text(ev), nullptr, false);
         if (!j.is_object())
           return diverge("verdict", document_text(ev), "a verdict document");
-        auto doc = actors::check_doc(task_, state, j.value("trial_id", std::uint64_t{0}),
+        auto doc = decide::check_doc(task_, state, j.value("trial_id", std::uint64_t{0}),
                                      j.value("attempt", 0u));
         return same("verdict", document_text(ev), doc ? *doc : describe(doc.error()));
       }
@@ -119,19 +182,25 @@ public:
         auto j = nlohmann::json::parse(document_text(ev), nullptr, false);
         if (!j.is_object())
           return diverge("reverification", document_text(ev), "a reverification document");
-        auto doc = actors::reverify_doc(state, j.value("candidate_trial", std::uint64_t{0}));
+        auto doc = decide::reverify_doc(state, j.value("candidate_trial", std::uint64_t{0}));
         return same("reverification", document_text(ev), doc ? *doc : describe(doc.error()));
       }
       case wire::EventKind::CandidatePromoted:
         return same("promotion", document_text(ev),
-                    actors::promotion_decision(task_, state).dump());
+                    decide::promotion_decision(task_, state).dump());
       default: return true;
     }
   }
 
   void apply(const store::recorded_event& ev) { fold_.apply(ev); }
 
+  /// The run's events in order (for decisions made on an earlier prefix, ProposalsMade "at").
+  void set_events(const std::vector<store::recorded_event>* events) { events_ = events; }
+
 private:
+  const std::vector<store::recorded_event>* events_ = nullptr;
+  std::optional<store::run_projection> lag_;
+  std::uint64_t lag_next_ = 0;
   const tuning::task_spec& task_;
   store::run_projection fold_;
 };
@@ -142,15 +211,19 @@ caf::expected<replay_result> replay_run(const store::event_log& log, const std::
                                         const tuning::task_spec& task) {
   replay_result r;
   replayer rp{task, run_id};
-  auto err = log.for_each_in_stream(run_id, 0, [&](const store::recorded_event& ev) {
+  std::vector<store::recorded_event> events;
+  if (auto err = log.for_each_in_stream(run_id, 0, [&](const store::recorded_event& ev) {
+        events.push_back(ev);
+        return true;
+      }))
+    return err;
+  rp.set_events(&events);
+  for (const auto& ev : events) {
     ++r.events;
     if (!r.diverged && !rp.check(ev, r))
-      return false; // stop at the first divergence
+      break; // stop at the first divergence
     rp.apply(ev);
-    return true;
-  });
-  if (err)
-    return err;
+  }
   if (r.events == 0)
     return make_error(errc::not_found, "run '" + run_id + "' has no events");
   return r;
@@ -183,21 +256,39 @@ int run_replay(const replay_options& o, std::ostream& out, std::ostream& err) {
     err << "infrarsi replay: run '" << o.run_id << "' not found in '" << events << "'\n";
     return 3;
   }
-  auto task_path = o.task_path.empty() ? state->task_path : o.task_path;
-  auto task = load_task_file(task_path);
-  if (!task) {
-    err << "infrarsi replay: " << describe(task.error())
-        << (o.task_path.empty() ? " (the task file the run recorded; give --task FILE)" : "")
-        << '\n';
-    return 3;
-  }
-  if (state->contract_doc) {
-    auto logged = state->contract_doc->value("task_sha256", std::string{});
-    auto now = adapters::sha256_file(task->source);
-    if (!logged.empty() && now && *now != logged)
-      err << "infrarsi replay: note: " << task->source
-          << " differs from the file the run started with (sha256 " << logged.substr(0, 12)
-          << "... then, " << now->substr(0, 12) << "... now); decisions are checked anyway\n";
+  // The task as logged at init (the log is self-contained); --task, or the recorded path, for
+  // runs logged before the task text was.
+  caf::expected<tuning::task_spec> task = make_error(errc::not_found, "no task");
+  bool from_log = o.task_path.empty() && state->contract_doc
+                  && state->contract_doc->contains("task_toml")
+                  && (*state->contract_doc)["task_toml"].is_string();
+  if (from_log) {
+    task = adapters::load_task_text((*state->contract_doc)["task_toml"].get<std::string>(),
+                                    state->contract_doc->value("task_path", state->task_path));
+    if (!task) {
+      err << "infrarsi replay: the task logged at init does not load: "
+          << describe(task.error()) << '\n';
+      return 3;
+    }
+  } else {
+    auto task_path = o.task_path.empty() ? state->task_path : o.task_path;
+    task = adapters::load_task_file(task_path);
+    if (!task) {
+      err << "infrarsi replay: " << describe(task.error())
+          << (o.task_path.empty() ? " (the task file the run recorded; this run's log predates "
+                                    "logged tasks: give --task FILE)"
+                                  : "")
+          << '\n';
+      return 3;
+    }
+    if (state->contract_doc) {
+      auto logged = state->contract_doc->value("task_sha256", std::string{});
+      auto now = adapters::sha256_file(task->source);
+      if (!logged.empty() && now && *now != logged)
+        err << "infrarsi replay: note: " << task->source
+            << " differs from the file the run started with (sha256 " << logged.substr(0, 12)
+            << "... then, " << now->substr(0, 12) << "... now); decisions are checked anyway\n";
+    }
   }
   auto r = replay_run(**log, o.run_id, *task);
   if (!r) {

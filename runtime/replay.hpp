@@ -2,7 +2,7 @@
 /// @file replay.hpp
 /// `infrarsi replay`: the audit. Folds a run's events in order and, at every logged decision,
 /// recomputes it from the events before it with the same pure functions the actors used
-/// (actors/decisions.hpp), then byte-compares with what was logged. Replay never launches a
+/// (decide/decisions.hpp), then byte-compares with what was logged. Replay never launches a
 /// trial, calls an LLM or contacts a peer: priors, experience seeds and measurements are inputs
 /// read from the log.
 ///

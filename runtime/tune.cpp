@@ -1,6 +1,16 @@
 #include "runtime/tune.hpp"
 
+#include <signal.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <functional>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <random>
+#include <thread>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -11,17 +21,21 @@
 #include <caf/scoped_actor.hpp>
 
 #include "actors/actors.hpp"
-#include "actors/decisions.hpp"
+#include "decide/decisions.hpp"
 #include "adapters/environment.hpp"
-#include "runtime/node_bridge.hpp"
+#include "adapters/node_bridge.hpp"
+#include "adapters/process.hpp"
 #include "runtime/store_paths.hpp"
-#include "runtime/task_file.hpp"
+#include "adapters/task_file.hpp"
 #include "store/rocksdb_event_log.hpp"
 #include "store/run_projection.hpp"
 
 namespace infrarsi::runtime {
 
 namespace fs = std::filesystem;
+using adapters::load_task_file;
+using adapters::load_task_text;
+using adapters::node_server;
 
 namespace {
 
@@ -43,20 +57,189 @@ std::string default_knowledge_dir(const std::string& task_source) {
 
 } // namespace
 
+namespace {
+
+/// Why run `state` cannot be resumed with `task` (the file given now) and `trials` (--trials),
+/// or "" if it can: the run's task, contract, memory capacity, knobs, patches and budget were
+/// locked at init and cannot change.
+std::string resume_refusal(const store::run_state& state, const tuning::task_spec& task,
+                           const std::optional<std::uint32_t>& trials) {
+  const auto& locked = *state.contract_doc;
+  const auto& run_id = state.run_id;
+  auto sig = locked.value("workload_signature", std::string{});
+  auto locked_task = sig.substr(0, sig.find(':'));
+  if (!locked_task.empty() && locked_task != task.name)
+    return "run '" + run_id + "' belongs to task '" + locked_task + "', not '" + task.name + "' ("
+           + task.source + "); resume it with its own task file (" + state.task_path + ")";
+  auto now = decide::contract_json(task);
+  if (adapters::sha256_hex(now.dump()) != locked.value("contract_hash", std::string{})) {
+    auto keys = decide::contract_changes(locked.value("contract", nlohmann::json::object()), task);
+    return task.source + ": the contract differs from the one run '" + run_id
+           + "' locked at init: " + (keys.empty() ? "its hash differs" : keys)
+           + "; a locked contract cannot change (start a new run)";
+  }
+  if (locked.contains("memory_capacity_bytes")
+      && locked.value("memory_capacity_bytes", std::uint64_t{0})
+           != decide::memory_capacity_bytes(task))
+    return task.source + ": the memory capacity (limits."
+           + (task.limits.device_memory_bytes > 0 ? "device_memory_bytes" : "memory_cap_bytes")
+           + " = " + std::to_string(decide::memory_capacity_bytes(task)) + " bytes) differs from the "
+           + std::to_string(locked.value("memory_capacity_bytes", std::uint64_t{0})) + " bytes run '"
+           + run_id + "' locked at init; the planner's memory model depends on it (start a new run)";
+  std::vector<std::string> knobs_then;
+  for (const auto& k : locked.value("knobs", nlohmann::json::array()))
+    knobs_then.push_back(k.value("name", ""));
+  std::vector<std::string> knobs_now;
+  for (const auto& k : task.knobs)
+    knobs_now.push_back(k.name);
+  std::vector<std::string> patches_then;
+  const auto patches_doc = locked.value("patches", nlohmann::json::object());
+  for (auto it = patches_doc.begin(); it != patches_doc.end(); ++it)
+    patches_then.push_back(it.key());
+  std::vector<std::string> patches_now;
+  for (const auto& p : task.patches)
+    patches_now.push_back(p.name);
+  std::sort(patches_then.begin(), patches_then.end());
+  std::sort(patches_now.begin(), patches_now.end());
+  if (knobs_then != knobs_now || patches_then != patches_now)
+    return task.source + ": its knobs or patches differ from those run '" + run_id
+           + "' locked at init (knobs then: " + nlohmann::json(knobs_then).dump()
+           + ", now: " + nlohmann::json(knobs_now).dump() + "; patches then: "
+           + nlohmann::json(patches_then).dump() + ", now: " + nlohmann::json(patches_now).dump()
+           + "); start a new run";
+  auto logged = decide::budget_of(task, state).trials;
+  if (trials && *trials != logged)
+    return "--trials " + std::to_string(*trials) + ": run '" + run_id + "' was started with a "
+           "budget of " + std::to_string(logged) + " search trials, logged at init; a resume "
+           "keeps it (omit --trials, or start a new run)";
+  return {};
+}
+
+/// A new run id: <task>-<UTC time>-<4 random hex digits>, never one the log already holds.
+caf::expected<std::string> new_run_id(const store::event_log& log, const std::string& task_name) {
+  std::random_device rd;
+  for (int tries = 0; tries < 64; ++tries) {
+    char suffix[8];
+    std::snprintf(suffix, sizeof suffix, "%04x", static_cast<unsigned>(rd() & 0xffffu));
+    auto id = task_name + "-" + utc_stamp() + "-" + suffix;
+    auto v = log.version(id);
+    if (!v)
+      return std::move(v.error());
+    if (*v == 0)
+      return id;
+  }
+  return make_error(errc::io_error, "could not pick an unused run id");
+}
+
+/// "K=V;K2=V2" -> {K: V, K2: V2}. Error: errc::invalid_argument naming the entry.
+caf::expected<std::map<std::string, std::string>> parse_slot_env(const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    auto end = text.find(';', at);
+    auto item = text.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    if (!item.empty()) {
+      auto eq = item.find('=');
+      if (eq == std::string::npos || eq == 0)
+        return make_error(errc::invalid_argument,
+                          "--slot-env '" + text + "': expected K=V entries separated by ';', got '"
+                            + item + "'");
+      out[item.substr(0, eq)] = item.substr(eq + 1);
+    }
+    if (end == std::string::npos)
+      break;
+    at = end + 1;
+  }
+  return out;
+}
+
+/// SIGINT and SIGTERM, blocked in every thread while a run is in progress and taken by one
+/// thread with sigtimedwait: the first is sent to the supervisor, a second kills every trial's
+/// process group and exits at once.
+class signal_guard {
+public:
+  signal_guard() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set_, &old_);
+  }
+  ~signal_guard() {
+    stop_ = true;
+    if (thread_.joinable())
+      thread_.join();
+    // A signal that arrived after the run ended is dropped, not delivered on unblocking.
+    timespec zero{0, 0};
+    while (sigtimedwait(&set_, nullptr, &zero) > 0) {
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  signal_guard(const signal_guard&) = delete;
+  signal_guard& operator=(const signal_guard&) = delete;
+
+  /// Starts the waiting thread; `on_first(signal)` runs on it for the first signal.
+  void start(std::function<void(int)> on_first, std::ostream& err) {
+    thread_ = std::thread{[this, on_first = std::move(on_first), &err] {
+      int seen = 0;
+      while (!stop_) {
+        timespec tick{0, 200'000'000};
+        int sig = sigtimedwait(&set_, nullptr, &tick);
+        if (sig <= 0)
+          continue;
+        if (++seen == 1) {
+          err << "\ninfrarsi tune: " << (sig == SIGINT ? "SIGINT" : "SIGTERM")
+              << ": stopping — no new trials, ending the running ones (a second signal exits at "
+                 "once)"
+              << std::endl;
+          on_first(sig);
+        } else {
+          auto killed = adapters::signal_all_groups(SIGKILL);
+          err << "\ninfrarsi tune: second signal: killed " << killed
+              << " trial process group(s); exiting now" << std::endl;
+          std::_Exit(128 + sig);
+        }
+      }
+    }};
+  }
+
+private:
+  sigset_t set_{};
+  sigset_t old_{};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+} // namespace
+
 int run_tune(const tune_options& o, std::ostream& out, std::ostream& err) {
-  auto task = load_task_file(o.task_path);
-  if (!task) {
-    err << "infrarsi tune: " << describe(task.error()) << '\n';
+  auto file_task = load_task_file(o.task_path);
+  if (!file_task) {
+    err << "infrarsi tune: " << describe(file_task.error()) << '\n';
     return 1;
   }
   auto store_dir = o.store_dir.empty()
-                     ? (fs::path{task->source}.parent_path() / ".infrarsi").string()
+                     ? (fs::path{file_task->source}.parent_path() / ".infrarsi").string()
                      : o.store_dir;
   std::error_code ec;
   fs::create_directories(store_dir, ec);
   if (ec) {
     err << "infrarsi tune: cannot create store '" << store_dir << "': " << ec.message() << '\n';
     return 1;
+  }
+  if (o.slot_env.size() > o.nodes || o.slot_cpus.size() > o.nodes) {
+    err << "infrarsi tune: " << std::max(o.slot_env.size(), o.slot_cpus.size())
+        << " --slot-env/--slot-cpus entries for --nodes " << o.nodes
+        << "; give at most one per node slot\n";
+    return 1;
+  }
+  std::vector<std::map<std::string, std::string>> slot_env(o.nodes);
+  for (std::size_t i = 0; i < o.slot_env.size(); ++i) {
+    auto env = parse_slot_env(o.slot_env[i]);
+    if (!env) {
+      err << "infrarsi tune: " << describe(env.error()) << '\n';
+      return 1;
+    }
+    slot_env[i] = std::move(*env);
   }
   store::rocksdb_event_log_options log_opts;
   log_opts.sync_writes = true;
@@ -75,12 +258,24 @@ int run_tune(const tune_options& o, std::ostream& out, std::ostream& err) {
     err << "infrarsi tune: " << describe(bank.error()) << '\n';
     return 1;
   }
-  std::string run_id = o.run_id.empty() ? task->name + "-" + utc_stamp() : o.run_id;
+  std::string run_id = o.run_id;
+  if (run_id.empty()) {
+    auto fresh = new_run_id(**log, file_task->name);
+    if (!fresh) {
+      err << "infrarsi tune: " << describe(fresh.error()) << '\n';
+      return 1;
+    }
+    run_id = *fresh;
+  }
   if (auto bad = store::validate_run_id(run_id)) {
     err << "infrarsi tune: " << describe(bad) << '\n';
     return 1;
   }
-  std::uint64_t seed = o.seed.value_or(task->budget.seed);
+  std::uint64_t seed = o.seed.value_or(file_task->budget.seed);
+  // The task decisions use: the file's for a new run; for a resumed one, the text logged at
+  // init (the log is self-contained; the file must still carry the same contract).
+  std::optional<tuning::task_spec> task;
+  std::string task_text;
   if (!o.run_id.empty()) {
     auto state = store::load_run(**log, run_id);
     if (!state) {
@@ -93,89 +288,51 @@ int run_tune(const tune_options& o, std::ostream& out, std::ostream& err) {
       return 1;
     }
     seed = state->seed;
-    // The run's contract was locked at init: a resume must use the same task and contract.
     if (state->contract_doc) {
+      if (auto refusal = resume_refusal(*state, *file_task, o.trials); !refusal.empty()) {
+        err << "infrarsi tune: " << refusal << '\n';
+        return 1;
+      }
       const auto& locked = *state->contract_doc;
-      auto sig = locked.value("workload_signature", std::string{});
-      auto locked_task = sig.substr(0, sig.find(':'));
-      if (!locked_task.empty() && locked_task != task->name) {
-        err << "infrarsi tune: run '" << run_id << "' belongs to task '" << locked_task << "', not '"
-            << task->name << "' (" << task->source << "); resume it with its own task file ("
-            << state->task_path << ")\n";
-        return 1;
-      }
-      auto now = actors::contract_json(*task);
-      if (adapters::sha256_hex(now.dump()) != locked.value("contract_hash", std::string{})) {
-        auto keys = actors::contract_changes(locked.value("contract", nlohmann::json::object()),
-                                             *task);
-        err << "infrarsi tune: " << task->source << ": the contract differs from the one run '"
-            << run_id << "' locked at init: " << (keys.empty() ? "its hash differs" : keys)
-            << "; a locked contract cannot change (start a new run)\n";
-        return 1;
-      }
-      if (locked.contains("memory_capacity_bytes")
-          && locked.value("memory_capacity_bytes", std::uint64_t{0})
-               != actors::memory_capacity_bytes(*task)) {
-        err << "infrarsi tune: " << task->source << ": the memory capacity (limits."
-            << (task->limits.device_memory_bytes > 0 ? "device_memory_bytes" : "memory_cap_bytes")
-            << " = " << actors::memory_capacity_bytes(*task) << " bytes) differs from the "
-            << locked.value("memory_capacity_bytes", std::uint64_t{0}) << " bytes run '" << run_id
-            << "' locked at init; the planner's memory model depends on it (start a new run)\n";
-        return 1;
-      }
-      std::vector<std::string> knobs_then;
-      for (const auto& k : locked.value("knobs", nlohmann::json::array()))
-        knobs_then.push_back(k.value("name", ""));
-      std::vector<std::string> knobs_now;
-      for (const auto& k : task->knobs)
-        knobs_now.push_back(k.name);
-      std::vector<std::string> patches_then;
-      const auto patches_doc = locked.value("patches", nlohmann::json::object());
-      for (auto it = patches_doc.begin(); it != patches_doc.end(); ++it)
-        patches_then.push_back(it.key());
-      std::vector<std::string> patches_now;
-      for (const auto& p : task->patches)
-        patches_now.push_back(p.name);
-      std::sort(patches_then.begin(), patches_then.end());
-      std::sort(patches_now.begin(), patches_now.end());
-      if (knobs_then != knobs_now || patches_then != patches_now) {
-        err << "infrarsi tune: " << task->source << ": its knobs or patches differ from those run '"
-            << run_id << "' locked at init (knobs then: " << nlohmann::json(knobs_then).dump()
-            << ", now: " << nlohmann::json(knobs_now).dump() << "; patches then: "
-            << nlohmann::json(patches_then).dump() << ", now: "
-            << nlohmann::json(patches_now).dump() << "); start a new run\n";
-        return 1;
+      if (locked.contains("task_toml") && locked["task_toml"].is_string()) {
+        task_text = locked["task_toml"].get<std::string>();
+        auto logged = load_task_text(task_text, locked.value("task_path", file_task->source));
+        if (!logged) {
+          err << "infrarsi tune: the task logged by run '" << run_id
+              << "' does not load: " << describe(logged.error()) << '\n';
+          return 1;
+        }
+        task = std::move(*logged);
       }
     }
     err << "infrarsi tune: continuing run " << run_id << " (" << state->events << " events)\n";
   }
+  if (!task) {
+    task = *file_task;
+    std::ifstream in{file_task->source};
+    task_text.assign(std::istreambuf_iterator<char>{in}, {});
+  }
   auto run_dir = store_dir + "/runs/" + run_id;
   fs::create_directories(run_dir, ec);
 
+  signal_guard signals; // before any thread starts: every thread inherits the blocked mask
   caf::actor_system_config cfg;
   cfg.add_message_types<caf::id_block::infrarsi>();
   caf::actor_system sys{cfg};
   zmq::context_t zctx;
-  auto endpoint = "inproc://infrarsi-node-" + run_id;
-  node_server node{zctx, endpoint, *task, run_dir + "/trials", "local"};
-  if (auto e = node.start()) {
-    err << "infrarsi tune: " << describe(e) << '\n';
-    return 1;
+  std::vector<std::unique_ptr<node_server>> nodes;
+  std::vector<std::string> endpoints;
+  for (std::uint32_t i = 0; i < o.nodes; ++i) {
+    nodes.push_back(std::make_unique<node_server>(
+      zctx, "tcp://127.0.0.1:*", *task, run_dir + "/trials", "local-" + std::to_string(i),
+      slot_env[i], i < o.slot_cpus.size() ? o.slot_cpus[i] : std::string{}));
+    if (auto e = nodes.back()->start()) {
+      err << "infrarsi tune: " << describe(e) << '\n';
+      return 1;
+    }
+    endpoints.push_back(nodes.back()->endpoint());
   }
-  actors::supervisor_options so;
-  so.task = &*task;
-  so.log = log->get();
-  so.bank = bank->get();
-  so.zmq_context = &zctx;
-  so.node_endpoint = endpoint;
-  so.run_id = run_id;
-  so.run_dir = run_dir;
-  so.knowledge_dir = o.knowledge_dir.empty() ? default_knowledge_dir(task->source)
-                                             : o.knowledge_dir;
-  so.seed = seed;
-  so.trials = o.trials;
-  so.until = o.until;
-  so.progress = o.quiet ? nullptr : &err;
+  std::atomic<bool> cancel{false};
   std::ofstream trace;
   if (!o.trace_appends.empty()) {
     trace.open(o.trace_appends, std::ios::app);
@@ -183,21 +340,47 @@ int run_tune(const tune_options& o, std::ostream& out, std::ostream& err) {
       err << "infrarsi tune: cannot open --trace-appends file '" << o.trace_appends << "'\n";
       return 1;
     }
-    so.append_trace = &trace;
   }
   if (!o.quiet)
     err << "infrarsi tune: run " << run_id << ", task " << task->name << ", store " << store_dir
-        << '\n';
+        << ", " << o.nodes << " node slot" << (o.nodes == 1 ? "" : "s") << '\n';
   int status = 1;
   {
     caf::scoped_actor self{sys};
-    self->spawn<caf::detached>(actors::supervisor, so, caf::actor{self});
+    actors::supervisor_options so;
+    so.task = &*task;
+    so.log = log->get();
+    so.bank = bank->get();
+    so.zmq_context = &zctx;
+    so.node_endpoints = endpoints;
+    so.run_id = run_id;
+    so.run_dir = run_dir;
+    so.knowledge_dir = o.knowledge_dir.empty() ? default_knowledge_dir(task->source)
+                                               : o.knowledge_dir;
+    so.seed = seed;
+    so.trials = o.trials;
+    so.task_text = task_text;
+    so.until = o.until;
+    so.progress = o.quiet ? nullptr : &err;
+    so.append_trace = trace.is_open() ? &trace : nullptr;
+    so.cancel = &cancel;
+    so.reply_to = caf::actor{self};
+    auto sup = sys.spawn(actors::supervisor, std::move(so));
+    signals.start([sup](int sig) { caf::anon_send(sup, actors::interrupt_atom_v, sig); }, err);
     self->receive([&](std::string& summary, int code) {
       (code == 0 ? out : err) << (code == 0 ? "" : "infrarsi tune: ") << summary << '\n';
       status = code;
     });
   }
-  node.stop();
+  cancel = true;
+  for (auto& n : nodes)
+    n->stop(); // a trial still running is stopped: SIGTERM, kill_grace_s, SIGKILL
+  if (status > 128) {
+    err << "infrarsi tune: interrupted; every trial process has ended. Resume with:\n  infrarsi "
+           "tune "
+        << o.task_path << " --store " << store_dir << " --run " << run_id
+        << (o.nodes > 1 ? " --nodes " + std::to_string(o.nodes) : std::string{}) << '\n';
+  }
   return status;
 }
 

@@ -8,6 +8,7 @@
 #include <iosfwd>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace infrarsi::runtime {
 
@@ -17,9 +18,16 @@ struct tune_options {
   std::string store_dir;
   /// Default: the task's budget.seed.
   std::optional<std::uint64_t> seed;
-  /// Overrides budget.trials (0 is allowed: no search trials). Unset on a resumed run: the
-  /// budget the run was started with (logged at init).
+  /// Overrides budget.trials of a new run (0 is allowed: no search trials); logged at init. A
+  /// resumed run keeps its logged budget (a different --trials is refused).
   std::optional<std::uint32_t> trials;
+  /// Node slots: node-runners, each behind its own ZeroMQ endpoint (tcp://127.0.0.1), and trials
+  /// in flight at a time. Default 1.
+  std::uint32_t nodes = 1;
+  /// Per slot (index = slot): environment entries "K=V;K2=V2" added to its trials.
+  std::vector<std::string> slot_env;
+  /// Per slot: CPU list for `taskset -c` (e.g. "0-1").
+  std::vector<std::string> slot_cpus;
   /// Continue this run (default: a new run <task>-<UTC time>).
   std::string run_id;
   /// Stop after this stage: init, doctor, run, report or apply (default).
@@ -33,7 +41,11 @@ struct tune_options {
 };
 
 /// Runs (or continues) a tuning run. Returns an exit status (0: the run finished, whatever it
-/// promoted; 1: it could not run). Progress lines go to `err`, the summary to `out`.
+/// promoted; 1: it could not run; 130 / 143: interrupted by SIGINT / SIGTERM, resumable with
+/// --run). Progress lines go to `err`, the summary to `out`. SIGINT and SIGTERM are handled
+/// while it runs (blocked in every thread, taken by a signal thread): the first stops
+/// dispatching, ends every running trial's process groups (SIGTERM, kill_grace_s, SIGKILL) and
+/// logs RunInterrupted; a second exits at once after SIGKILL to every trial's process group.
 int run_tune(const tune_options& options, std::ostream& out, std::ostream& err);
 
 /// `infrarsi status`: every run of the store with its stages and promotion. Exit status.

@@ -110,11 +110,17 @@ caf::error fold(const event_log& log, projection& proj) {
   });
 }
 
-caf::error fold_stream(const event_log& log, std::string_view run_id, projection& proj) {
-  return log.for_each_in_stream(run_id, proj.next_position(), [&proj](const recorded_event& ev) {
-    proj.consume(ev, ev.sequence + 1);
-    return true;
-  });
+caf::error fold_stream(const event_log& log, std::string_view run_id, projection& proj,
+                       std::optional<std::uint64_t> upto) {
+  if (upto && proj.next_position() >= *upto)
+    return caf::none;
+  return log.for_each_in_stream(run_id, proj.next_position(),
+                                [&proj, upto](const recorded_event& ev) {
+                                  if (upto && ev.sequence >= *upto)
+                                    return false;
+                                  proj.consume(ev, ev.sequence + 1);
+                                  return !upto || ev.sequence + 1 < *upto;
+                                });
 }
 
 } // namespace infrarsi::store

@@ -228,7 +228,8 @@ protected:
 
 private:
   friend caf::error fold(const event_log&, projection&);
-  friend caf::error fold_stream(const event_log&, std::string_view, projection&);
+  friend caf::error fold_stream(const event_log&, std::string_view, projection&,
+                                std::optional<std::uint64_t>);
   void consume(const recorded_event& event, std::uint64_t next);
   std::uint64_t next_position_ = 0;
   std::uint64_t unknown_skipped_ = 0;
@@ -239,8 +240,9 @@ private:
 /// unknown kinds are skipped and counted. Errors from the log are passed through.
 [[nodiscard]] caf::error fold(const event_log& log, projection& proj);
 
-/// Folds `run_id`'s stream from `proj.next_position()` (a stream sequence) into `proj`.
+/// Folds `run_id`'s stream from `proj.next_position()` (a stream sequence) into `proj`, up to
+/// (not including) sequence `upto` when given.
 [[nodiscard]] caf::error fold_stream(const event_log& log, std::string_view run_id,
-                                     projection& proj);
+                                     projection& proj, std::optional<std::uint64_t> upto = {});
 
 } // namespace infrarsi::store

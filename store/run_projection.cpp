@@ -1,6 +1,7 @@
 #include "store/run_projection.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <limits>
 
 #include "tuning/planner.hpp"
@@ -162,6 +163,19 @@ tuning::trial_record* run_state::find(std::uint64_t id, std::uint32_t attempt) {
   return nullptr;
 }
 
+std::vector<const tuning::trial_record*> run_state::latest_attempts() const {
+  std::vector<const tuning::trial_record*> out;
+  std::map<std::uint64_t, std::size_t> at;
+  for (const auto& t : trials) {
+    auto [it, fresh] = at.emplace(t.trial_id, out.size());
+    if (fresh)
+      out.push_back(&t);
+    else if (t.attempt > out[it->second]->attempt)
+      out[it->second] = &t;
+  }
+  return out;
+}
+
 std::uint64_t run_state::next_trial_id() const {
   std::uint64_t next = 0;
   for (const auto& t : trials)
@@ -199,6 +213,51 @@ std::string stage_name(wire::Stage s) {
     case wire::Stage::Apply: return "apply";
     default: return "unknown";
   }
+}
+
+/// The purpose of a proposed trial: the structured fields (purpose_kind, candidate_trial, round)
+/// when the spec has them, else the text of logs written before them ("baseline", "explore",
+/// "verify-baseline/<id>", "verify-candidate/<id>#<round>"), read here and nowhere else.
+void set_purpose(tuning::trial_record& t, const wire::TrialSpec& spec) {
+  std::string text = spec.purpose() != nullptr ? spec.purpose()->str() : "";
+  if (spec.purpose_kind() != wire::Purpose::Unknown) {
+    t.kind = static_cast<tuning::purpose_kind>(static_cast<std::uint8_t>(spec.purpose_kind()));
+    t.candidate_trial = spec.candidate_trial();
+    t.round = spec.round();
+    t.purpose = tuning::label(t.kind);
+    return;
+  }
+  t.purpose = text;
+  auto tagged = [&](const char* prefix, tuning::purpose_kind k) {
+    std::string_view p{prefix};
+    if (text.rfind(p, 0) != 0 || text.size() == p.size() || text[p.size()] != '/')
+      return false;
+    std::string_view rest{text};
+    rest.remove_prefix(p.size() + 1);
+    std::uint64_t id = 0;
+    auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), id);
+    if (ec != std::errc{})
+      return false;
+    std::uint32_t round = 1;
+    if (end != rest.data() + rest.size()) {
+      if (*end != '#')
+        return false;
+      auto [end2, ec2] = std::from_chars(end + 1, rest.data() + rest.size(), round);
+      if (ec2 != std::errc{} || end2 != rest.data() + rest.size())
+        return false;
+    }
+    t.kind = k;
+    t.candidate_trial = id;
+    t.round = round;
+    t.purpose = p;
+    return true;
+  };
+  if (text == "baseline")
+    t.kind = tuning::purpose_kind::baseline;
+  else if (text == "explore")
+    t.kind = tuning::purpose_kind::explore;
+  else if (!tagged("verify-baseline", tuning::purpose_kind::verify_baseline))
+    tagged("verify-candidate", tuning::purpose_kind::verify_candidate);
 }
 
 /// What a workload's final line declares. Keys that are absent, or not non-negative integers,
@@ -302,8 +361,10 @@ void run_projection::apply(const recorded_event& ev) {
         tuning::trial_record t;
         t.trial_id = (*m)->trial_id();
         t.attempt = (*m)->attempt();
-        t.purpose = (*m)->purpose() != nullptr ? (*m)->purpose()->str() : "";
+        set_purpose(t, **m);
         t.config = configuration_of(**m);
+        if (t.kind == tuning::purpose_kind::explore && t.attempt == 0 && s.last_proposals)
+          ++s.proposals_taken;
         if (s.find(t.trial_id, t.attempt) == nullptr)
           s.trials.push_back(std::move(t));
       }
@@ -404,6 +465,16 @@ void run_projection::apply(const recorded_event& ev) {
       }
       break;
     case wire::EventKind::CandidatePromoted: s.promotion = document_json(ev); break;
+    case wire::EventKind::ProposalsMade:
+      s.last_proposals = document_json(ev);
+      s.proposals_taken = 0;
+      break;
+    case wire::EventKind::SearchStopped:
+      if (!s.search_stopped)
+        s.search_stopped = document_json(ev);
+      break;
+    case wire::EventKind::RunInterrupted: ++s.interruptions; break;
+    case wire::EventKind::ApplyStarted: s.apply_intent = document_json(ev); break;
     case wire::EventKind::ReportWritten: s.report = document_json(ev); break;
     case wire::EventKind::ChangesApplied: s.applied = document_json(ev); break;
     default: break;

@@ -78,6 +78,16 @@ struct run_state {
   std::optional<nlohmann::json> promotion;
   std::optional<nlohmann::json> report;
   std::optional<nlohmann::json> applied;
+  /// SearchStopped: why the search ended ({"reason", "detail", ...}), once it has.
+  std::optional<nlohmann::json> search_stopped;
+  /// ApplyStarted: apply's logged intent (the commit it is about to make).
+  std::optional<nlohmann::json> apply_intent;
+  /// The latest ProposalsMade document ({"n", "planner"}), and how many explore trials have
+  /// been proposed from it since (its proposals are taken in order).
+  std::optional<nlohmann::json> last_proposals;
+  std::uint64_t proposals_taken = 0;
+  /// RunInterrupted events (a signal stopped the run).
+  std::uint64_t interruptions = 0;
   /// Stages started and completed (init, doctor, run, report, apply).
   std::vector<std::string> stages_started;
   std::vector<std::string> stages_completed;
@@ -87,6 +97,8 @@ struct run_state {
   /// The record of trial `id` attempt `attempt`, or nullptr.
   [[nodiscard]] const tuning::trial_record* find(std::uint64_t id, std::uint32_t attempt) const;
   [[nodiscard]] tuning::trial_record* find(std::uint64_t id, std::uint32_t attempt);
+  /// The latest attempt of every trial, in order of first proposal.
+  [[nodiscard]] std::vector<const tuning::trial_record*> latest_attempts() const;
   /// The next unused trial id.
   [[nodiscard]] std::uint64_t next_trial_id() const;
   [[nodiscard]] bool stage_done(const std::string& stage) const;
@@ -120,7 +132,7 @@ private:
 /// Format tag of the run_state snapshots this build writes and trusts. Any change to what the
 /// fold computes or to the JSON layout below bumps the number; snapshots of another format are
 /// ignored (the stream is folded from the start instead), never migrated or trusted.
-inline constexpr const char* run_state_format = "infrarsi-run-state/1";
+inline constexpr const char* run_state_format = "infrarsi-run-state/2";
 
 /// A run_state as canonical JSON text (compact, keys sorted, every field the fold fills).
 /// Doubles are written shortest round-trip and read back bit-exactly; non-finite doubles, which

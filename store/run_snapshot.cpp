@@ -18,8 +18,8 @@ using nlohmann::json;
 // state_from_json), bump run_state_format, then update the size here. (Sizes of x86-64
 // libstdc++; other platforms skip the check.)
 #if defined(__x86_64__) && defined(__GLIBCXX__)
-static_assert(sizeof(run_state) == 584, "run_state changed: update run_snapshot.cpp");
-static_assert(sizeof(tuning::trial_record) == 368, "trial_record changed: update run_snapshot.cpp");
+static_assert(sizeof(run_state) == 672, "run_state changed: update run_snapshot.cpp");
+static_assert(sizeof(tuning::trial_record) == 392, "trial_record changed: update run_snapshot.cpp");
 static_assert(sizeof(reverification) == 224, "reverification changed: update run_snapshot.cpp");
 static_assert(sizeof(tuning::step_point) == 48, "step_point changed: update run_snapshot.cpp");
 static_assert(sizeof(tuning::declared_work) == 72, "declared_work changed: update run_snapshot.cpp");
@@ -155,6 +155,9 @@ json trial(const tuning::trial_record& t) {
   return {{"trial_id", t.trial_id},
           {"attempt", t.attempt},
           {"purpose", text(t.purpose)},
+          {"kind", static_cast<unsigned>(t.kind)},
+          {"candidate_trial", t.candidate_trial},
+          {"round", t.round},
           {"config", config(t.config)},
           {"dispatched", t.dispatched},
           {"finished", t.finished},
@@ -253,6 +256,14 @@ json state_json(const run_state& s) {
     j["report"] = *s.report;
   if (s.applied)
     j["applied"] = *s.applied;
+  if (s.search_stopped)
+    j["search_stopped"] = *s.search_stopped;
+  if (s.apply_intent)
+    j["apply_intent"] = *s.apply_intent;
+  if (s.last_proposals)
+    j["last_proposals"] = *s.last_proposals;
+  j["interruptions"] = s.interruptions;
+  j["proposals_taken"] = s.proposals_taken;
   return j;
 }
 
@@ -426,6 +437,12 @@ tuning::trial_record as_trial(const json& v, const std::string& w) {
   t.trial_id = as_u64(f("trial_id"), sub(w, "trial_id"));
   t.attempt = as_u32(f("attempt"), sub(w, "attempt"));
   t.purpose = as_text(f("purpose"), sub(w, "purpose"));
+  auto kind = as_u64(f("kind"), sub(w, "kind"));
+  if (kind > 4)
+    fail(sub(w, "kind"), "out of range for a purpose");
+  t.kind = static_cast<tuning::purpose_kind>(kind);
+  t.candidate_trial = as_u64(f("candidate_trial"), sub(w, "candidate_trial"));
+  t.round = as_u32(f("round"), sub(w, "round"));
   t.config = as_config(f("config"), sub(w, "config"));
   t.dispatched = as_bool(f("dispatched"), sub(w, "dispatched"));
   t.finished = as_bool(f("finished"), sub(w, "finished"));
@@ -582,6 +599,11 @@ run_state state_from_json(const json& j) {
   s.promotion = opt_doc(j, "promotion");
   s.report = opt_doc(j, "report");
   s.applied = opt_doc(j, "applied");
+  s.search_stopped = opt_doc(j, "search_stopped");
+  s.apply_intent = opt_doc(j, "apply_intent");
+  s.last_proposals = opt_doc(j, "last_proposals");
+  s.interruptions = as_u64(f("interruptions"), "interruptions");
+  s.proposals_taken = as_u64(f("proposals_taken"), "proposals_taken");
   s.stages_started = as_texts(f("stages_started"), "stages_started");
   s.stages_completed = as_texts(f("stages_completed"), "stages_completed");
   s.events = as_u64(f("events"), "events");

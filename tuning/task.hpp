@@ -3,7 +3,7 @@
 /// The task: everything about one tuning job that the launcher and the method need — the
 /// workload and how to launch it, its knobs and how each renders into argv or environment, how
 /// to read its metrics, and its limits. Pure data and pure functions (no I/O): the TOML file is
-/// read by runtime/task_file.hpp; the reference is docs/task-contract.md.
+/// read by adapters/task_file.hpp; the reference is docs/task-contract.md.
 
 #include <cstdint>
 #include <map>

@@ -34,6 +34,24 @@ std::string configuration::diff_from(const configuration& other) const {
   return out.empty() ? "(baseline)" : out;
 }
 
+const char* label(purpose_kind k) {
+  switch (k) {
+    case purpose_kind::unknown: return "";
+    case purpose_kind::baseline: return "baseline";
+    case purpose_kind::explore: return "explore";
+    case purpose_kind::verify_baseline: return "verify-baseline";
+    case purpose_kind::verify_candidate: return "verify-candidate";
+  }
+  return "";
+}
+
+std::string purpose_text(const trial_record& t) {
+  if (t.kind != purpose_kind::verify_baseline && t.kind != purpose_kind::verify_candidate)
+    return t.purpose;
+  return std::string{label(t.kind)} + "/" + std::to_string(t.candidate_trial)
+         + (t.round > 1 ? "#" + std::to_string(t.round) : "");
+}
+
 const char* to_string(trial_outcome o) {
   switch (o) {
     case trial_outcome::unset: return "unset";

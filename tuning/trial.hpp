@@ -60,12 +60,35 @@ struct declared_work {
   std::optional<std::pair<std::uint32_t, std::uint32_t>> timed_steps;
 };
 
+/// Why a trial runs (wire::Purpose; values equal).
+enum class purpose_kind : std::uint8_t {
+  unknown = 0,
+  baseline = 1,
+  explore = 2,
+  verify_baseline = 3,
+  verify_candidate = 4,
+};
+
+/// The label of a purpose: "baseline", "explore", "verify-baseline", "verify-candidate" ("" for
+/// unknown).
+const char* label(purpose_kind k);
+
+struct trial_record;
+
+/// A trial's purpose for people: "baseline", "explore", "verify-candidate/12" (round 1),
+/// "verify-baseline/12#2" (round 2).
+std::string purpose_text(const trial_record& t);
+
 /// One trial attempt and what is known about it.
 struct trial_record {
   std::uint64_t trial_id = 0;
   std::uint32_t attempt = 0;
-  /// "baseline", "explore", "verify-baseline", "verify-candidate".
+  /// "baseline", "explore", "verify-baseline", "verify-candidate" (label(kind)).
   std::string purpose;
+  purpose_kind kind = purpose_kind::unknown;
+  /// verify-baseline / verify-candidate: the explore trial re-verified, and the round (1 or 2).
+  std::uint64_t candidate_trial = 0;
+  std::uint32_t round = 0;
   configuration config;
   /// Handed to a node-runner (TrialDispatched logged).
   bool dispatched = false;

@@ -15,7 +15,7 @@
 
 #include "adapters/environment.hpp"
 #include "adapters/process.hpp"
-#include "runtime/task_file.hpp"
+#include "adapters/task_file.hpp"
 #include "test_util.hpp"
 
 namespace infrarsi::adapters {
@@ -24,7 +24,7 @@ namespace {
 const std::string data_dir = INFRARSI_TEST_DATA_DIR;
 
 tuning::task_spec fake_task(std::vector<std::string> extra_args = {}) {
-  auto task = runtime::load_task_file(data_dir + "/tasks/fake.toml");
+  auto task = adapters::load_task_file(data_dir + "/tasks/fake.toml");
   if (!task)
     throw std::runtime_error(describe(task.error()));
   for (auto& a : extra_args)
@@ -211,7 +211,7 @@ TEST_F(TrialLauncherTest, StopRequestIsPreempted) {
 }
 
 TEST_F(TrialLauncherTest, RegexMetricsOfAnUnmodifiedScript) {
-  auto task = runtime::load_task_file(data_dir + "/tasks/regex.toml");
+  auto task = adapters::load_task_file(data_dir + "/tasks/regex.toml");
   ASSERT_TRUE(task) << describe(task.error());
   auto r = run(*task, {{"steps", std::int64_t{8}}});
   EXPECT_EQ(r.result->outcome(), wire::Outcome::Ok) << r.result->detail()->str();
@@ -254,7 +254,7 @@ TEST_F(TrialLauncherTest, ConstraintViolationIsNeverLaunched) {
 /// Every trial with a scope lock runs in a fresh copy that must match the lock; a patch naming
 /// a frozen path is refused before it is applied.
 TEST_F(TrialLauncherTest, ScopeLockRunsInACopyAndRefusesFrozenEdits) {
-  auto task = runtime::load_task_file(data_dir + "/tasks/fake_tune.toml");
+  auto task = adapters::load_task_file(data_dir + "/tasks/fake_tune.toml");
   ASSERT_TRUE(task) << describe(task.error());
   trial_request req;
   req.task = &*task;

@@ -22,7 +22,7 @@
 #include "adapters/environment.hpp"
 #include "adapters/trial_launcher.hpp"
 #include "messages/type_ids.hpp"
-#include "runtime/task_file.hpp"
+#include "adapters/task_file.hpp"
 #include "store/memory_event_log.hpp"
 #include "store/run_projection.hpp"
 #include "test_util.hpp"
@@ -36,7 +36,7 @@ namespace {
 class contract_harness {
 public:
   explicit contract_harness(const std::string& task_path) {
-    auto t = runtime::load_task_file(task_path);
+    auto t = adapters::load_task_file(task_path);
     if (!t) {
       ADD_FAILURE() << describe(t.error());
       return;

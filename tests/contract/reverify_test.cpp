@@ -1,4 +1,4 @@
-// The re-verification rule (actors/decisions.hpp): interleaved pairs, Welch interval on log step
+// The re-verification rule (decide/decisions.hpp): interleaved pairs, Welch interval on log step
 // times, promotion only above 1 + MDS, a single fast run never enough, and a round measured under
 // visibly higher variance than the doctor's re-measured once.
 
@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "actors/decisions.hpp"
+#include "decide/decisions.hpp"
 
 namespace infrarsi::actors {
 namespace {

@@ -12,7 +12,7 @@
 
 #include "messages/codec.hpp"
 #include "runtime/replay.hpp"
-#include "runtime/task_file.hpp"
+#include "adapters/task_file.hpp"
 #include "runtime/tune.hpp"
 #include "store/memory_event_log.hpp"
 #include "store/rocksdb_event_log.hpp"

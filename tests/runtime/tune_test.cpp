@@ -14,8 +14,8 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/actors.hpp"
-#include "runtime/report.hpp"
-#include "runtime/task_file.hpp"
+#include "decide/report.hpp"
+#include "adapters/task_file.hpp"
 #include "store/memory_event_log.hpp"
 #include "store/rocksdb_event_log.hpp"
 #include "store/run_projection.hpp"
@@ -176,7 +176,7 @@ TEST_F(TuneEndToEnd, EveryProposalIsRecomputedFromTheEventsBeforeIt) {
     if (static_cast<wire::EventKind>(ev.kind) == wire::EventKind::TrialProposed) {
       auto spec = messages::trial_spec_msg::decode(ev.payload);
       if ((*spec)->purpose()->str() == "explore") {
-        auto in = actors::planner_input_for(*task, before.state());
+        auto in = decide::planner_input_for(*task, before.state());
         EXPECT_EQ(store::run_policy(before.state()), tuning::default_policy_name);
         auto again = tuning::make_policy(store::run_policy(before.state()))->propose(in, 1);
         EXPECT_FALSE(again.empty());

@@ -9,8 +9,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "runtime/report.hpp"
-#include "runtime/task_file.hpp"
+#include "decide/report.hpp"
+#include "adapters/task_file.hpp"
 #include "runtime/tune.hpp"
 #include "store/memory_event_log.hpp"
 #include "store/rocksdb_event_log.hpp"

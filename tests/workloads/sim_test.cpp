@@ -14,7 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "adapters/trial_launcher.hpp"
-#include "runtime/task_file.hpp"
+#include "adapters/task_file.hpp"
 #include "test_util.hpp"
 #include "tuning/expr.hpp"
 #include "workloads/sim/cli.hpp"
@@ -38,7 +38,7 @@ std::string task_path(const std::string& name) {
 }
 
 tuning::task_spec load(const std::string& name) {
-  auto task = runtime::load_task_file(task_path(name));
+  auto task = adapters::load_task_file(task_path(name));
   if (!task)
     throw std::runtime_error(describe(task.error()));
   return std::move(*task);

@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "adapters/trial_launcher.hpp"
-#include "runtime/task_file.hpp"
+#include "adapters/task_file.hpp"
 #include "test_util.hpp"
 
 namespace infrarsi::adapters {
@@ -24,7 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 
 tuning::task_spec smoke_task() {
-  auto task = runtime::load_task_file(std::string{INFRARSI_SOURCE_DIR}
+  auto task = adapters::load_task_file(std::string{INFRARSI_SOURCE_DIR}
                                       + "/config/tasks/torch_gpt_smoke.toml");
   if (!task)
     throw std::runtime_error(describe(task.error()));
@@ -184,7 +184,7 @@ TEST_F(TorchGpt, KillingOneRankEndsTheTrialWithinTenSecondsWithNothingLeft) {
 TEST_F(TorchGpt, ShippedTasksDeclareTheWorkTrainPyDoes) {
   for (const char* name : {"torch_gpt", "torch_gpt_contract"}) {
     SCOPED_TRACE(name);
-    auto shipped = runtime::load_task_file(std::string{INFRARSI_SOURCE_DIR} + "/config/tasks/" + name
+    auto shipped = adapters::load_task_file(std::string{INFRARSI_SOURCE_DIR} + "/config/tasks/" + name
                                         + ".toml");
     ASSERT_TRUE(shipped) << describe(shipped.error());
     // One step is enough to print the final line (argparse: the last --steps wins).

@@ -1,12 +1,12 @@
 #include "workloads/sim/cli.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <ostream>
 
-#include "messages/errc.hpp"
-#include "runtime/task_file.hpp"
 #include "workloads/sim/enumerate.hpp"
+#include "workloads/sim/task_file.hpp"
 
 namespace infrarsi::sim {
 
@@ -199,9 +199,10 @@ int run_enumerate(const cli_state& st, std::ostream& out, std::ostream& err) {
     err << "infrarsi-sim: --enumerate needs --task FILE\n";
     return exit_usage;
   }
-  auto task = runtime::load_task_file(st.task);
+  std::string file_error;
+  auto task = read_task_file(st.task, file_error);
   if (!task) {
-    err << "infrarsi-sim: " << describe(task.error()) << "\n";
+    err << "infrarsi-sim: " << file_error << "\n";
     return 1;
   }
   patch_scope scope = st.patches_mode == "none"  ? patch_scope::none

@@ -10,7 +10,7 @@
 #include "store/run_projection.hpp"
 #include "tuning/task.hpp"
 
-namespace infrarsi::runtime {
+namespace infrarsi::decide {
 
 /// report.json: run, task, hardware, baseline (configuration, step time, noise, phases), every
 /// trial (configuration, outcome, timed step time, speedup vs baseline, violations, evidence,
@@ -23,4 +23,4 @@ nlohmann::json make_report(const tuning::task_spec& task, const store::run_state
 /// report.md rendered from report.json.
 std::string render_markdown(const nlohmann::json& report);
 
-} // namespace infrarsi::runtime
+} // namespace infrarsi::decide

@@ -1,4 +1,4 @@
-#include "runtime/report.hpp"
+#include "decide/report.hpp"
 
 #include <cmath>
 #include <fstream>
@@ -10,7 +10,7 @@
 #include "tuning/planner.hpp"
 #include "tuning/prior_revision.hpp"
 
-namespace infrarsi::runtime {
+namespace infrarsi::decide {
 
 namespace {
 
@@ -360,4 +360,4 @@ std::string render_markdown(const nlohmann::json& r) {
   return md.str();
 }
 
-} // namespace infrarsi::runtime
+} // namespace infrarsi::decide

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -21,19 +22,24 @@
 #include "messages/codec.hpp"
 #include "tuning/task.hpp"
 
-namespace infrarsi::runtime {
+namespace infrarsi::adapters {
 
 /// A node-runner serving one task's trials on `endpoint`, one at a time, on its own thread.
 class node_server {
 public:
   /// `trials_root`: trial directories are created below it as trial-<id>-<attempt>.
+  /// `slot_env`: environment entries this node slot adds to every trial (its share of the
+  /// machine, e.g. CUDA_VISIBLE_DEVICES=2,3); `cpu_list`: when not empty, every rank runs
+  /// under `taskset -c cpu_list` (e.g. "0-3").
   node_server(zmq::context_t& ctx, std::string endpoint, const tuning::task_spec& task,
-              std::string trials_root, std::string node_name);
+              std::string trials_root, std::string node_name,
+              std::map<std::string, std::string> slot_env = {}, std::string cpu_list = {});
   ~node_server();
   node_server(const node_server&) = delete;
   node_server& operator=(const node_server&) = delete;
 
-  /// Binds the endpoint and starts serving. Error: errc::io_error naming the endpoint.
+  /// Binds the endpoint and starts serving; endpoint() is then the bound one (a tcp port of 0
+  /// or "*" becomes the port the system chose). Error: errc::io_error naming the endpoint.
   [[nodiscard]] caf::error start();
 
   /// Stops serving; a running trial is stopped (it ends as preempted). Idempotent.
@@ -50,6 +56,10 @@ private:
   const tuning::task_spec& task_;
   std::string trials_root_;
   std::string node_name_;
+  std::map<std::string, std::string> slot_env_;
+  std::string cpu_list_;
+  /// The task as this slot runs it (slot environment added, argv under taskset).
+  tuning::task_spec slot_task_;
   std::unique_ptr<zmq::socket_t> socket_; // owned by the serving thread after start()
   std::thread thread_;
   std::atomic<bool> stop_{false};
@@ -67,9 +77,11 @@ public:
   /// (a reply that fails verification).
   /// A reply for another trial or attempt (an earlier attempt given up as lost) is never
   /// returned: it goes to `on_stale` (when set) and the wait goes on.
+  /// Once `*cancel` is set (checked every 200 ms) the wait ends with errc::interrupted.
   [[nodiscard]] caf::expected<messages::trial_result_msg>
   run(const messages::trial_spec_msg& spec, double timeout_s,
-      const std::function<void(const messages::trial_result_msg&)>& on_stale = {});
+      const std::function<void(const messages::trial_result_msg&)>& on_stale = {},
+      const std::atomic<bool>* cancel = nullptr);
 
 private:
   zmq::socket_t socket_;
@@ -79,4 +91,4 @@ private:
   std::uint64_t sequence_ = 0;
 };
 
-} // namespace infrarsi::runtime
+} // namespace infrarsi::adapters

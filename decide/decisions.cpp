@@ -1,17 +1,40 @@
-#include "actors/decisions.hpp"
+#include "decide/decisions.hpp"
 
 #include <algorithm>
 #include <map>
+#include <sstream>
 
 #include "adapters/environment.hpp"
 #include "messages/errc.hpp"
 #include "tuning/contract_check.hpp"
 #include "tuning/stats.hpp"
 
-namespace infrarsi::actors {
+namespace infrarsi::decide {
 
-std::string verify_tag(std::uint64_t candidate, std::uint32_t round) {
-  return "/" + std::to_string(candidate) + (round > 1 ? "#" + std::to_string(round) : "");
+run_budget budget_of(const tuning::task_spec& task, const store::run_state& run) {
+  run_budget b;
+  b.trials = task.budget.trials;
+  b.baseline_repeats = task.budget.baseline_repeats;
+  b.verify_top = task.budget.verify_top;
+  b.verify_repeats = task.budget.verify_repeats;
+  b.wall_clock_s = task.budget.wall_clock_s;
+  if (run.contract_doc && run.contract_doc->is_object()) {
+    auto it = run.contract_doc->find("budget");
+    if (it != run.contract_doc->end() && it->is_object()) {
+      auto u32 = [&it](const char* key, std::uint32_t fallback) {
+        auto v = it->find(key);
+        return v != it->end() && v->is_number_unsigned() ? v->get<std::uint32_t>() : fallback;
+      };
+      b.trials = u32("trials", b.trials);
+      b.baseline_repeats = u32("baseline_repeats", b.baseline_repeats);
+      b.verify_top = u32("verify_top", b.verify_top);
+      b.verify_repeats = u32("verify_repeats", b.verify_repeats);
+      auto w = it->find("wall_clock_s");
+      if (w != it->end() && w->is_number())
+        b.wall_clock_s = w->get<double>();
+    }
+  }
+  return b;
 }
 
 nlohmann::json contract_json(const tuning::task_spec& task) {
@@ -72,10 +95,9 @@ tuning::planner_input planner_input_for(const tuning::task_spec& task,
   if (run.contract_doc && run.contract_doc->contains("policy")) {
     // Runs that record their policy also record what the planner was given at init: the
     // search budget (`tune --trials` included) and the memory capacity, which a resume keeps.
-    const auto& doc = *run.contract_doc;
-    if (doc.contains("budget") && doc["budget"].is_object())
-      budget = doc["budget"].value("trials", budget);
-    in.memory_capacity_bytes = doc.value("memory_capacity_bytes", in.memory_capacity_bytes);
+    budget = budget_of(task, run).trials;
+    in.memory_capacity_bytes =
+      run.contract_doc->value("memory_capacity_bytes", in.memory_capacity_bytes);
   }
   in.initial_design = std::min<std::size_t>(4, std::max<std::size_t>(1, budget / 3));
   return in;
@@ -115,7 +137,8 @@ std::string calibrate_doc(const tuning::task_spec& task, const store::run_state&
   nlohmann::json ids = nlohmann::json::array();
   std::map<std::string, double> phases;
   for (const auto& t : run.trials) {
-    if (t.purpose != "baseline" || !t.finished || t.outcome != tuning::trial_outcome::ok)
+    if (t.kind != tuning::purpose_kind::baseline || !t.finished
+        || t.outcome != tuning::trial_outcome::ok)
       continue;
     auto timed = tuning::timed_step_time(task.contract, t.steps);
     if (timed <= 0)
@@ -180,15 +203,15 @@ caf::expected<std::string> reverify_doc(const store::run_state& run, std::uint64
   std::vector<double> a;
   std::vector<double> b;
   std::size_t failed = 0;
-  // Only the latest measurement round counts: "/<id>" is round 1, "/<id>#2" round 2.
+  // Only the latest measurement round counts.
   std::uint32_t round = 1;
   for (const auto& t : run.trials)
-    if (t.purpose == "verify-baseline" + verify_tag(candidate, 2))
-      round = 2;
-  auto tag = verify_tag(candidate, round);
+    if (t.kind == tuning::purpose_kind::verify_baseline && t.candidate_trial == candidate)
+      round = std::max(round, t.round);
   for (const auto& t : run.trials) {
-    bool base = t.purpose == "verify-baseline" + tag;
-    bool cand_run = t.purpose == "verify-candidate" + tag;
+    bool mine = t.candidate_trial == candidate && t.round == round;
+    bool base = mine && t.kind == tuning::purpose_kind::verify_baseline;
+    bool cand_run = mine && t.kind == tuning::purpose_kind::verify_candidate;
     if (!base && !cand_run)
       continue;
     if (t.outcome == tuning::trial_outcome::lost)
@@ -251,7 +274,7 @@ reverify_candidates(const tuning::task_spec& task, const store::run_state& run) 
   double base_time = run.noise ? run.noise->mean_step_time_s : 0.0;
   std::vector<const tuning::trial_record*> ranked;
   for (const auto& t : run.trials)
-    if (t.purpose == "explore" && t.usable() && !(t.config == base) &&
+    if (t.kind == tuning::purpose_kind::explore && t.usable() && !(t.config == base) &&
         t.timed_step_time_s < base_time) {
       bool dup = false;
       for (const auto* r : ranked)
@@ -262,8 +285,9 @@ reverify_candidates(const tuning::task_spec& task, const store::run_state& run) 
   std::stable_sort(ranked.begin(), ranked.end(), [](const auto* a, const auto* b) {
     return a->timed_step_time_s < b->timed_step_time_s;
   });
-  if (ranked.size() > task.budget.verify_top)
-    ranked.resize(task.budget.verify_top);
+  const auto top = budget_of(task, run).verify_top;
+  if (ranked.size() > top)
+    ranked.resize(top);
   std::vector<std::pair<std::uint64_t, tuning::configuration>> out;
   for (const auto* r : ranked)
     out.emplace_back(r->trial_id, r->config);
@@ -294,4 +318,126 @@ nlohmann::json promotion_decision(const tuning::task_spec& task, const store::ru
           {"reason", winner->reason}};
 }
 
-} // namespace infrarsi::actors
+} // namespace infrarsi::decide
+
+namespace infrarsi::decide {
+
+nlohmann::json contract_locked_doc(const tuning::task_spec& task, const nlohmann::json& lock,
+                                   const nlohmann::json& hardware,
+                                   const std::string& hardware_fingerprint,
+                                   const std::string& task_text, std::uint64_t seed,
+                                   std::uint32_t search_trials) {
+  auto contract = contract_json(task);
+  nlohmann::json knobs = nlohmann::json::array();
+  for (const auto& k : task.knobs) {
+    nlohmann::json values = nlohmann::json::array();
+    for (const auto& v : k.values)
+      values.push_back(store::to_tagged_json(v));
+    knobs.push_back({{"name", k.name},
+                     {"type", tuning::to_string(k.type)},
+                     {"values", values},
+                     {"default", store::to_tagged_json(k.default_value)}});
+  }
+  auto signature =
+    task.name + ":" + adapters::sha256_hex(knobs.dump() + contract.dump()).substr(0, 12);
+  return {{"task", task.source},
+          {"task_path", task.source},
+          {"task_toml", task_text},
+          {"task_sha256", adapters::sha256_hex(task_text)},
+          {"contract", contract},
+          {"contract_hash", adapters::sha256_hex(contract.dump())},
+          {"knobs", knobs},
+          {"patches", lock.value("patches", nlohmann::json::object())},
+          {"patch_conflicts", lock.value("patch_conflicts", nlohmann::json::array())},
+          {"budget",
+           {{"trials", search_trials},
+            {"baseline_repeats", task.budget.baseline_repeats},
+            {"verify_top", task.budget.verify_top},
+            {"verify_repeats", task.budget.verify_repeats},
+            {"wall_clock_s", task.budget.wall_clock_s}}},
+          {"scope",
+           {{"editable", lock.value("editable", nlohmann::json::object())},
+            {"frozen", lock.value("frozen", nlohmann::json::object())}}},
+          {"hardware", hardware},
+          {"hardware_fingerprint", hardware_fingerprint},
+          {"workload_signature", signature},
+          {"seed", seed},
+          {"policy", tuning::default_policy_name},
+          {"memory_capacity_bytes", memory_capacity_bytes(task)}};
+}
+
+messages::trial_spec_msg trial_spec(const adapters::trial_request& req, tuning::purpose_kind kind,
+                                    std::uint64_t candidate_trial, std::uint32_t round) {
+  auto packed = adapters::make_trial_spec(req, tuning::label(kind));
+  wire::TrialSpecT spec;
+  packed->UnPackTo(&spec);
+  spec.purpose_kind = static_cast<wire::Purpose>(static_cast<std::uint8_t>(kind));
+  spec.candidate_trial = candidate_trial;
+  spec.round = round;
+  return messages::trial_spec_msg::pack(spec);
+}
+
+messages::trial_result_msg refused_result(std::uint64_t trial_id, std::uint32_t attempt,
+                                          const std::string& why) {
+  wire::TrialResultT r;
+  r.trial_id = trial_id;
+  r.attempt = attempt;
+  r.outcome = wire::Outcome::ContractViolation;
+  r.detail = why;
+  return messages::trial_result_msg::pack(r);
+}
+
+messages::stage_event_msg stage_payload(const std::string& stage) {
+  wire::StageEventT e;
+  e.stage = stage == "init"     ? wire::Stage::Init
+            : stage == "doctor" ? wire::Stage::Doctor
+            : stage == "run"    ? wire::Stage::Run
+            : stage == "report" ? wire::Stage::Report
+            : stage == "apply"  ? wire::Stage::Apply
+                                : wire::Stage::Unknown;
+  return messages::stage_event_msg::pack(e);
+}
+
+caf::expected<batch> proposal_batch(const tuning::task_spec& task, const store::run_state& run,
+                                    std::uint32_t n, std::uint64_t at,
+                                    const std::string& planner_reply) {
+  auto reply = nlohmann::json::parse(planner_reply, nullptr, false);
+  if (!reply.is_object() || !reply.contains("proposals") || !reply["proposals"].is_array())
+    return make_error(errc::corrupt_data, "the planner's reply is not a proposals document");
+  batch b;
+  b.document = {{"n", n}, {"at", at}, {"planner", reply}};
+  auto next = run.next_trial_id();
+  for (const auto& p : reply["proposals"]) {
+    auto config = store::configuration_from_json(p.value("config", nlohmann::json{}));
+    if (!config)
+      return make_error(errc::corrupt_data, "the planner returned an unreadable configuration");
+    auto violation = tuning::constraint_violation(task, *config);
+    if (!violation.empty())
+      return make_error(errc::invalid_argument,
+                        "the planner proposed " + config->key() + ": " + violation);
+    launch l;
+    l.trial_id = next++;
+    l.config = *config;
+    l.kind = tuning::purpose_kind::explore;
+    b.launches.push_back(std::move(l));
+  }
+  if (b.launches.empty())
+    b.stopped = search_stopped_doc("policy",
+                                   reply.value("stop_reason", "the search space is exhausted"),
+                                   search_trials(run), budget_of(task, run).trials);
+  return b;
+}
+
+std::string commit_message(const tuning::task_spec& task, const std::string& run_id,
+                           const nlohmann::json& promotion) {
+  std::ostringstream msg;
+  msg << "infrarsi: promote " << promotion.value("change", "") << "\n\nRun " << run_id
+      << ", task " << task.name << ".\nVerified speedup " << promotion.value("speedup", 1.0)
+      << "x, 95% interval [" << promotion.value("ci_low", 0.0) << ", "
+      << (promotion["ci_high"].is_number() ? promotion["ci_high"].get<double>() : 0.0)
+      << "].\nLaunch configuration: " << promotion.value("config", nlohmann::json{}).dump()
+      << " (promoted/launch.json).\n";
+  return msg.str();
+}
+
+} // namespace infrarsi::decide

@@ -1,4 +1,4 @@
-#include "runtime/task_file.hpp"
+#include "adapters/task_file.hpp"
 
 #include <cmath>
 #include <filesystem>
@@ -10,7 +10,7 @@
 #include "messages/errc.hpp"
 #include "tuning/expr.hpp"
 
-namespace infrarsi::runtime {
+namespace infrarsi::adapters {
 
 namespace fs = std::filesystem;
 using tuning::knob_spec;
@@ -45,7 +45,11 @@ std::string describe_node(const toml::node& n) {
 
 class reader {
 public:
-  explicit reader(std::string file) : file_(std::move(file)) {}
+  explicit reader(std::string file, bool check_files = true)
+    : file_(std::move(file)), check_files_(check_files) {}
+
+  /// Whether referenced files must exist (not when the task is read back from an event log).
+  [[nodiscard]] bool check_files() const noexcept { return check_files_; }
 
   [[noreturn]] void fail(const toml::node* at, const std::string& key,
                          const std::string& message) const {
@@ -193,6 +197,7 @@ public:
 
 private:
   std::string file_;
+  bool check_files_ = true;
 };
 
 knob_type parse_knob_type(const reader& r, const toml::node& n, const std::string& key) {
@@ -530,7 +535,7 @@ tuning::task_spec parse_task(const reader& r, const toml::table& root) {
       spec.name = *r.string(t, "name", where, true);
       spec.file = r.resolve(*r.string(t, "file", where, true));
       spec.description = r.string(t, "description", where, false).value_or("");
-      if (!fs::is_regular_file(spec.file))
+      if (r.check_files() && !fs::is_regular_file(spec.file))
         r.fail(t.get("file"), where + ".file", "no such file: " + spec.file);
       if (task.find_patch(spec.name) != nullptr)
         r.fail(&p, where + ".name", "duplicate patch '" + spec.name + "'");
@@ -608,4 +613,23 @@ caf::expected<tuning::task_spec> load_task_file(const std::string& path) {
   }
 }
 
-} // namespace infrarsi::runtime
+caf::expected<tuning::task_spec> load_task_text(const std::string& text,
+                                                const std::string& source_path) {
+  auto abs = fs::absolute(source_path).lexically_normal().string();
+  try {
+    auto root = toml::parse(text, abs);
+    reader r{abs, false};
+    auto task = parse_task(r, root);
+    task.source = abs;
+    return task;
+  } catch (const toml::parse_error& e) {
+    std::ostringstream os;
+    os << abs << " (as logged):" << e.source().begin.line << ':' << e.source().begin.column
+       << ": TOML syntax error: " << e.description();
+    return make_error(errc::invalid_argument, os.str());
+  } catch (const task_error& e) {
+    return make_error(errc::invalid_argument, e.message);
+  }
+}
+
+} // namespace infrarsi::adapters

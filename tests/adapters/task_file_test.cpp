@@ -1,7 +1,7 @@
 // Tests for runtime/task_file.cpp: a valid task loads completely; every kind of mistake gets an
 // error naming the file, line, key, value and what was expected.
 
-#include "runtime/task_file.hpp"
+#include "adapters/task_file.hpp"
 
 #include <fstream>
 
@@ -23,7 +23,7 @@ protected:
   }
 
   std::string error_of(const std::string& text) {
-    auto r = load_task_file(write(text));
+    auto r = adapters::load_task_file(write(text));
     if (r)
       return "(loaded)";
     return describe(r.error());
@@ -41,7 +41,7 @@ default = 1
 )";
 
 TEST_F(TaskFileTest, LoadsTheFakeTaskCompletely) {
-  auto t = load_task_file(std::string{INFRARSI_TEST_DATA_DIR} + "/tasks/fake.toml");
+  auto t = adapters::load_task_file(std::string{INFRARSI_TEST_DATA_DIR} + "/tasks/fake.toml");
   ASSERT_TRUE(t) << describe(t.error());
   EXPECT_EQ(t->name, "fake");
   EXPECT_EQ(t->workload.launcher, tuning::launcher_kind::ranks);
@@ -57,7 +57,7 @@ TEST_F(TaskFileTest, LoadsTheFakeTaskCompletely) {
 }
 
 TEST_F(TaskFileTest, MinimalTaskGetsDocumentedDefaults) {
-  auto t = load_task_file(write(minimal));
+  auto t = adapters::load_task_file(write(minimal));
   ASSERT_TRUE(t) << describe(t.error());
   EXPECT_EQ(t->limits.timeout_s, 600.0);
   EXPECT_EQ(t->limits.memory_cap_bytes, 0u);
@@ -107,7 +107,7 @@ default = "naive"
   EXPECT_NE(e.find("workload: missing"), std::string::npos) << e;
   e = error_of(std::string{minimal} + "[[patches]]\nname = \"p\"\nfile = \"nope.patch\"\n");
   EXPECT_NE(e.find("patches[0].file: no such file:"), std::string::npos) << e;
-  EXPECT_NE(load_task_file(dir.sub("absent.toml")).error().code(), 0);
+  EXPECT_NE(adapters::load_task_file(dir.sub("absent.toml")).error().code(), 0);
 }
 
 TEST_F(TaskFileTest, IntegerKeysAreNeverTruncatedOrWrapped) {
@@ -128,33 +128,33 @@ TEST_F(TaskFileTest, IntegerKeysAreNeverTruncatedOrWrapped) {
   EXPECT_NE(e.find("budget.trials: expected an integer in [0, 1000000], got integer -1"),
             std::string::npos)
     << e;
-  auto ok = load_task_file(write(std::string{minimal} + "[contract]\nparams = 10942464\n"));
+  auto ok = adapters::load_task_file(write(std::string{minimal} + "[contract]\nparams = 10942464\n"));
   ASSERT_TRUE(ok) << describe(ok.error());
   EXPECT_EQ(ok->contract.params, 10942464u);
 }
 
 TEST(ByteSize, UnitsAndRejections) {
   std::uint64_t v = 0;
-  ASSERT_TRUE(parse_byte_size("3GiB", v));
+  ASSERT_TRUE(adapters::parse_byte_size("3GiB", v));
   EXPECT_EQ(v, 3ull << 30);
-  ASSERT_TRUE(parse_byte_size("2.5 GB", v));
+  ASSERT_TRUE(adapters::parse_byte_size("2.5 GB", v));
   EXPECT_EQ(v, 2'500'000'000ull);
-  ASSERT_TRUE(parse_byte_size("4096", v));
+  ASSERT_TRUE(adapters::parse_byte_size("4096", v));
   EXPECT_EQ(v, 4096u);
-  EXPECT_FALSE(parse_byte_size("3 parsecs", v));
-  EXPECT_FALSE(parse_byte_size("-1GB", v));
-  EXPECT_FALSE(parse_byte_size("", v));
+  EXPECT_FALSE(adapters::parse_byte_size("3 parsecs", v));
+  EXPECT_FALSE(adapters::parse_byte_size("-1GB", v));
+  EXPECT_FALSE(adapters::parse_byte_size("", v));
   // Not plain decimal: hexadecimal, exponent, inf/nan.
-  EXPECT_FALSE(parse_byte_size("0x10", v));
-  EXPECT_FALSE(parse_byte_size("8e10", v));
-  EXPECT_FALSE(parse_byte_size("inf", v));
-  EXPECT_FALSE(parse_byte_size("nan", v));
+  EXPECT_FALSE(adapters::parse_byte_size("0x10", v));
+  EXPECT_FALSE(adapters::parse_byte_size("8e10", v));
+  EXPECT_FALSE(adapters::parse_byte_size("inf", v));
+  EXPECT_FALSE(adapters::parse_byte_size("nan", v));
   // A non-zero size that rounds to 0 bytes, and one beyond 2^63.
-  EXPECT_FALSE(parse_byte_size("0.4", v));
-  EXPECT_FALSE(parse_byte_size("10000000TB", v));
-  ASSERT_TRUE(parse_byte_size("81559MiB", v));
+  EXPECT_FALSE(adapters::parse_byte_size("0.4", v));
+  EXPECT_FALSE(adapters::parse_byte_size("10000000TB", v));
+  ASSERT_TRUE(adapters::parse_byte_size("81559MiB", v));
   EXPECT_EQ(v, 81559ull * 1048576ull);
-  ASSERT_TRUE(parse_byte_size("0", v));
+  ASSERT_TRUE(adapters::parse_byte_size("0", v));
   EXPECT_EQ(v, 0u);
 }
 

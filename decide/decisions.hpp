@@ -14,15 +14,31 @@
 #include <caf/expected.hpp>
 #include <nlohmann/json.hpp>
 
+#include "adapters/trial_launcher.hpp"
+#include "decide/next_step.hpp"
+#include "messages/codec.hpp"
 #include "store/run_projection.hpp"
 #include "tuning/planner.hpp"
 #include "tuning/task.hpp"
 
-namespace infrarsi::actors {
+namespace infrarsi::decide {
 
-/// Purpose suffix of a candidate's re-verification runs ("verify-baseline" + tag,
-/// "verify-candidate" + tag): "/<id>" for the first round, "/<id>#<round>" after.
-std::string verify_tag(std::uint64_t candidate, std::uint32_t round);
+/// The run's budget as locked at init (ContractLocked "budget": `tune --trials` included), else
+/// the task's (runs locked before a key was recorded). Every decision reads the budget here, so a
+/// resume cannot change it.
+struct run_budget {
+  /// Search (explore) trials.
+  std::uint32_t trials = 0;
+  /// The doctor's baseline runs.
+  std::uint32_t baseline_repeats = 0;
+  /// Candidates re-verified against the baseline.
+  std::uint32_t verify_top = 0;
+  /// Interleaved baseline/candidate pairs per candidate and round.
+  std::uint32_t verify_repeats = 0;
+  /// Wall-clock limit of the search stage, seconds (a supervisor's life; logged when it expires).
+  double wall_clock_s = 0;
+};
+run_budget budget_of(const tuning::task_spec& task, const store::run_state& run);
 
 /// The contract as locked at init (the `contract` object of the ContractLocked event; its SHA-256
 /// is the run's contract hash).
@@ -66,7 +82,7 @@ caf::expected<std::string> check_doc(const tuning::task_spec& task, const store:
 /// not above 3x the doctor's; otherwise `remeasure` once). Error errc::not_found.
 caf::expected<std::string> reverify_doc(const store::run_state& run, std::uint64_t candidate);
 
-/// The candidates to re-verify: up to budget.verify_top distinct verified explore
+/// The candidates to re-verify: up to budget_of(task, run).verify_top distinct verified explore
 /// configurations faster than the baseline's mean, fastest first, as (trial id, configuration).
 std::vector<std::pair<std::uint64_t, tuning::configuration>>
 reverify_candidates(const tuning::task_spec& task, const store::run_state& run);
@@ -75,4 +91,45 @@ reverify_candidates(const tuning::task_spec& task, const store::run_state& run);
 /// highest verified speedup, or {"promoted": false, "reason": ...}.
 nlohmann::json promotion_decision(const tuning::task_spec& task, const store::run_state& run);
 
-} // namespace infrarsi::actors
+/// The ContractLocked document of init: the task's text and source path ("task_toml",
+/// "task_path": the log is self-contained, replay needs no file), the contract and its SHA-256,
+/// the knobs and patches with the scope lock (`lock`, adapters::lock_scope), the budget
+/// (`search_trials` is `tune --trials` or budget.trials), hardware and its fingerprint, the
+/// workload signature, seed, search policy and memory capacity.
+nlohmann::json contract_locked_doc(const tuning::task_spec& task, const nlohmann::json& lock,
+                                   const nlohmann::json& hardware,
+                                   const std::string& hardware_fingerprint,
+                                   const std::string& task_text, std::uint64_t seed,
+                                   std::uint32_t search_trials);
+
+/// The TrialSpec of an attempt: `req` (adapters::make_trial_spec) with its structured purpose.
+messages::trial_spec_msg trial_spec(const adapters::trial_request& req, tuning::purpose_kind kind,
+                                    std::uint64_t candidate_trial, std::uint32_t round);
+
+/// The terminal result of an attempt refused before launch (contract_violation, `why`).
+messages::trial_result_msg refused_result(std::uint64_t trial_id, std::uint32_t attempt,
+                                          const std::string& why);
+
+/// A StageEvent payload for stage "init", "doctor", "run", "report" or "apply".
+messages::stage_event_msg stage_payload(const std::string& stage);
+
+/// What a planner reply becomes: the ProposalsMade document {"n", "at", "planner"} (`at`: the
+/// planner saw the run's first `at` events), one explore launch
+/// per proposal (trial ids from run.next_trial_id()), and when there is none the SearchStopped
+/// document (reason "policy"). Error errc::corrupt_data for an unreadable reply or
+/// configuration, errc::invalid_argument for a proposal that breaks the task's constraints.
+struct batch {
+  nlohmann::json document;
+  std::vector<launch> launches;
+  nlohmann::json stopped;
+};
+caf::expected<batch> proposal_batch(const tuning::task_spec& task, const store::run_state& run,
+                                    std::uint32_t n, std::uint64_t at,
+                                    const std::string& planner_reply);
+
+/// The commit message of a promotion: the change, the run, the verified speedup and interval,
+/// the launch configuration.
+std::string commit_message(const tuning::task_spec& task, const std::string& run_id,
+                           const nlohmann::json& promotion);
+
+} // namespace infrarsi::decide

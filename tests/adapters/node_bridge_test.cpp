@@ -9,7 +9,7 @@
 #include <zmq.hpp>
 
 #include "messages/codec.hpp"
-#include "runtime/node_bridge.hpp"
+#include "adapters/node_bridge.hpp"
 #include "store/memory_event_log.hpp"
 #include "store/run_projection.hpp"
 

@@ -8,7 +8,7 @@
 
 #include "tuning/task.hpp"
 
-namespace infrarsi::runtime {
+namespace infrarsi::adapters {
 
 /// Loads and validates the task file at `path`. Relative paths inside the file (workload.workdir,
 /// patches[].file) are resolved against the file's directory.
@@ -17,8 +17,15 @@ namespace infrarsi::runtime {
 /// its position). Unknown keys are errors (typos never pass silently).
 [[nodiscard]] caf::expected<tuning::task_spec> load_task_file(const std::string& path);
 
+/// Parses task-file text read back from an event log (ContractLocked "task_toml"), as if it were
+/// the file at `source_path` (relative paths resolve against its directory), without requiring
+/// the referenced files (patches) to exist any more: replay needs only the log. Errors as
+/// load_task_file (errc::invalid_argument).
+[[nodiscard]] caf::expected<tuning::task_spec> load_task_text(const std::string& text,
+                                                             const std::string& source_path);
+
 /// Parses a byte size: an integer, or a string with a unit: "512MiB", "3GiB", "2.5GB", "4096".
 /// Returns false on anything else.
 bool parse_byte_size(const std::string& text, std::uint64_t& out);
 
-} // namespace infrarsi::runtime
+} // namespace infrarsi::adapters

@@ -1,4 +1,4 @@
-#include "runtime/node_bridge.hpp"
+#include "adapters/node_bridge.hpp"
 
 #include <chrono>
 #include <filesystem>
@@ -7,15 +7,26 @@
 #include "messages/errc.hpp"
 #include "store/run_projection.hpp"
 
-namespace infrarsi::runtime {
+namespace infrarsi::adapters {
 
 node_server::node_server(zmq::context_t& ctx, std::string endpoint, const tuning::task_spec& task,
-                         std::string trials_root, std::string node_name)
+                         std::string trials_root, std::string node_name,
+                         std::map<std::string, std::string> slot_env, std::string cpu_list)
   : ctx_(ctx),
     endpoint_(std::move(endpoint)),
     task_(task),
     trials_root_(std::move(trials_root)),
-    node_name_(std::move(node_name)) {
+    node_name_(std::move(node_name)),
+    slot_env_(std::move(slot_env)),
+    cpu_list_(std::move(cpu_list)),
+    slot_task_(task) {
+  for (const auto& [k, v] : slot_env_)
+    slot_task_.workload.env[k] = v;
+  if (!cpu_list_.empty()) {
+    std::vector<std::string> argv{"taskset", "-c", cpu_list_};
+    argv.insert(argv.end(), slot_task_.workload.argv.begin(), slot_task_.workload.argv.end());
+    slot_task_.workload.argv = std::move(argv);
+  }
 }
 
 node_server::~node_server() {
@@ -28,6 +39,7 @@ caf::error node_server::start() {
     socket_->set(zmq::sockopt::linger, 0);
     socket_->set(zmq::sockopt::router_mandatory, 1);
     socket_->bind(endpoint_);
+    endpoint_ = socket_->get(zmq::sockopt::last_endpoint);
   } catch (const zmq::error_t& e) {
     return make_error(errc::io_error, "node-runner: cannot bind '" + endpoint_ + "': " + e.what());
   }
@@ -44,7 +56,7 @@ void node_server::stop() {
 
 messages::trial_result_msg node_server::run_one(const messages::trial_spec_msg& spec) {
   adapters::trial_request req;
-  req.task = &task_;
+  req.task = &slot_task_;
   auto config = store::configuration_of(*spec);
   req.knobs = config.knobs;
   req.patches = config.patches;
@@ -134,7 +146,8 @@ node_client::node_client(zmq::context_t& ctx, std::string endpoint, std::string 
 
 caf::expected<messages::trial_result_msg>
 node_client::run(const messages::trial_spec_msg& spec, double timeout_s,
-                 const std::function<void(const messages::trial_result_msg&)>& on_stale) {
+                 const std::function<void(const messages::trial_result_msg&)>& on_stale,
+                 const std::atomic<bool>* cancel) {
   auto env = messages::seal(spec, run_id_, sender_, sequence_++);
   if (!env)
     return std::move(env.error());
@@ -144,6 +157,9 @@ node_client::run(const messages::trial_spec_msg& spec, double timeout_s,
     auto deadline = std::chrono::steady_clock::now()
                     + std::chrono::milliseconds(static_cast<long>(timeout_s * 1000));
     while (std::chrono::steady_clock::now() < deadline) {
+      if (cancel != nullptr && cancel->load())
+        return make_error(errc::interrupted, "node-runner '" + endpoint_
+                                               + "': the wait was cancelled (run interrupted)");
       zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
       zmq::poll(&item, 1, std::chrono::milliseconds(200));
       if ((item.revents & ZMQ_POLLIN) == 0)
@@ -180,4 +196,4 @@ node_client::run(const messages::trial_spec_msg& spec, double timeout_s,
                                        + std::to_string(timeout_s) + " s (trial lost)");
 }
 
-} // namespace infrarsi::runtime
+} // namespace infrarsi::adapters

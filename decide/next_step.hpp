@@ -1,0 +1,147 @@
+#pragma once
+/// @file next_step.hpp
+/// The supervisor's step function: given a run as folded so far, the free node slots and what the
+/// supervisor has outstanding (requests it sent and has no answer to yet, which are not in the
+/// log), what to do next and why. Pure: no CAF, no I/O, no clock — the wall-clock expiry is an
+/// input the supervisor logs (SearchStopped) before acting on it. The supervisor actor, the
+/// replay audit and the search-quality benchmark drive runs with this one function.
+///
+/// The stage machine it encodes (docs/architecture.md "The step function"):
+///   init -> doctor (baseline_repeats baselines in parallel, calibrate, verdicts)
+///        -> run (propose batches as large as the free slots until the budget, the policy's stop
+///           rule or the wall clock ends the search; verify every result; then re-verify the
+///           candidates, each in its own sequence of interleaved baseline/candidate runs;
+///           promote) -> report -> apply.
+/// Before any of that: an attempt dispatched by an earlier life of the supervisor and never
+/// finished is lost; a lost attempt is re-queued once as the next attempt of the same trial (up
+/// to max_attempts); a trial proposed but never dispatched is dispatched.
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "store/run_projection.hpp"
+#include "tuning/task.hpp"
+#include "tuning/trial.hpp"
+
+namespace infrarsi::decide {
+
+/// (trial id, attempt).
+using attempt_id = std::pair<std::uint64_t, std::uint32_t>;
+
+/// Attempts of one trial at most (each lost attempt is re-queued once as the next one; a trial
+/// whose attempt max_attempts - 1 is lost stays lost).
+inline constexpr std::uint32_t max_attempts = 8;
+
+/// What the supervisor has asked for and not yet been answered (not in the log).
+struct outstanding {
+  /// Attempts this supervisor dispatched whose result has not arrived.
+  std::set<attempt_id> running;
+  /// Attempts whose verdict was requested.
+  std::set<attempt_id> verifying;
+  /// Candidates whose re-verification estimate was requested.
+  std::set<std::uint64_t> reverifying;
+  /// A proposal batch was requested from the planner.
+  bool proposing = false;
+  /// The doctor's calibration was requested.
+  bool calibrating = false;
+  /// init, promote, report or apply is in progress (they run alone).
+  bool exclusive = false;
+};
+
+/// One trial attempt to hand to a node-runner.
+struct launch {
+  std::uint64_t trial_id = 0;
+  std::uint32_t attempt = 0;
+  tuning::configuration config;
+  tuning::purpose_kind kind = tuning::purpose_kind::unknown;
+  /// verify-*: the candidate trial and the round.
+  std::uint64_t candidate_trial = 0;
+  std::uint32_t round = 0;
+  /// Its TrialProposed is already logged (a trial queued before a restart, or just proposed).
+  bool proposed = false;
+};
+
+enum class step_kind {
+  /// Nothing to do until an answer arrives.
+  wait,
+  /// The run is complete (apply done).
+  done,
+  /// Append StageStarted(stage).
+  begin_stage,
+  /// Append StageCompleted(stage).
+  end_stage,
+  /// Lock the scope and contract, load priors and experience (ContractLocked, PriorsLoaded,
+  /// ExperienceSeeded).
+  init,
+  /// Append TrialLost for `attempts` (dispatched by an earlier life, never finished).
+  lose,
+  /// Append TrialProposed (unless proposed) and TrialDispatched for each of `launches`, then send
+  /// each to a free node-runner.
+  launch,
+  /// Ask the verifier for the verdicts of `attempts` (TrialVerified each).
+  verify,
+  /// Ask the planner for `n` proposals (ProposalsMade, then TrialProposed for each).
+  propose,
+  /// Append SearchStopped(`stop`).
+  stop_search,
+  /// Ask the verifier for the doctor's calibration (BaselineCalibrated).
+  calibrate,
+  /// Ask the verifier for candidate `candidate`'s re-verification estimate (CandidateReverified).
+  reverify,
+  /// Append CandidatePromoted (decide::promotion_decision).
+  promote,
+  /// Write the report (ReportWritten).
+  report,
+  /// Apply the promotion (ApplyStarted, then ChangesApplied).
+  apply,
+};
+
+/// The name of a step kind ("wait", "launch", ...), for progress lines and tests.
+const char* to_string(step_kind k);
+
+/// What to do next.
+struct step {
+  step_kind kind = step_kind::wait;
+  /// begin_stage / end_stage: "init", "doctor", "run", "report" or "apply".
+  std::string stage;
+  /// lose / verify.
+  std::vector<attempt_id> attempts;
+  /// launch: at most the free slots.
+  std::vector<launch> launches;
+  /// propose: the batch size (>= 1, <= free slots, <= the search trials left).
+  std::uint32_t n = 0;
+  /// reverify.
+  std::uint64_t candidate = 0;
+  /// stop_search: the SearchStopped document {"reason", "detail", "search_trials", "budget"}.
+  nlohmann::json stop;
+  /// Why, in words (progress lines).
+  std::string reason;
+};
+
+/// Inputs of next_step that are not in the log.
+struct step_input {
+  /// Node slots not running anything.
+  std::uint32_t free_slots = 0;
+  outstanding busy;
+  /// The search stage's wall-clock limit has passed (the supervisor's own timer).
+  bool wall_clock_expired = false;
+};
+
+/// The next thing to do for `run` (folded up to now) of `task`. Deterministic in its inputs.
+/// Budgets are those logged at init (budget_of). Nothing is proposed while a finished trial waits
+/// for its verdict (the planner would see a result without its timed step time).
+step next_step(const tuning::task_spec& task, const store::run_state& run, const step_input& in);
+
+/// Search trials of the run: distinct explore trial ids proposed so far.
+std::uint32_t search_trials(const store::run_state& run);
+
+/// The SearchStopped document for `reason` ("budget", "policy", "wall_clock") and `detail`.
+nlohmann::json search_stopped_doc(const std::string& reason, const std::string& detail,
+                                  std::uint32_t search_trials, std::uint32_t budget);
+
+} // namespace infrarsi::decide
