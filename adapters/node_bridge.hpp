@@ -45,6 +45,11 @@ public:
   /// Stops serving; a running trial is stopped (it ends as preempted). Idempotent.
   void stop();
 
+  /// Asks the serving thread to stop without waiting for it (stop() then joins): a running
+  /// trial begins its SIGTERM / kill_grace_s / SIGKILL sequence now, so several slots stop in
+  /// parallel.
+  void request_stop() noexcept { stop_ = true; }
+
   [[nodiscard]] const std::string& endpoint() const noexcept { return endpoint_; }
 
 private:

@@ -122,14 +122,16 @@ caf::expected<child_process> spawn(const spawn_request& req) {
   if (pid == 0) {
     // Child: async-signal-safe calls only.
     ::setpgid(0, 0);
+    // The harness blocks SIGINT and SIGTERM in its threads (a signal thread takes them); the
+    // trial must get them as usual, or stopping it would wait for SIGKILL.
+    sigset_t none;
+    ::sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
     ::dup2(out_pipe[1], STDOUT_FILENO);
     ::dup2(err_pipe[1], STDERR_FILENO);
     int devnull = ::open("/dev/null", O_RDONLY);
     if (devnull >= 0)
       ::dup2(devnull, STDIN_FILENO);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
     ::signal(SIGPIPE, SIG_DFL);
     if (workdir != nullptr && ::chdir(workdir) != 0) {
       int e = errno;

@@ -5,21 +5,19 @@
 /// (noise-free) speedup against the exhaustive optimum. Writes DIR/search_quality.json (every
 /// run's raw record and the aggregates) and DIR/search_quality.md (the table).
 ///
-/// One run (policy, task, seed), as `infrarsi tune` would do it with an evaluator instead of the
-/// node-runner:
-///  1. doctor: 3 baseline trials (purpose "baseline", not in the budget); their timed step times
-///     give the noise (tuning::estimate_noise: log-sd, minimum detectable speedup);
-///  2. search: `policy.plan(in, 1)` and one trial of its proposal (purpose "explore"), repeated
-///     until the budget of search trials is spent or the policy proposes nothing;
-///  3. promotion (tune's verifier rule, actors/decisions.cpp): the two fastest usable explore
-///     configurations measured faster than the baseline mean are each re-measured in 3
-///     interleaved baseline/candidate pairs; a candidate is promotable when every re-measurement
-///     passed and the 95 % Welch interval of its speedup (tuning::estimate_speedup) has a lower
-///     bound above 1 + the minimum detectable speedup; a pair measured with more than 3x the
-///     doctor's log-sd is re-measured once. The promotable candidate with the highest measured
-///     speedup is promoted; none: speedup 1.
-///  4. scoring with the evaluator's oracle (noise-free): true speedup, fraction of the optimum,
-///     trials to 90 % of the optimum's speedup, cost of failed trials.
+/// One run (policy, task, seed) is driven by bench/run_driver.hpp exactly as the supervisor
+/// drives `infrarsi tune` (decide::next_step over --nodes slots, every decision by the decide/
+/// functions, every event in an in-memory log folded by store::run_projection), with an
+/// evaluator instead of the node-runners and a simulated clock:
+///  1. doctor: 3 baseline trials (purpose "baseline", not in the budget), calibrated by
+///     decide::calibrate_doc (noise: log-sd, minimum detectable speedup; the loss reference);
+///  2. search: batches of proposals as large as the free slots (decide::proposal_doc with the
+///     policy under test as the run's policy), every result verified (decide::check_doc), until
+///     the budget of search trials is spent or the policy proposes nothing;
+///  3. re-verification and promotion: decide::reverify_candidates, reverify_doc and
+///     promotion_decision (the verifier's rule);
+///  4. scoring from the folded run with the evaluator's oracle (noise-free): true speedup,
+///     fraction of the optimum, trials to 90 % of the optimum's speedup, cost of failed trials.
 /// Deterministic: the same arguments give the same JSON except the "wall_s" object.
 
 #include <algorithm>
@@ -31,6 +29,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -46,6 +45,7 @@
 #include "actors/actors.hpp"
 #include "bench/evaluator.hpp"
 #include "bench/real_evaluator.hpp"
+#include "bench/run_driver.hpp"
 #include "bench/sim_evaluator.hpp"
 #include "messages/errc.hpp"
 #include "adapters/task_file.hpp"
@@ -73,8 +73,6 @@ constexpr const char* optuna_policy_name = "optuna_tpe/1";
 constexpr std::size_t baseline_repeats = 3;
 constexpr std::size_t verify_top = 2;
 constexpr std::size_t verify_repeats = 3;
-/// A re-verification measured with more than this times the doctor's log-sd is re-measured once.
-constexpr double variance_factor = 3.0;
 /// Fraction of the optimum's speedup that "trials to reach" refers to.
 constexpr double reach_fraction = 0.9;
 
@@ -88,6 +86,7 @@ struct options {
   std::uint64_t seeds = 5;              ///< number of seeds
   std::uint64_t first_seed = 1;         ///< seeds first_seed .. first_seed + seeds - 1
   std::uint32_t budget = 40;            ///< search trials per run
+  std::uint32_t nodes = 1;              ///< node slots (trials in flight at most)
   std::string out = std::string{INFRARSI_SOURCE_DIR} + "/bench/results";
   bool optuna = true;                   ///< include optuna_tpe/1 (when built)
   std::string optuna_script = std::string{INFRARSI_SOURCE_DIR} + "/bench/optuna_tpe.py";
@@ -163,6 +162,7 @@ struct search_trial {
   double device_s = 0;
   double predicted_speedup = 1;
   std::string violation; ///< first violation or failure detail (shortened)
+  double ended_at_s = 0; ///< simulated clock when its result arrived (run_driver.hpp)
 };
 
 /// One candidate's re-verification.
@@ -181,7 +181,8 @@ struct reverification {
 struct run_result {
   std::string policy, task;
   std::uint64_t seed = 0;
-  std::string error; ///< non-empty: the run could not finish (the policy threw)
+  std::uint32_t nodes = 1;
+  std::string error; ///< non-empty: the run could not finish (the policy threw, ...)
   tuning::noise_estimate noise;
   std::size_t search_trials = 0;
   std::string stop_reason;
@@ -202,69 +203,54 @@ struct run_result {
   /// A real task's promoted configuration had patches (no exhaustive truth): true_speedup is
   /// its re-verified measured speedup.
   bool true_speedup_measured = false;
+  /// From the driver (run_driver.hpp): the planner_input's initial design, verdicts that differ
+  /// from the evaluator's own, planner calls, most trials in flight, the simulated clock when
+  /// the last search trial and the run ended.
+  std::size_t initial_design = 0, verdict_mismatches = 0, proposal_calls = 0;
+  std::uint32_t max_in_flight = 0;
+  double sim_search_wall_s = 0, sim_total_wall_s = 0;
 };
 
 std::string shorten(const std::string& s, std::size_t n = 160) {
   return s.size() <= n ? s : s.substr(0, n) + "...";
 }
 
-/// Re-measures `cand` in interleaved baseline/candidate pairs (one or two rounds).
-reverification reverify(evaluator& ev, const tuning::trial_record& cand,
-                        const tuning::configuration& baseline, const tuning::noise_estimate& noise,
-                        std::uint64_t& next_id) {
-  reverification r;
-  r.candidate_trial = cand.trial_id;
-  r.change = cand.config.diff_from(baseline);
-  double mds = noise.min_detectable_speedup;
-  for (std::uint32_t round = 1; round <= 2; ++round) {
-    r.rounds = round;
-    r.baseline_s.clear();
-    r.candidate_s.clear();
-    std::string tag = "/" + std::to_string(cand.trial_id) +
-                      (round > 1 ? "#" + std::to_string(round) : "");
-    std::size_t failed = 0;
-    for (std::size_t i = 0; i < verify_repeats; ++i) {
-      auto b = ev.measure(baseline, next_id++, 0, "verify-baseline" + tag);
-      auto c = ev.measure(cand.config, next_id++, 0, "verify-candidate" + tag);
-      r.device_s += b.device_seconds + c.device_seconds;
-      for (const auto* t : {&b, &c}) {
-        if (!t->usable())
-          ++failed;
-        else
-          (t == &b ? r.baseline_s : r.candidate_s).push_back(t->timed_step_time_s);
-      }
-    }
-    r.estimate = tuning::estimate_speedup(r.baseline_s, r.candidate_s);
-    r.promotable = false;
-    if (failed > 0) {
-      r.reason = std::to_string(failed) + " interleaved run(s) failed or broke the contract";
-    } else if (noise.log_sd > 0 &&
-               std::max(r.estimate.log_sd_a, r.estimate.log_sd_b) > variance_factor * noise.log_sd) {
-      r.reason = "measured with visibly higher variance than the doctor's baselines";
-      if (round == 1)
-        continue; // re-measured once; only the second round counts
-      r.reason += " again in the second round";
-    } else if (!(r.estimate.ci_low > 1.0 + mds)) {
-      r.reason = "the 95% interval's lower bound does not clear 1 + the minimum detectable speedup";
-    } else {
-      r.promotable = true;
-      r.reason = "the 95% interval's lower bound clears 1 + the minimum detectable speedup";
-    }
-    break;
-  }
-  return r;
-}
-
-/// Runs one policy on one task with one seed (see the file comment).
+/// Runs one policy on one task with one seed (see the file comment): bench/run_driver.hpp drives
+/// the run through decide::next_step and the decide/ decisions, as the supervisor does; the
+/// benchmark's metrics are then read from the folded run and the evaluator's oracle.
 run_result run_one(evaluator& ev, const tuning::planner_policy& policy, const std::string& policy_name,
-                   std::uint64_t seed, std::uint32_t budget, const tuning::prior_set& priors) {
+                   std::uint64_t seed, std::uint32_t budget, const tuning::prior_set& priors,
+                   std::uint32_t nodes, const std::string& task_text) {
   auto start = std::chrono::steady_clock::now();
   const auto& task = ev.task();
   run_result r;
   r.policy = policy_name;
   r.task = task.name;
   r.seed = seed;
-  ev.begin_run(seed);
+  r.nodes = nodes;
+
+  driver_options d;
+  d.nodes = nodes;
+  d.trials = budget;
+  d.baseline_repeats = baseline_repeats;
+  d.verify_top = verify_top;
+  d.verify_repeats = verify_repeats;
+  d.policy_name = policy_name;
+  d.policy = &policy;
+  d.seed = seed;
+  d.priors = priors;
+  d.task_text = task_text;
+  auto driven = drive_run(ev, d);
+  const auto& run = driven.state;
+  r.error = driven.error;
+  r.initial_design = driven.initial_design;
+  r.verdict_mismatches = driven.verdict_mismatches;
+  r.proposal_calls = driven.proposal_calls;
+  r.max_in_flight = driven.max_in_flight;
+  r.sim_search_wall_s = driven.search_end_s;
+  r.sim_total_wall_s = driven.end_s;
+  if (run.noise)
+    r.noise = *run.noise;
 
   const auto baseline = canonical_configuration(task, tuning::baseline_configuration(task));
   const double base_true = ev.baseline_true_step_time();
@@ -276,135 +262,101 @@ run_result run_one(evaluator& ev, const tuning::planner_policy& policy, const st
     return base_true / *t;
   };
 
-  tuning::planner_input in;
-  in.task = &task;
-  in.priors = &priors;
-  in.seed = seed;
-  in.initial_design = std::min<std::size_t>(4, std::max<std::size_t>(1, budget / 3));
-  in.incompatible_patches = ev.incompatible_patches();
-  in.memory_capacity_bytes = ev.memory_capacity_bytes();
-
-  std::uint64_t next_id = 1;
-  // 1. Doctor.
-  std::vector<double> base_times;
-  for (std::size_t i = 0; i < baseline_repeats; ++i) {
-    auto t = ev.measure(baseline, next_id++, 0, "baseline");
-    if (t.usable())
-      base_times.push_back(t.timed_step_time_s);
-    in.history.push_back(std::move(t));
-  }
-  if (base_times.size() < 2) {
-    r.error = "fewer than two baseline trials were usable";
-    r.wall_s = elapsed_s(start);
-    return r;
-  }
-  r.noise = tuning::estimate_noise(base_times);
-  in.noise_log_sd = r.noise.log_sd;
-  in.min_detectable_speedup = 1.0 + r.noise.min_detectable_speedup;
-
-  // 2. Search.
-  try {
-    while (r.search_trials < budget) {
-      auto batch = policy.plan(in, 1);
-      if (batch.proposals.empty()) {
-        r.stop_reason = batch.stop_reason.empty() ? "no proposal" : batch.stop_reason;
-        break;
-      }
-      const auto& p = batch.proposals.front();
-      auto rec = ev.measure(p.config, next_id++, 0, "explore");
-      ++r.search_trials;
-      search_trial s;
-      s.index = r.search_trials;
-      s.trial_id = rec.trial_id;
-      s.outcome = tuning::to_string(rec.outcome);
-      s.change = canonical_configuration(task, p.config).diff_from(baseline);
-      s.device_s = rec.device_seconds;
-      s.predicted_speedup = p.predicted_speedup;
-      if (rec.usable()) {
-        s.measured_step_s = rec.timed_step_time_s;
-        s.true_speedup = true_speedup_of(p.config);
-        ++r.usable;
-      } else {
-        s.violation = shorten(rec.violations.empty() ? rec.detail : rec.violations.front());
-      }
-      r.search_device_s += rec.device_seconds;
-      if (failed_outcome(rec.outcome))
-        r.failed_device_s += rec.device_seconds;
-      switch (rec.outcome) {
-      case tuning::trial_outcome::oom: ++r.ooms; break;
-      case tuning::trial_outcome::launch_error: ++r.launch_errors; break;
-      case tuning::trial_outcome::crash:
-      case tuning::trial_outcome::timeout: ++r.crashes; break;
-      case tuning::trial_outcome::contract_violation:
-        if (!rec.violations.empty() && rec.violations.front().rfind("constraint:", 0) == 0)
-          ++r.constraint_refusals;
-        else
-          ++r.contract_violations;
-        break;
-      default: break;
-      }
-      if (s.true_speedup) {
-        r.best_explored_true_speedup = std::max(r.best_explored_true_speedup, *s.true_speedup);
-        if (!r.trials_to_reach && *s.true_speedup >= reach_fraction * opt_speedup)
-          r.trials_to_reach = s.index;
-      }
-      r.trials.push_back(std::move(s));
-      in.history.push_back(std::move(rec));
+  // The search: explore trials in order of proposal (trial id), latest attempt each.
+  for (const auto* t : run.latest_attempts()) {
+    if (t->kind != tuning::purpose_kind::explore)
+      continue;
+    ++r.search_trials;
+    search_trial s;
+    s.index = r.search_trials;
+    s.trial_id = t->trial_id;
+    s.outcome = tuning::to_string(t->outcome);
+    s.change = canonical_configuration(task, t->config).diff_from(baseline);
+    s.device_s = t->device_seconds;
+    if (auto p = driven.proposals.find(t->trial_id); p != driven.proposals.end())
+      s.predicted_speedup = p->second.value("predicted_speedup", 1.0);
+    if (auto tm = driven.times.find({t->trial_id, t->attempt}); tm != driven.times.end())
+      s.ended_at_s = tm->second.ended_s;
+    if (t->usable()) {
+      s.measured_step_s = t->timed_step_time_s;
+      s.true_speedup = true_speedup_of(t->config);
+      ++r.usable;
+    } else {
+      s.violation = shorten(t->violations.empty() ? t->detail : t->violations.front());
     }
-  } catch (const std::exception& e) {
-    r.error = "policy '" + policy_name + "' failed after " + std::to_string(r.search_trials) +
-              " search trials: " + e.what();
+    r.search_device_s += t->device_seconds;
+    if (failed_outcome(t->outcome))
+      r.failed_device_s += t->device_seconds;
+    switch (t->outcome) {
+    case tuning::trial_outcome::oom: ++r.ooms; break;
+    case tuning::trial_outcome::launch_error: ++r.launch_errors; break;
+    case tuning::trial_outcome::crash:
+    case tuning::trial_outcome::timeout: ++r.crashes; break;
+    case tuning::trial_outcome::contract_violation:
+      if (!t->violations.empty() && t->violations.front().rfind("constraint:", 0) == 0)
+        ++r.constraint_refusals;
+      else
+        ++r.contract_violations;
+      break;
+    default: break;
+    }
+    if (s.true_speedup) {
+      r.best_explored_true_speedup = std::max(r.best_explored_true_speedup, *s.true_speedup);
+      if (!r.trials_to_reach && *s.true_speedup >= reach_fraction * opt_speedup)
+        r.trials_to_reach = s.index;
+    }
+    r.trials.push_back(std::move(s));
+  }
+  r.failed_device_share = r.search_device_s > 0 ? r.failed_device_s / r.search_device_s : 0.0;
+  if (run.search_stopped) {
+    auto reason = run.search_stopped->value("reason", std::string{});
+    r.stop_reason = reason == "policy" ? run.search_stopped->value("detail", reason) : reason;
+  }
+  if (!r.error.empty()) {
     r.wall_s = elapsed_s(start);
     return r;
   }
-  if (r.search_trials >= budget && r.stop_reason.empty())
-    r.stop_reason = "budget";
-  r.failed_device_share = r.search_device_s > 0 ? r.failed_device_s / r.search_device_s : 0.0;
 
-  // 3. Promotion.
-  std::vector<const tuning::trial_record*> ranked;
-  for (const auto& t : in.history) {
-    if (t.purpose != "explore" || !t.usable() || !(t.timed_step_time_s < r.noise.mean_step_time_s))
-      continue;
-    auto c = canonical_configuration(task, t.config);
-    if (c == baseline)
-      continue;
-    bool dup = false;
-    for (const auto* q : ranked)
-      dup = dup || canonical_configuration(task, q->config) == c;
-    if (!dup)
-      ranked.push_back(&t);
+  // Re-verification and promotion, as logged (decide::reverify_candidates, reverify_doc,
+  // promotion_decision).
+  for (const auto& v : run.reverifications) {
+    reverification out;
+    out.candidate_trial = v.candidate_trial;
+    out.change = canonical_configuration(task, v.config).diff_from(baseline);
+    out.rounds = v.round;
+    out.baseline_s = v.baseline_times_s;
+    out.candidate_s = v.candidate_times_s;
+    out.estimate = v.estimate;
+    out.promotable = v.promotable;
+    out.reason = v.reason;
+    out.true_speedup = true_speedup_of(v.config);
+    for (const auto& t : run.trials)
+      if (t.candidate_trial == v.candidate_trial &&
+          (t.kind == tuning::purpose_kind::verify_baseline ||
+           t.kind == tuning::purpose_kind::verify_candidate))
+        out.device_s += t.device_seconds;
+    r.verify_device_s += out.device_s;
+    r.verifications.push_back(std::move(out));
   }
-  std::stable_sort(ranked.begin(), ranked.end(), [](const auto* a, const auto* b) {
-    return a->timed_step_time_s < b->timed_step_time_s;
-  });
-  if (ranked.size() > verify_top)
-    ranked.resize(verify_top);
-  const reverification* winner = nullptr;
-  for (const auto* cand : ranked) {
-    auto v = reverify(ev, *cand, baseline, r.noise, next_id);
-    v.true_speedup = true_speedup_of(cand->config);
-    r.verify_device_s += v.device_s;
-    r.verifications.push_back(std::move(v));
-  }
-  for (const auto& v : r.verifications)
-    if (v.promotable && (winner == nullptr || v.estimate.speedup > winner->estimate.speedup))
-      winner = &v;
-  if (winner != nullptr) {
+  if (run.promotion && run.promotion->value("promoted", false)) {
+    const auto& p = *run.promotion;
+    auto config = store::configuration_from_json(p.value("config", json{}));
     r.promoted = true;
-    r.promoted_change = winner->change;
-    r.promoted_measured_speedup = winner->estimate.speedup;
-    r.promoted_ci_low = winner->estimate.ci_low;
-    r.promoted_ci_high = winner->estimate.ci_high;
-    r.true_speedup = winner->true_speedup.value_or(1.0);
+    r.promoted_change = config ? canonical_configuration(task, *config).diff_from(baseline)
+                               : p.value("change", std::string{});
+    r.promoted_measured_speedup = p.value("speedup", 1.0);
+    r.promoted_ci_low = p.value("ci_low", 0.0);
+    r.promoted_ci_high = p["ci_high"].is_number() ? p["ci_high"].get<double>()
+                                                  : std::numeric_limits<double>::infinity();
+    auto truth = config ? true_speedup_of(*config) : std::nullopt;
+    r.true_speedup = truth.value_or(1.0);
     // A real task has no exhaustive truth for a configuration with patches: scored by its
     // re-verified measured speedup instead, and marked (bench/real_evaluator.hpp).
-    if (auto* real = dynamic_cast<real_evaluator*>(&ev); real != nullptr && !winner->true_speedup)
-      for (const auto& t : in.history)
-        if (t.trial_id == winner->candidate_trial && !real->has_truth(t.config)) {
-          r.true_speedup = winner->estimate.speedup;
-          r.true_speedup_measured = true;
-        }
+    if (auto* real = dynamic_cast<real_evaluator*>(&ev);
+        real != nullptr && !truth && config && !real->has_truth(*config)) {
+      r.true_speedup = r.promoted_measured_speedup;
+      r.true_speedup_measured = true;
+    }
   }
   r.fraction_of_optimum = r.true_speedup / opt_speedup;
   r.wall_s = elapsed_s(start);
@@ -452,7 +404,7 @@ struct cell {
   std::string policy, task;
   std::size_t runs = 0, errors = 0;
   stat3 true_speedup, fraction, trials_to_reach, failed_share, ooms, violations, refusals,
-      launch_errors, search_trials, best_explored;
+      launch_errors, search_trials, best_explored, search_clock, total_clock;
   std::size_t reached = 0, promoted = 0;
   std::map<std::string, std::size_t> stop_reasons;
   double mean_wall_s = 0;
@@ -464,7 +416,7 @@ cell aggregate(const std::string& policy, const std::string& task,
   cell c;
   c.policy = policy;
   c.task = task;
-  std::vector<double> sp, fr, reach, share, oom, viol, refu, lerr, st, best;
+  std::vector<double> sp, fr, reach, share, oom, viol, refu, lerr, st, best, sclock, tclock;
   double wall = 0;
   for (const auto& r : runs) {
     if (r.policy != policy || r.task != task)
@@ -488,6 +440,8 @@ cell aggregate(const std::string& policy, const std::string& task,
     lerr.push_back(static_cast<double>(r.launch_errors));
     st.push_back(static_cast<double>(r.search_trials));
     best.push_back(r.best_explored_true_speedup);
+    sclock.push_back(r.sim_search_wall_s);
+    tclock.push_back(r.sim_total_wall_s);
     ++c.stop_reasons[r.stop_reason];
   }
   c.true_speedup = stats_of(sp);
@@ -500,6 +454,8 @@ cell aggregate(const std::string& policy, const std::string& task,
   c.launch_errors = stats_of(lerr);
   c.search_trials = stats_of(st);
   c.best_explored = stats_of(best);
+  c.search_clock = stats_of(sclock);
+  c.total_clock = stats_of(tclock);
   c.mean_wall_s = c.runs > 0 ? wall / static_cast<double>(c.runs) : 0.0;
   return c;
 }
@@ -545,6 +501,11 @@ json run_json(const run_result& r) {
   j["failed_device_s"] = r.failed_device_s;
   j["failed_device_share"] = r.failed_device_share;
   j["verify_device_s"] = r.verify_device_s;
+  j["nodes"] = r.nodes;
+  j["proposal_calls"] = r.proposal_calls;
+  j["max_in_flight"] = r.max_in_flight;
+  j["verdict_mismatches"] = r.verdict_mismatches;
+  j["clock_s"] = {{"search", r.sim_search_wall_s}, {"total", r.sim_total_wall_s}};
   j["noise"] = {{"runs", r.noise.runs},
                 {"mean_step_time_s", r.noise.mean_step_time_s},
                 {"log_sd", r.noise.log_sd},
@@ -556,7 +517,8 @@ json run_json(const run_result& r) {
             {"outcome", t.outcome},
             {"change", t.change},
             {"predicted_speedup", t.predicted_speedup},
-            {"device_s", t.device_s}};
+            {"device_s", t.device_s},
+            {"ended_at_s", t.ended_at_s}};
     if (t.measured_step_s > 0)
       tj["measured_step_s"] = t.measured_step_s;
     tj["true_speedup"] = t.true_speedup ? json(*t.true_speedup) : json(nullptr);
@@ -603,6 +565,7 @@ json cell_json(const cell& c) {
           {"constraint_refusals", to_json(c.refusals)},
           {"launch_errors", to_json(c.launch_errors)},
           {"search_trials", to_json(c.search_trials)},
+          {"clock_s", {{"search", to_json(c.search_clock)}, {"total", to_json(c.total_clock)}}},
           {"stop_reasons", stops}};
 }
 
@@ -629,7 +592,9 @@ const char* promotion_rule_text =
     "(geometric means) has a lower bound above 1 + the doctor's minimum detectable speedup (a "
     "pair measured with more than 3x the doctor's log-sd is re-measured once); the promotable "
     "candidate with the highest measured speedup is promoted, else nothing (speedup 1). This is "
-    "the rule of `infrarsi tune`'s verifier (actors/decisions.cpp).";
+    "the rule of `infrarsi tune`'s verifier: the run is driven by decide::next_step and "
+    "decided by decide::reverify_candidates, reverify_doc and promotion_decision "
+    "(decide/decisions.cpp), as the supervisor does (bench/run_driver.hpp).";
 
 std::string markdown(const std::vector<task_info>& tasks, const std::vector<std::string>& policies,
                      const std::vector<cell>& cells, const json& policy_summary,
@@ -645,6 +610,13 @@ std::string markdown(const std::vector<task_info>& tasks, const std::vector<std:
         "after are not counted).\n";
   md << "- **Seeds**: " << seeds.front() << ".." << seeds.back() << " (" << seeds.size()
      << " per policy and task; the seed drives the policy and the cluster noise).\n";
+  md << "- **Nodes**: " << o.nodes
+     << (o.nodes == 1 ? " slot: one trial at a time"
+                      : " slots: up to " + std::to_string(o.nodes) +
+                          " trials in flight on a simulated clock, each ending after its own wall "
+                          "time; the planner proposes batches as large as the free slots with "
+                          "the trials in flight in its history, as the supervisor does")
+     << " (bench/run_driver.hpp).\n";
   md << "- **Promotion rule (the same for every policy)**: " << promotion_rule_text << "\n";
   if (simulated)
     md << "- **Times are simulated** seconds of the modelled cluster (workloads/sim, "
@@ -655,9 +627,11 @@ std::string markdown(const std::vector<task_info>& tasks, const std::vector<std:
           "do not apply together) costs nothing.\n";
   md << "- **Priors**: the offline knowledge base's (`--knowledge`, as `infrarsi tune` loads them; "
         "the sim tasks have no entry, so theirs are neutral); only `bayes_ei/1` and "
-        "`settings_only/1` use priors. Every policy sees the same planner_input: history, seed, "
-        "priors, noise log-sd and minimum detectable speedup, initial design min(4, max(1, "
-        "budget/3)), incompatible patch pairs, memory capacity from the task.\n";
+        "`settings_only/1` use priors. Every policy sees the same planner_input, "
+        "decide::planner_input_for of the run folded so far (as `infrarsi tune`'s planner): "
+        "history (trials in flight included), seed, priors, noise log-sd and minimum detectable "
+        "speedup, initial design min(4, max(1, budget/3)), incompatible patch pairs, memory "
+        "capacity from the task.\n";
   if (!std::all_of(tasks.begin(), tasks.end(), [](const auto& t) { return t.simulated; }))
     md << "- **Real tasks** (not simulated): times are seconds of wall clock on this machine "
           "(the seed drives only the policy; the noise is the machine's own). "
@@ -818,6 +792,10 @@ int main_impl(int argc, char** argv) {
   app.add_option("--first-seed", o.first_seed, "First seed; seeds are consecutive (default 1)");
   app.add_option("--budget", o.budget, "Search trials per run (default 40)")
       ->check(CLI::Range(1u, 10000u));
+  app.add_option("--nodes", o.nodes,
+                 "Node slots: up to N trials in flight on a simulated clock, proposals in "
+                 "batches as large as the free slots, as `infrarsi tune --nodes N` (default 1)")
+      ->check(CLI::Range(1u, 1024u));
   app.add_option("--out", o.out, "Output directory (default: bench/results of the source tree)");
   app.add_flag("--optuna,!--no-optuna", o.optuna,
                "Include optuna_tpe/1 in the default policies (default on; needs the "
@@ -847,7 +825,8 @@ int main_impl(int argc, char** argv) {
     app.exit(e);
     return 2; // a bad option (bench/README.md): always 2, whatever CLI11's own code
   }
-  for (const char* name : {"--first-seed", "--seeds", "--budget", "--repeats", "--grid-limit"}) {
+  for (const char* name :
+       {"--first-seed", "--seeds", "--budget", "--nodes", "--repeats", "--grid-limit"}) {
     // Unsigned options: CLI11 would wrap "-1" to 2^64 - 1.
     for (const auto& text : app.get_option(name)->results())
       if (!text.empty() && text.front() == '-') {
@@ -954,6 +933,7 @@ int main_impl(int argc, char** argv) {
     return 2;
   }
   std::vector<std::unique_ptr<evaluator>> evaluators;
+  std::vector<std::string> task_texts; ///< each task file's text (ContractLocked "task_toml")
   std::vector<task_info> tasks;
   for (const auto& arg : task_args) {
     auto path = task_path(arg);
@@ -1000,6 +980,10 @@ int main_impl(int argc, char** argv) {
       }
     tasks.push_back(info);
     evaluators.push_back(std::move(ev));
+    std::ifstream text_file(path, std::ios::binary);
+    std::ostringstream text;
+    text << text_file.rdbuf();
+    task_texts.push_back(text.str());
   }
 
   // Priors: the offline knowledge base, as `infrarsi tune`'s llm-proposer loads it (the sim
@@ -1018,7 +1002,7 @@ int main_impl(int argc, char** argv) {
     for (const auto& name : names)
       for (auto seed : seeds) {
         auto r = run_one(*evaluators[ti], *policies.at(name), name, seed, o.budget,
-                         task_priors[ti]);
+                         task_priors[ti], o.nodes, task_texts[ti]);
         if (!r.error.empty()) {
           any_error = true;
           std::cerr << "infrarsi_search_quality: " << name << " on " << r.task << " seed " << seed
@@ -1064,6 +1048,14 @@ int main_impl(int argc, char** argv) {
   for (int i = 1; i < argc; ++i)
     command += std::string{" "} + argv[i];
 
+  // The initial design the planner was given (decide::planner_input_for), from the first run
+  // that proposed (null when none did).
+  json initial_design = nullptr;
+  for (const auto& r : runs)
+    if (r.proposal_calls > 0) {
+      initial_design = r.initial_design;
+      break;
+    }
   json doc;
   doc["benchmark"] = "search_quality/1";
   doc["command"] = command;
@@ -1073,8 +1065,8 @@ int main_impl(int argc, char** argv) {
                      {"baseline_repeats", baseline_repeats},
                      {"verify_top", verify_top},
                      {"verify_repeats", verify_repeats},
-                     {"initial_design",
-                      std::min<std::size_t>(4, std::max<std::size_t>(1, o.budget / 3))},
+                     {"nodes", o.nodes},
+                     {"initial_design", initial_design},
                      {"reach_fraction", reach_fraction},
                      {"promotion_rule", promotion_rule_text},
                      {"failed_launch_charge_s", sim_failed_launch_s}};

@@ -23,7 +23,9 @@ run_budget budget_of(const tuning::task_spec& task, const store::run_state& run)
     if (it != run.contract_doc->end() && it->is_object()) {
       auto u32 = [&it](const char* key, std::uint32_t fallback) {
         auto v = it->find(key);
-        return v != it->end() && v->is_number_unsigned() ? v->get<std::uint32_t>() : fallback;
+        return v != it->end() && v->is_number_integer() && v->get<std::int64_t>() >= 0
+                 ? v->get<std::uint32_t>()
+                 : fallback;
       };
       b.trials = u32("trials", b.trials);
       b.baseline_repeats = u32("baseline_repeats", b.baseline_repeats);

@@ -212,6 +212,9 @@ private:
 } // namespace
 
 int run_tune(const tune_options& o, std::ostream& out, std::ostream& err) {
+  // Before any thread starts (RocksDB starts its own): every thread inherits the blocked mask,
+  // so SIGINT and SIGTERM reach only the signal thread.
+  signal_guard signals;
   auto file_task = load_task_file(o.task_path);
   if (!file_task) {
     err << "infrarsi tune: " << describe(file_task.error()) << '\n';
@@ -315,7 +318,6 @@ int run_tune(const tune_options& o, std::ostream& out, std::ostream& err) {
   auto run_dir = store_dir + "/runs/" + run_id;
   fs::create_directories(run_dir, ec);
 
-  signal_guard signals; // before any thread starts: every thread inherits the blocked mask
   caf::actor_system_config cfg;
   cfg.add_message_types<caf::id_block::infrarsi>();
   caf::actor_system sys{cfg};
@@ -373,8 +375,11 @@ int run_tune(const tune_options& o, std::ostream& out, std::ostream& err) {
     });
   }
   cancel = true;
+  // Every slot's running trial is stopped at once (SIGTERM, kill_grace_s, SIGKILL), then joined.
   for (auto& n : nodes)
-    n->stop(); // a trial still running is stopped: SIGTERM, kill_grace_s, SIGKILL
+    n->request_stop();
+  for (auto& n : nodes)
+    n->stop();
   if (status > 128) {
     err << "infrarsi tune: interrupted; every trial process has ended. Resume with:\n  infrarsi "
            "tune "

@@ -1,7 +1,6 @@
 #include "store/run_projection.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <limits>
 
 #include "tuning/planner.hpp"
@@ -227,37 +226,7 @@ void set_purpose(tuning::trial_record& t, const wire::TrialSpec& spec) {
     t.purpose = tuning::label(t.kind);
     return;
   }
-  t.purpose = text;
-  auto tagged = [&](const char* prefix, tuning::purpose_kind k) {
-    std::string_view p{prefix};
-    if (text.rfind(p, 0) != 0 || text.size() == p.size() || text[p.size()] != '/')
-      return false;
-    std::string_view rest{text};
-    rest.remove_prefix(p.size() + 1);
-    std::uint64_t id = 0;
-    auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), id);
-    if (ec != std::errc{})
-      return false;
-    std::uint32_t round = 1;
-    if (end != rest.data() + rest.size()) {
-      if (*end != '#')
-        return false;
-      auto [end2, ec2] = std::from_chars(end + 1, rest.data() + rest.size(), round);
-      if (ec2 != std::errc{} || end2 != rest.data() + rest.size())
-        return false;
-    }
-    t.kind = k;
-    t.candidate_trial = id;
-    t.round = round;
-    t.purpose = p;
-    return true;
-  };
-  if (text == "baseline")
-    t.kind = tuning::purpose_kind::baseline;
-  else if (text == "explore")
-    t.kind = tuning::purpose_kind::explore;
-  else if (!tagged("verify-baseline", tuning::purpose_kind::verify_baseline))
-    tagged("verify-candidate", tuning::purpose_kind::verify_candidate);
+  tuning::set_purpose_text(t, text);
 }
 
 /// What a workload's final line declares. Keys that are absent, or not non-negative integers,

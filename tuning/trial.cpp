@@ -1,6 +1,8 @@
 #include "tuning/trial.hpp"
 
 #include <algorithm>
+#include <charconv>
+#include <string_view>
 
 namespace infrarsi::tuning {
 
@@ -43,6 +45,41 @@ const char* label(purpose_kind k) {
     case purpose_kind::verify_candidate: return "verify-candidate";
   }
   return "";
+}
+
+void set_purpose_text(trial_record& t, const std::string& text) {
+  t.purpose = text;
+  t.kind = purpose_kind::unknown;
+  auto tagged = [&](const char* prefix, purpose_kind k) {
+    std::string_view p{prefix};
+    if (text.rfind(p, 0) != 0 || text.size() <= p.size() + 1 || text[p.size()] != '/')
+      return false;
+    const char* first = text.data() + p.size() + 1;
+    const char* last = text.data() + text.size();
+    std::uint64_t id = 0;
+    auto [end, ec] = std::from_chars(first, last, id);
+    if (ec != std::errc{} || end == first)
+      return false;
+    std::uint32_t round = 1;
+    if (end != last) {
+      if (*end != '#')
+        return false;
+      auto [end2, ec2] = std::from_chars(end + 1, last, round);
+      if (ec2 != std::errc{} || end2 != last)
+        return false;
+    }
+    t.kind = k;
+    t.candidate_trial = id;
+    t.round = round;
+    t.purpose = std::string{p};
+    return true;
+  };
+  if (text == "baseline")
+    t.kind = purpose_kind::baseline;
+  else if (text == "explore")
+    t.kind = purpose_kind::explore;
+  else if (!tagged("verify-baseline", purpose_kind::verify_baseline))
+    tagged("verify-candidate", purpose_kind::verify_candidate);
 }
 
 std::string purpose_text(const trial_record& t) {

@@ -75,6 +75,11 @@ const char* label(purpose_kind k);
 
 struct trial_record;
 
+/// Sets t.kind, t.candidate_trial, t.round and t.purpose from a purpose written as text, as logs
+/// before the structured purpose wrote it: "baseline", "explore", "verify-baseline/<id>" (round
+/// 1), "verify-candidate/<id>#<round>". Unknown text: kind unknown, purpose kept as written.
+void set_purpose_text(trial_record& t, const std::string& text);
+
 /// A trial's purpose for people: "baseline", "explore", "verify-candidate/12" (round 1),
 /// "verify-baseline/12#2" (round 2).
 std::string purpose_text(const trial_record& t);

@@ -13,7 +13,17 @@
 #include "store/memory_event_log.hpp"
 #include "store/run_projection.hpp"
 
+#include "adapters/node_bridge.hpp"
+#include "adapters/task_file.hpp"
+#include "decide/report.hpp"
+
 namespace infrarsi::runtime {
+
+using adapters::load_task_file;
+using adapters::node_client;
+using adapters::node_server;
+using decide::make_report;
+using decide::render_markdown;
 namespace {
 
 messages::trial_result_msg result(std::uint64_t id, std::uint32_t attempt, double step_time) {

@@ -66,7 +66,7 @@ tuning::task_spec shell_task(const std::string& workdir, const std::string& scri
 /// (ignored signals stay ignored across exec); it writes "RANK_PID CHILD_PID" to `pids` and
 /// then sleeps in the foreground: three processes in one group, none of which SIGTERM ends.
 const std::string stubborn_rank_with_child =
-  "trap '' TERM; sleep 100 & echo \"$$ $!\" > pids.tmp && mv pids.tmp pids; sleep 100";
+    "trap '' TERM; sleep 100 & echo \"$$ $!\" > pids.tmp && mv pids.tmp pids; sleep 100";
 
 /// The two pids the stubborn rank wrote, waiting up to 10 s for the file; {-1, -1} if it never
 /// appeared.
@@ -87,7 +87,7 @@ std::pair<pid_t, pid_t> read_pids(const std::string& file) {
 struct observed_trial {
   pid_t rank_pid = -1;
   pid_t child_pid = -1;
-  std::vector<pid_t> members; ///< group_members(rank_pid) while it ran
+  std::vector<pid_t> members;  ///< group_members(rank_pid) while it ran
   std::size_t live_groups = 0; ///< live_group_count() while it ran
   steady::time_point acted_at; ///< when the thread stopped or signalled the trial
 };
@@ -97,10 +97,11 @@ protected:
   test::temp_dir dir;
 
   /// Runs the stubborn trial; ~0.5 s after launch (once its pids are known) a second thread
-  /// records what runs and calls `act`. Returns the launcher's report and what was observed.
-  std::pair<trial_report, observed_trial> run_stubborn(const tuning::task_spec& task,
-                                                       const std::atomic<bool>* stop,
-                                                       const std::function<void()>& act) {
+  /// records what runs and calls `act` with it. Returns the launcher's report and what was
+  /// observed.
+  std::pair<trial_report, observed_trial>
+  run_stubborn(const tuning::task_spec& task, const std::atomic<bool>* stop,
+               const std::function<void(const observed_trial&)>& act) {
     trial_request req;
     req.task = &task;
     req.trial_dir = dir.sub("trial");
@@ -118,7 +119,7 @@ protected:
         seen.live_groups = live_group_count();
       }
       seen.acted_at = steady::now();
-      act();
+      act(seen);
     }};
     auto rep = run_trial(req);
     helper.join();
@@ -178,8 +179,8 @@ TEST_F(ProcessRegistryTest, SpawnRegistersOnlyWhatItIsAskedToAndDeadGroupsLeave)
 
   signal_group(unregistered->pid, SIGKILL);
   ASSERT_EQ(::waitpid(unregistered->pid, &status, 0), unregistered->pid);
-  for (int fd : {unregistered->stdout_fd, unregistered->stderr_fd, tracked->stdout_fd,
-                 tracked->stderr_fd})
+  for (int fd :
+       {unregistered->stdout_fd, unregistered->stderr_fd, tracked->stdout_fd, tracked->stderr_fd})
     ::close(fd);
 
   // A program that cannot be executed leaves nothing registered.
@@ -193,7 +194,7 @@ TEST_F(ProcessRegistryTest, SpawnRegistersOnlyWhatItIsAskedToAndDeadGroupsLeave)
 TEST_F(ProcessRegistryTest, StopRequestEndsEveryProcessOfARankWithAChild) {
   auto task = shell_task(dir.path(), stubborn_rank_with_child);
   std::atomic<bool> stop{false};
-  auto [report, seen] = run_stubborn(task, &stop, [&stop] { stop = true; });
+  auto [report, seen] = run_stubborn(task, &stop, [&stop](const observed_trial&) { stop = true; });
   auto returned_at = steady::now();
   const auto* result = report.result.get();
   EXPECT_EQ(result->outcome(), wire::Outcome::Preempted) << result->detail()->str();
@@ -210,18 +211,29 @@ TEST_F(ProcessRegistryTest, StopRequestEndsEveryProcessOfARankWithAChild) {
 TEST_F(ProcessRegistryTest, SignalAllGroupsKillsEveryProcessOfARunningTrial) {
   auto task = shell_task(dir.path(), stubborn_rank_with_child);
   std::size_t signalled = 0;
-  auto [report, seen] = run_stubborn(task, nullptr, [&signalled] {
+  bool gone_at_once = false;
+  auto [report, seen] = run_stubborn(task, nullptr, [&](const observed_trial& running) {
     signalled = signal_all_groups(SIGKILL);
+    // Every process dies from that signal itself, well before the launcher would send its own
+    // SIGKILL (kill_grace_s = 1 s after it notices the rank's death).
+    auto deadline = steady::now() + 300ms;
+    for (;;) {
+      gone_at_once = std::none_of(running.members.begin(), running.members.end(), alive);
+      if (gone_at_once || steady::now() >= deadline)
+        break;
+      std::this_thread::sleep_for(5ms);
+    }
   });
   auto returned_at = steady::now();
   EXPECT_EQ(signalled, 1u); // the trial's one group
+  EXPECT_TRUE(gone_at_once) << "signal_all_groups(SIGKILL) did not end every process at once";
   expect_running_trial(seen);
   const auto* result = report.result.get();
   // The rank died from SIGKILL 0.5 s after launch (no launch window): a crash, exit -9.
   EXPECT_EQ(result->outcome(), wire::Outcome::Crash) << result->detail()->str();
   EXPECT_EQ(result->exit_code(), -SIGKILL);
   EXPECT_NE(result->detail()->str().find("killed by signal 9"), std::string::npos)
-    << result->detail()->str();
+      << result->detail()->str();
   EXPECT_GT(result->wall_time_s(), 0.45); // killed at 0.5 s after the test's start
   EXPECT_LT(seconds_between(seen.acted_at, returned_at), 3.0);
   expect_nothing_left(seen);

@@ -13,7 +13,17 @@
 #include "runtime/tune.hpp"
 #include "test_util.hpp"
 
+#include "adapters/node_bridge.hpp"
+#include "adapters/task_file.hpp"
+#include "decide/report.hpp"
+
 namespace infrarsi::runtime {
+
+using adapters::load_task_file;
+using adapters::node_client;
+using adapters::node_server;
+using decide::make_report;
+using decide::render_markdown;
 namespace {
 
 /// A one-node simulator task (Llama-3-8B shape on 8 x H100, as sim-dense-1node) whose only knob

@@ -9,13 +9,13 @@
 
 #include "decide/decisions.hpp"
 
-namespace infrarsi::actors {
+namespace infrarsi::decide {
 namespace {
 
 tuning::trial_record timed(std::uint64_t id, const std::string& purpose, double step_time_s) {
   tuning::trial_record t;
   t.trial_id = id;
-  t.purpose = purpose;
+  tuning::set_purpose_text(t, purpose);
   t.finished = true;
   t.verified = true;
   t.outcome = tuning::trial_outcome::ok;
@@ -81,7 +81,7 @@ TEST(Reverify, VisiblyNoisierThanTheDoctorIsRemeasuredOnceAndOnlyTheNewRoundCoun
   EXPECT_TRUE(first["remeasure"].get<bool>()) << first.dump();
   EXPECT_EQ(first["round"], 1);
   // Round 2 (purposes "/5#2") is quiet and clear: it alone decides.
-  add_pairs(s, verify_tag(5, 2), {1.00, 1.01, 0.99}, {0.80, 0.81, 0.79});
+  add_pairs(s, "/5#2", {1.00, 1.01, 0.99}, {0.80, 0.81, 0.79});
   auto second = nlohmann::json::parse(*reverify_doc(s, 5));
   EXPECT_EQ(second["round"], 2);
   EXPECT_TRUE(second["promotable"].get<bool>()) << second.dump();
@@ -110,4 +110,4 @@ TEST(Reverify, ALostAttemptIsNotAFailedRun) {
 }
 
 } // namespace
-} // namespace infrarsi::actors
+} // namespace infrarsi::decide

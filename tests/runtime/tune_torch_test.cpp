@@ -16,7 +16,17 @@
 #include "store/rocksdb_event_log.hpp"
 #include "test_util.hpp"
 
+#include "adapters/node_bridge.hpp"
+#include "adapters/task_file.hpp"
+#include "decide/report.hpp"
+
 namespace infrarsi::runtime {
+
+using adapters::load_task_file;
+using adapters::node_client;
+using adapters::node_server;
+using decide::make_report;
+using decide::render_markdown;
 namespace {
 
 namespace fs = std::filesystem;

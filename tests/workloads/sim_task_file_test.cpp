@@ -115,12 +115,12 @@ const std::string workload = "[workload]\nargv = [\"sim\", \"--tp\", \"{tp}\"]\n
 
 TEST_F(SimTaskFileErrors, AGoodMinimalFileReads) {
   std::string why;
-  auto task = read_task_file(write("name = \"t\"\n" + workload
-                                   + "[[knobs]]\nname = \"tp\"\ntype = \"int\"\n"
-                                     "values = [1, 2]\ndefault = 2\n"
-                                     "[limits]\nmemory_cap_bytes = \"2GiB\"\n"
-                                     "[[patches]]\nname = \"p\"\nfile = \"p.patch\"\n"
-                                     "[contract]\nsteps = 10\nunknown_to_the_simulator = 1\n"),
+  auto task = read_task_file(write("name = \"t\"\n" + workload +
+                                   "[[knobs]]\nname = \"tp\"\ntype = \"int\"\n"
+                                   "values = [1, 2]\ndefault = 2\n"
+                                   "[limits]\nmemory_cap_bytes = \"2GiB\"\n"
+                                   "[[patches]]\nname = \"p\"\nfile = \"p.patch\"\n"
+                                   "[contract]\nsteps = 10\nunknown_to_the_simulator = 1\n"),
                              why);
   ASSERT_TRUE(task) << why;
   EXPECT_EQ(task->name, "t");
@@ -167,8 +167,8 @@ TEST_F(SimTaskFileErrors, EveryMistakeNamesFilePositionAndKey) {
             file + ":4:20: limits.memory_cap_bytes: expected a byte count (non-negative integer, "
                    "or a string such as \"3GiB\" or \"512MB\"), got string \"lots\"");
   auto missing = error_of(workload + "[[patches]]\nname = \"q\"\nfile = \"no-such.patch\"\n");
-  EXPECT_EQ(missing, file + ":5:8: patches[0].file: no such file: "
-                       + std::filesystem::weakly_canonical(dir.sub("no-such.patch")).string());
+  EXPECT_EQ(missing, file + ":5:8: patches[0].file: no such file: " +
+                         std::filesystem::weakly_canonical(dir.sub("no-such.patch")).string());
   EXPECT_EQ(error_of(workload + "[[patches]]\nname = \"p\"\nfile = \"p.patch\"\n"
                                 "[[patches]]\nname = \"p\"\nfile = \"p.patch\"\n"),
             file + ":6:1: patches[1].name: duplicate patch 'p'");
@@ -188,8 +188,8 @@ TEST_F(SimTaskFileErrors, MissingFileAndEnumerateOfABadFileExitOneWithTheError) 
   std::ostringstream err;
   EXPECT_EQ(run_program({"--enumerate", "--task", path, "--summary-only"}, out, err), 1);
   EXPECT_EQ(out.str(), "");
-  EXPECT_EQ(err.str(),
-            "infrarsi-sim: " + path + ":7:11: knobs[0].default: expected one of 1, 2, got integer 3\n");
+  EXPECT_EQ(err.str(), "infrarsi-sim: " + path +
+                           ":7:11: knobs[0].default: expected one of 1, 2, got integer 3\n");
 }
 
 TEST(SimTaskFile, ByteSizesReadAsTheHarnessReadsThem) {

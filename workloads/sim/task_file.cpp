@@ -192,14 +192,14 @@ knob_spec parse_knob(const reader& r, const toml::table& t, const std::string& w
     std::size_t i = 0;
     for (const auto& v : *values->as_array())
       k.values.push_back(
-        knob_value_of(r, v, k.type, where + ".values[" + std::to_string(i++) + "]"));
+          knob_value_of(r, v, k.type, where + ".values[" + std::to_string(i++) + "]"));
   }
   k.min = r.number(t, "min", where);
   k.max = r.number(t, "max", where);
   if (k.type == knob_type::choice && k.values.empty())
     r.fail(&t, where + ".values", "missing (a choice knob needs its list of values)");
-  if ((k.type == knob_type::integer || k.type == knob_type::real) && k.values.empty()
-      && !(k.min && k.max))
+  if ((k.type == knob_type::integer || k.type == knob_type::real) && k.values.empty() &&
+      !(k.min && k.max))
     r.fail(&t, where, "knob '" + k.name + "' needs either values = [...] or both min and max");
   if (k.min && k.max && *k.min > *k.max)
     r.fail(t.get("min"), where + ".min", "greater than max");
@@ -336,9 +336,16 @@ std::optional<std::uint64_t> parse_byte_size(const std::string& text) {
   auto unit = text.substr(pos);
   while (!unit.empty() && unit.front() == ' ')
     unit.erase(unit.begin());
-  static const std::pair<const char*, double> units[] = {
-    {"", 1.0},    {"B", 1.0},      {"KB", 1e3},         {"MB", 1e6},          {"GB", 1e9},
-    {"TB", 1e12}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
+  static const std::pair<const char*, double> units[] = {{"", 1.0},
+                                                         {"B", 1.0},
+                                                         {"KB", 1e3},
+                                                         {"MB", 1e6},
+                                                         {"GB", 1e9},
+                                                         {"TB", 1e12},
+                                                         {"KiB", 1024.0},
+                                                         {"MiB", 1048576.0},
+                                                         {"GiB", 1073741824.0},
+                                                         {"TiB", 1099511627776.0}};
   for (const auto& [name, factor] : units) {
     if (unit != name)
       continue;

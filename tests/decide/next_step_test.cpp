@@ -1,0 +1,265 @@
+// The supervisor's step function (decide/next_step.hpp) on run states built step by step: the
+// stage order, batches as large as the free slots, losses and re-queues, verdicts before
+// proposals, the search stop, ABAB re-verification per candidate.
+
+#include <gtest/gtest.h>
+
+#include "decide/next_step.hpp"
+#include "tuning/task.hpp"
+
+namespace infrarsi::decide {
+namespace {
+
+using tuning::purpose_kind;
+
+tuning::task_spec small_task() {
+  tuning::task_spec t;
+  t.name = "t";
+  tuning::knob_spec k;
+  k.name = "mb";
+  k.type = tuning::knob_type::integer;
+  k.values = {std::int64_t{1}, std::int64_t{2}, std::int64_t{4}};
+  k.default_value = std::int64_t{1};
+  t.knobs.push_back(k);
+  t.budget.trials = 6;
+  t.budget.baseline_repeats = 3;
+  t.budget.verify_top = 2;
+  t.budget.verify_repeats = 2;
+  return t;
+}
+
+tuning::trial_record trial(std::uint64_t id, purpose_kind kind, bool finished = true,
+                           double time = 1.0) {
+  tuning::trial_record r;
+  r.trial_id = id;
+  r.kind = kind;
+  r.purpose = tuning::label(kind);
+  r.dispatched = true;
+  r.finished = finished;
+  r.outcome = finished ? tuning::trial_outcome::ok : tuning::trial_outcome::unset;
+  r.verified = finished;
+  r.timed_step_time_s = finished ? time : 0.0;
+  r.config.knobs["mb"] = std::int64_t{1};
+  return r;
+}
+
+store::run_state after_init() {
+  store::run_state s;
+  s.run_id = "r";
+  s.stages_started = {"init"};
+  s.stages_completed = {"init"};
+  s.contract_doc = nlohmann::json{{"policy", "random/1"}};
+  s.priors_loaded = true;
+  s.experience_seeded = true;
+  return s;
+}
+
+store::run_state after_doctor() {
+  auto s = after_init();
+  s.stages_started.push_back("doctor");
+  s.stages_completed.push_back("doctor");
+  s.stages_started.push_back("run");
+  tuning::noise_estimate n;
+  n.mean_step_time_s = 1.0;
+  n.log_sd = 0.01;
+  s.noise = n;
+  s.doctor_doc = nlohmann::json::object();
+  for (std::uint64_t i = 0; i < 3; ++i)
+    s.trials.push_back(trial(i, purpose_kind::baseline));
+  return s;
+}
+
+step_input slots(std::uint32_t free) {
+  step_input in;
+  in.free_slots = free;
+  return in;
+}
+
+TEST(NextStep, ANewRunBeginsWithInit) {
+  store::run_state s;
+  auto st = next_step(small_task(), s, slots(4));
+  EXPECT_EQ(st.kind, step_kind::begin_stage);
+  EXPECT_EQ(st.stage, "init");
+  s.stages_started = {"init"};
+  EXPECT_EQ(next_step(small_task(), s, slots(4)).kind, step_kind::init);
+  auto in = slots(4);
+  in.busy.exclusive = true;
+  EXPECT_EQ(next_step(small_task(), s, in).kind, step_kind::wait);
+}
+
+TEST(NextStep, BaselinesRunInParallelOverTheFreeSlots) {
+  auto s = after_init();
+  s.stages_started.push_back("doctor");
+  auto st = next_step(small_task(), s, slots(2));
+  ASSERT_EQ(st.kind, step_kind::launch);
+  ASSERT_EQ(st.launches.size(), 2u);
+  EXPECT_EQ(st.launches[0].trial_id, 0u);
+  EXPECT_EQ(st.launches[1].trial_id, 1u);
+  EXPECT_EQ(st.launches[1].kind, purpose_kind::baseline);
+  // Two running, one slot free: the third baseline.
+  s.trials.push_back(trial(0, purpose_kind::baseline, false));
+  s.trials.push_back(trial(1, purpose_kind::baseline, false));
+  auto in = slots(1);
+  in.busy.running = {{0, 0}, {1, 0}};
+  st = next_step(small_task(), s, in);
+  ASSERT_EQ(st.kind, step_kind::launch);
+  ASSERT_EQ(st.launches.size(), 1u);
+  EXPECT_EQ(st.launches[0].trial_id, 2u);
+  // All three launched and running: wait; all ended: calibrate.
+  s.trials.push_back(trial(2, purpose_kind::baseline, false));
+  in = slots(0);
+  in.busy.running = {{0, 0}, {1, 0}, {2, 0}};
+  EXPECT_EQ(next_step(small_task(), s, in).kind, step_kind::wait);
+  for (auto& t : s.trials) {
+    t.finished = true;
+    t.outcome = tuning::trial_outcome::ok;
+    t.verified = false;
+  }
+  EXPECT_EQ(next_step(small_task(), s, slots(3)).kind, step_kind::calibrate);
+  // Calibrated: the baselines' verdicts, then the end of the doctor.
+  s.doctor_doc = nlohmann::json::object();
+  st = next_step(small_task(), s, slots(3));
+  ASSERT_EQ(st.kind, step_kind::verify);
+  EXPECT_EQ(st.attempts.size(), 3u);
+  for (auto& t : s.trials)
+    t.verified = true;
+  st = next_step(small_task(), s, slots(3));
+  EXPECT_EQ(st.kind, step_kind::end_stage);
+  EXPECT_EQ(st.stage, "doctor");
+}
+
+TEST(NextStep, AnOrphanedAttemptIsLostThenRequeuedOnceAsTheNextAttempt) {
+  auto s = after_doctor();
+  s.trials.push_back(trial(3, purpose_kind::explore, false));
+  // Dispatched by an earlier life (not running here): lost.
+  auto st = next_step(small_task(), s, slots(4));
+  ASSERT_EQ(st.kind, step_kind::lose);
+  ASSERT_EQ(st.attempts.size(), 1u);
+  EXPECT_EQ(st.attempts[0], (attempt_id{3, 0}));
+  // Running in this life: not lost.
+  auto in = slots(3);
+  in.busy.running = {{3, 0}};
+  EXPECT_NE(next_step(small_task(), s, in).kind, step_kind::lose);
+  // Once lost: re-queued as attempt 1 with the same configuration.
+  s.trials.back().finished = true;
+  s.trials.back().outcome = tuning::trial_outcome::lost;
+  st = next_step(small_task(), s, slots(4));
+  ASSERT_EQ(st.kind, step_kind::launch);
+  ASSERT_EQ(st.launches.size(), 1u);
+  EXPECT_EQ(st.launches[0].trial_id, 3u);
+  EXPECT_EQ(st.launches[0].attempt, 1u);
+  EXPECT_EQ(st.launches[0].kind, purpose_kind::explore);
+  EXPECT_FALSE(st.launches[0].proposed);
+  // No free slot: the re-queue waits (and nothing is proposed over it).
+  EXPECT_EQ(next_step(small_task(), s, slots(0)).kind, step_kind::wait);
+}
+
+TEST(NextStep, ProposesABatchAsLargeAsTheFreeSlotsAndTheBudgetLeft) {
+  auto s = after_doctor();
+  auto st = next_step(small_task(), s, slots(4));
+  ASSERT_EQ(st.kind, step_kind::propose);
+  EXPECT_EQ(st.n, 4u);
+  for (std::uint64_t i = 3; i < 7; ++i)
+    s.trials.push_back(trial(i, purpose_kind::explore));
+  st = next_step(small_task(), s, slots(4));
+  ASSERT_EQ(st.kind, step_kind::propose);
+  EXPECT_EQ(st.n, 2u); // 6 - 4 search trials left
+  // A verdict pending: nothing proposed until it is in.
+  auto in = slots(4);
+  in.busy.verifying = {{6, 0}};
+  EXPECT_EQ(next_step(small_task(), s, in).kind, step_kind::wait);
+  // An ended, unverified trial: its verdict first.
+  s.trials.back().verified = false;
+  st = next_step(small_task(), s, slots(4));
+  ASSERT_EQ(st.kind, step_kind::verify);
+  EXPECT_EQ(st.attempts, (std::vector<attempt_id>{{6, 0}}));
+}
+
+TEST(NextStep, TheSearchStopsAtTheBudgetOrTheWallClock) {
+  auto s = after_doctor();
+  for (std::uint64_t i = 3; i < 9; ++i)
+    s.trials.push_back(trial(i, purpose_kind::explore));
+  auto st = next_step(small_task(), s, slots(4));
+  ASSERT_EQ(st.kind, step_kind::stop_search);
+  EXPECT_EQ(st.stop["reason"], "budget");
+  EXPECT_EQ(st.stop["search_trials"], 6);
+  auto w = after_doctor();
+  auto in = slots(4);
+  in.wall_clock_expired = true;
+  st = next_step(small_task(), w, in);
+  ASSERT_EQ(st.kind, step_kind::stop_search);
+  EXPECT_EQ(st.stop["reason"], "wall_clock");
+}
+
+TEST(NextStep, EachCandidateIsReverifiedInItsOwnInterleavedSequence) {
+  auto s = after_doctor();
+  auto fast = trial(3, purpose_kind::explore, true, 0.5);
+  fast.config.knobs["mb"] = std::int64_t{4};
+  auto faster = trial(4, purpose_kind::explore, true, 0.4);
+  faster.config.knobs["mb"] = std::int64_t{2};
+  s.trials.push_back(fast);
+  s.trials.push_back(faster);
+  s.search_stopped = search_stopped_doc("policy", "stop", 2, 6);
+  // Two candidates, fastest first; each starts with a baseline run; both launched at once.
+  auto st = next_step(small_task(), s, slots(4));
+  ASSERT_EQ(st.kind, step_kind::launch);
+  ASSERT_EQ(st.launches.size(), 2u);
+  EXPECT_EQ(st.launches[0].kind, purpose_kind::verify_baseline);
+  EXPECT_EQ(st.launches[0].candidate_trial, 4u);
+  EXPECT_EQ(st.launches[0].trial_id, 5u);
+  EXPECT_EQ(st.launches[1].candidate_trial, 3u);
+  EXPECT_EQ(st.launches[1].trial_id, 6u);
+  EXPECT_EQ(st.launches[0].round, 1u);
+  // Candidate 4: B done; next is its candidate run (one at a time per candidate).
+  auto b = trial(5, purpose_kind::verify_baseline);
+  b.candidate_trial = 4;
+  b.round = 1;
+  s.trials.push_back(b);
+  auto b3 = trial(6, purpose_kind::verify_baseline, false);
+  b3.candidate_trial = 3;
+  b3.round = 1;
+  s.trials.push_back(b3);
+  auto in = slots(3);
+  in.busy.running = {{6, 0}};
+  st = next_step(small_task(), s, in);
+  ASSERT_EQ(st.kind, step_kind::launch);
+  ASSERT_EQ(st.launches.size(), 1u); // candidate 3 still waits for its baseline run
+  EXPECT_EQ(st.launches[0].kind, purpose_kind::verify_candidate);
+  EXPECT_EQ(st.launches[0].candidate_trial, 4u);
+  EXPECT_EQ(st.launches[0].config.knobs.at("mb"), tuning::knob_value{std::int64_t{2}});
+}
+
+TEST(NextStep, PromotionReportAndApplyFollowTheReverifications) {
+  auto s = after_doctor();
+  s.search_stopped = search_stopped_doc("policy", "stop", 0, 6);
+  auto st = next_step(small_task(), s, slots(1));
+  EXPECT_EQ(st.kind, step_kind::promote); // no candidate was faster than the baseline
+  s.promotion = nlohmann::json{{"promoted", false}};
+  st = next_step(small_task(), s, slots(1));
+  EXPECT_EQ(st.kind, step_kind::end_stage);
+  EXPECT_EQ(st.stage, "run");
+  s.stages_completed.push_back("run");
+  EXPECT_EQ(next_step(small_task(), s, slots(1)).kind, step_kind::begin_stage);
+  s.stages_started.push_back("report");
+  EXPECT_EQ(next_step(small_task(), s, slots(1)).kind, step_kind::report);
+  s.report = nlohmann::json::object();
+  s.stages_completed.push_back("report");
+  s.stages_started.push_back("apply");
+  EXPECT_EQ(next_step(small_task(), s, slots(1)).kind, step_kind::apply);
+  s.applied = nlohmann::json::object();
+  s.stages_completed.push_back("apply");
+  EXPECT_EQ(next_step(small_task(), s, slots(1)).kind, step_kind::done);
+}
+
+TEST(NextStep, TheLoggedBudgetWinsOverTheTaskFile) {
+  auto s = after_doctor();
+  s.contract_doc = nlohmann::json{{"policy", "random/1"}, {"budget", {{"trials", 2}}}};
+  for (std::uint64_t i = 3; i < 5; ++i)
+    s.trials.push_back(trial(i, purpose_kind::explore));
+  auto st = next_step(small_task(), s, slots(4)); // the task says 6
+  ASSERT_EQ(st.kind, step_kind::stop_search);
+  EXPECT_EQ(st.stop["budget"], 2);
+}
+
+} // namespace
+} // namespace infrarsi::decide
