@@ -511,6 +511,27 @@ proposal_batch bayes_ei::plan(const planner_input& in, std::size_t n) const {
     }
   }
 
+  // -- trials in flight -------------------------------------------------------------------------
+  // With several node slots, search trials proposed earlier may still run: believed at their
+  // predicted mean (kriging believer, as the batch's own picks below), so the next picks spread
+  // around them instead of piling onto the same region before any of them has reported.
+  bool believed = false;
+  for (const auto& t : in.history)
+    if (!t.finished && t.purpose == "explore") {
+      auto x = fs.point(task, t.config);
+      auto pr = model.predict(x);
+      model.condition(x, pr.mean);
+      best = std::min(best, pr.mean);
+      believed = true;
+    }
+  if (believed)
+    for (auto& s : pool) {
+      auto pr = model.predict(s.x);
+      s.mean = pr.mean;
+      s.sd = pr.sd;
+      s.ei = expected_improvement(best, pr.mean, pr.sd);
+    }
+
   // -- batch ------------------------------------------------------------------------------------
   // The stopping rule needs evidence on every setting: until each one has run in some trial,
   // its EI rests on the prior alone (which says "no effect" when the priors are silent).
