@@ -17,6 +17,7 @@
 #include "decide/next_step.hpp"
 #include "decide/report.hpp"
 #include "store/run_projection.hpp"
+#include "tuning/contract_check.hpp"
 
 namespace infrarsi::actors {
 
@@ -125,7 +126,10 @@ std::string trial_line(self_ptr self, const tuning::trial_record& t) {
   if (t.attempt > 0)
     out << " attempt " << t.attempt;
   out << " (" << tuning::purpose_text(t) << ") " << tuning::to_string(t.outcome);
-  if (t.usable()) {
+  if (t.kind == purpose_kind::baseline && t.outcome == tuning::trial_outcome::ok && !t.verified) {
+    out << " " << std::setprecision(4) << tuning::timed_step_time(task.contract, t.steps)
+        << " s/step";
+  } else if (t.usable()) {
     out << " " << std::setprecision(4) << t.timed_step_time_s << " s/step";
     if (base_time > 0)
       out << " (" << std::setprecision(3) << base_time / t.timed_step_time_s << "x)";
@@ -209,6 +213,10 @@ void on_result(self_ptr self, std::size_t slot, const messages::trial_result_msg
   st.busy.running.erase(id);
   if (auto err = append_all(self, {event(wire::EventKind::TrialCompleted, result.bytes())}))
     return fail(self, "trial " + std::to_string(id.first), err);
+  // Baselines get their verdicts only after the calibration: their line is printed now.
+  if (const auto* t = run(self).find(id.first, id.second);
+      t != nullptr && t->kind == purpose_kind::baseline)
+    progress(self) << trial_line(self, *t) << '\n';
   advance(self);
 }
 
@@ -284,7 +292,8 @@ void do_verify(self_ptr self, const std::vector<decide::attempt_id>& attempts) {
             return;
           if (auto err = append_doc(self, wire::EventKind::TrialVerified, "verdict/1", verdict))
             return fail(self, "verify", err);
-          if (const auto* t = run(self).find(a.first, a.second))
+          if (const auto* t = run(self).find(a.first, a.second);
+              t != nullptr && t->kind != purpose_kind::baseline)
             progress(self) << trial_line(self, *t) << '\n';
           advance(self);
         },

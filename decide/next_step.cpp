@@ -182,7 +182,9 @@ step next_step(const tuning::task_spec& task, const store::run_state& run, const
   if (!run.stage_done("run")) {
     if (!started(run, "run"))
       return stage_step(step_kind::begin_stage, "run");
-    const auto explored = search_trials(run);
+    std::uint32_t explored = 0; // search_trials(run), from the latest attempts at hand
+    for (const auto* t : latest)
+      explored += t->kind == purpose_kind::explore ? 1 : 0;
     bool explore_pending = false;
     for (const auto* t : latest)
       explore_pending = explore_pending || (t->kind == purpose_kind::explore && pending(*t, true));

@@ -377,7 +377,9 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
             "trials in flight; give each slot its share of the machine with --slot-env and "
             "--slot-cpus (docs/tune.md \"Node slots\").\n"
             "Ctrl-C or SIGTERM stops dispatching, ends every running trial's processes, logs the "
-            "interruption and exits 130 / 143; resume with --run. A second signal exits at once.");
+            "interruption and exits 130 / 143; resume with --run. A second signal exits at once.\n"
+            "Exit status: 0 the run finished (whatever it promoted), 1 it could not run, 2 bad "
+            "command line, 130 / 143 interrupted.");
   tune_cmd->add_option("TASK", tune.task_path, "Task file (TOML; docs/task-contract.md)")
     ->required();
   tune_cmd->add_option("--store", tune.store_dir, "Store directory (default: .infrarsi/ beside TASK)");
@@ -420,7 +422,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
                          "Store directory (the one infrarsi tune used, or its events/ directory)")
     ->required();
   replay_cmd->add_option("--task", replay.task_path,
-                         "Task file (default: the path the run recorded when it was created)");
+                         "Task file, only for runs logged before the task text was (default: the "
+                         "task logged at init; for older runs the path the run recorded)");
 
   std::string status_store = ".infrarsi";
   auto* status_cmd = app.add_subcommand("status", "Show every run of a store with its stage and "

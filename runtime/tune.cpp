@@ -153,6 +153,42 @@ caf::expected<std::map<std::string, std::string>> parse_slot_env(const std::stri
   return out;
 }
 
+/// Why `text` is not a CPU list `taskset -c` takes ("" if it is): comma-separated core numbers
+/// or ascending ranges A-B, each below the machine's core count.
+std::string cpu_list_error(const std::string& text) {
+  if (text.empty())
+    return "empty";
+  const auto cores = std::thread::hardware_concurrency();
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    auto end = text.find(',', at);
+    auto item = text.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    auto dash = item.find('-');
+    auto number = [](const std::string& s, unsigned& v) {
+      if (s.empty() || s.size() > 6 || s.find_first_not_of("0123456789") != std::string::npos)
+        return false;
+      v = static_cast<unsigned>(std::stoul(s));
+      return true;
+    };
+    unsigned a = 0;
+    unsigned b = 0;
+    if (!number(item.substr(0, dash), a)
+        || (dash != std::string::npos && !number(item.substr(dash + 1), b)))
+      return "'" + item + "' is not a core number or range";
+    if (dash == std::string::npos)
+      b = a;
+    if (b < a)
+      return "range '" + item + "' is descending";
+    if (cores > 0 && b >= cores)
+      return "core " + std::to_string(b) + " does not exist (this machine has "
+             + std::to_string(cores) + ")";
+    if (end == std::string::npos)
+      break;
+    at = end + 1;
+  }
+  return {};
+}
+
 /// SIGINT and SIGTERM, blocked in every thread while a run is in progress and taken by one
 /// thread with sigtimedwait: the first is sent to the supervisor, a second kills every trial's
 /// process group and exits at once.
@@ -229,18 +265,25 @@ int run_tune(const tune_options& o, std::ostream& out, std::ostream& err) {
     err << "infrarsi tune: cannot create store '" << store_dir << "': " << ec.message() << '\n';
     return 1;
   }
-  if (o.slot_env.size() > o.nodes || o.slot_cpus.size() > o.nodes) {
-    err << "infrarsi tune: " << std::max(o.slot_env.size(), o.slot_cpus.size())
-        << " --slot-env/--slot-cpus entries for --nodes " << o.nodes
-        << "; give at most one per node slot\n";
-    return 1;
-  }
+  for (const auto& [flag, list] : {std::pair{"--slot-env", &o.slot_env},
+                                    std::pair{"--slot-cpus", &o.slot_cpus}})
+    if (list->size() > o.nodes) {
+      err << "infrarsi tune: " << list->size() << " " << flag << " entries for --nodes "
+          << o.nodes << "; give at most one per node slot\n";
+      return 2;
+    }
+  for (const auto& cpus : o.slot_cpus)
+    if (auto why = cpu_list_error(cpus); !why.empty()) {
+      err << "infrarsi tune: --slot-cpus '" << cpus << "': " << why
+          << " (expected a taskset CPU list such as 0-3 or 0,2,4-5)\n";
+      return 2;
+    }
   std::vector<std::map<std::string, std::string>> slot_env(o.nodes);
   for (std::size_t i = 0; i < o.slot_env.size(); ++i) {
     auto env = parse_slot_env(o.slot_env[i]);
     if (!env) {
       err << "infrarsi tune: " << describe(env.error()) << '\n';
-      return 1;
+      return 2;
     }
     slot_env[i] = std::move(*env);
   }

@@ -1,6 +1,7 @@
 #include "store/run_projection.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 
 #include "tuning/planner.hpp"
@@ -164,6 +165,24 @@ tuning::trial_record* run_state::find(std::uint64_t id, std::uint32_t attempt) {
 
 std::vector<const tuning::trial_record*> run_state::latest_attempts() const {
   std::vector<const tuning::trial_record*> out;
+  // Trial ids are dense from 0 in every run the supervisor writes: index them directly (the
+  // step function asks for this several times per trial); a map only for sparse ids.
+  std::uint64_t max_id = 0;
+  for (const auto& t : trials)
+    max_id = std::max(max_id, t.trial_id);
+  if (!trials.empty() && max_id < 4 * trials.size() + 64) {
+    std::vector<std::size_t> at(max_id + 1, SIZE_MAX);
+    for (const auto& t : trials) {
+      auto& slot = at[t.trial_id];
+      if (slot == SIZE_MAX) {
+        slot = out.size();
+        out.push_back(&t);
+      } else if (t.attempt > out[slot]->attempt) {
+        out[slot] = &t;
+      }
+    }
+    return out;
+  }
   std::map<std::uint64_t, std::size_t> at;
   for (const auto& t : trials) {
     auto [it, fresh] = at.emplace(t.trial_id, out.size());
