@@ -510,6 +510,11 @@ std::string summary(self_ptr self) {
        << ", " << r.promotion->value("ci_high", 0.0) << "].";
   else if (r.promotion)
     os << "Nothing promoted: " << r.promotion->value("reason", "") << ".";
+  if (r.applied && r.applied->contains("git") && (*r.applied)["git"].is_object()
+      && !(*r.applied)["git"].value("committed", false))
+    os << " Not committed: " << (*r.applied)["git"].value("reason", "") << ".";
+  if (r.applied && r.applied->contains("refused"))
+    os << " Not applied: " << r.applied->value("refused", "") << ".";
   if (r.report)
     os << " Report: " << r.report->value("report_md", "");
   return os.str();
