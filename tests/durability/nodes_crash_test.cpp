@@ -3,7 +3,8 @@
 // run, and resumed with `--run ID --nodes 4` until it finishes. Then: every event the log
 // acknowledged (--trace-appends) survived with its kind; every proposed attempt has exactly one
 // terminal event (TrialCompleted or TrialLost); every lost attempt was re-queued exactly once as
-// the next attempt; the search ran its budget of 16 distinct trials and logged why it stopped;
+// the next attempt; the search ran its budget of 16 distinct trials (or stopped by its policy's
+// stop rule before, as logged) and logged why it stopped;
 // the run ends with ChangesApplied; `infrarsi replay` reproduces it; and it promotes what an
 // uninterrupted `--nodes 4` run with the same seed promotes. With four trials in flight the
 // arrival order, and so the proposals, differ from run to run: the task is a small search space
@@ -72,7 +73,7 @@ std::string write_task(const test::temp_dir& dir) {
   auto path = dir.sub("sim-nodes-crash.toml");
   std::ofstream{path} << test::small_sim_task_text(
     dir, "sleep 0.3 && exec \"$0\" \"$@\"",
-    "\n[budget]\ntrials = 16\nbaseline_repeats = 4\nverify_top = 2\nverify_repeats = 3\n");
+    "\n[budget]\ntrials = 16\nbaseline_repeats = 4\nverify_top = 2\nverify_repeats = 5\n");
   return path;
 }
 
@@ -238,12 +239,20 @@ TEST(NodesCrash, FourInFlightKilledTwentyTimesLosesNothingAndPromotesWhatAnUnint
     }
   }
   EXPECT_GE(lost.size(), 8u) << "the kills did not land inside trials";
-  // The search ran its budget and said so.
-  EXPECT_EQ(explore.size(), 16u);
+  // The search ran exactly what it logged: its budget of 16, or fewer when the policy's stop
+  // rule ended it (bayes_ei/1 stops once nothing left is expected to beat the minimum detectable
+  // speedup: on this small space that can come before 16) — never more, never a trial twice.
   auto stopped = run->of(wire::EventKind::SearchStopped);
   ASSERT_EQ(stopped.size(), 1u);
-  EXPECT_EQ(stopped.front()->doc.value("reason", ""), "budget") << stopped.front()->doc.dump();
-  EXPECT_EQ(stopped.front()->doc.value("search_trials", 0u), 16u) << stopped.front()->doc.dump();
+  const auto reason = stopped.front()->doc.value("reason", "");
+  EXPECT_EQ(stopped.front()->doc.value("search_trials", 0u), explore.size())
+    << stopped.front()->doc.dump();
+  if (reason == "budget")
+    EXPECT_EQ(explore.size(), 16u);
+  else
+    EXPECT_EQ(reason, "policy") << stopped.front()->doc.dump();
+  EXPECT_LE(explore.size(), 16u);
+  EXPECT_GE(explore.size(), 8u);
   // It ends with ChangesApplied (only stage bookkeeping after it).
   auto applied = run->of(wire::EventKind::ChangesApplied);
   ASSERT_EQ(applied.size(), 1u);
