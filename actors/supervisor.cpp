@@ -87,23 +87,6 @@ caf::error append_doc(self_ptr self, wire::EventKind kind, const char* schema,
   return append_all(self, {doc_event(kind, schema, json)});
 }
 
-/// The scope lock of the run (init's hashes), from the ContractLocked document.
-std::map<std::string, std::string> scope_lock(const store::run_state& r) {
-  std::map<std::string, std::string> out;
-  if (!r.contract_doc)
-    return out;
-  const auto scope = r.contract_doc->value("scope", nlohmann::json::object());
-  for (const auto* part : {"editable", "frozen"}) {
-    auto it = scope.find(part);
-    if (it == scope.end() || !it->is_object())
-      continue;
-    for (auto f = it->begin(); f != it->end(); ++f)
-      if (f.value().is_string())
-        out[f.key()] = f.value().get<std::string>();
-  }
-  return out;
-}
-
 messages::trial_spec_msg spec_for(self_ptr self, const decide::launch& l) {
   const auto& task = *self->state.o.task;
   adapters::trial_request req;
@@ -113,7 +96,7 @@ messages::trial_spec_msg spec_for(self_ptr self, const decide::launch& l) {
   req.attempt = l.attempt;
   req.timeout_s = task.limits.timeout_s;
   req.memory_cap_bytes = task.limits.memory_cap_bytes;
-  req.scope_lock = scope_lock(run(self));
+  req.scope_lock = decide::scope_lock(run(self));
   return decide::trial_spec(req, l.kind, l.candidate_trial, l.round);
 }
 

@@ -74,29 +74,6 @@ messages::trial_spec_msg spec_for(const tuning::task_spec& task, const decide::l
   return decide::trial_spec(req, l.kind, l.candidate_trial, l.round);
 }
 
-/// The planner's reply for a policy tuning::make_policy does not build: decide::proposal_doc's
-/// document from the policy object.
-std::string policy_reply(const tuning::task_spec& task, const store::run_state& run,
-                         std::uint32_t n, const tuning::planner_policy& policy) {
-  auto in = decide::planner_input_for(task, run);
-  auto batch = policy.plan(in, n);
-  nlohmann::json list = nlohmann::json::array();
-  for (const auto& p : batch.proposals) {
-    nlohmann::json item = {{"config", store::to_json(p.config)},
-                           {"predicted_speedup", p.predicted_speedup},
-                           {"reason", p.reason}};
-    if (p.prior_speedup)
-      item["prior_speedup"] = *p.prior_speedup;
-    if (p.p_oom)
-      item["p_oom"] = *p.p_oom;
-    list.push_back(std::move(item));
-  }
-  nlohmann::json doc{{"policy", policy.name()}, {"proposals", list}};
-  if (!batch.stop_reason.empty())
-    doc["stop_reason"] = batch.stop_reason;
-  return doc.dump();
-}
-
 } // namespace
 
 messages::trial_result_msg result_message(const tuning::trial_record& rec) {
@@ -319,7 +296,7 @@ driven_run drive_run(evaluator& ev, const driver_options& o) {
             if (built_policy)
               reply = decide::proposal_doc(task, run, s.n);
             else if (o.policy != nullptr)
-              reply = policy_reply(task, run, s.n, *o.policy);
+              reply = decide::proposal_doc(task, run, s.n, *o.policy);
             else
               reply = decide::proposal_doc(task, run, s.n); // names the unknown policy
           } catch (const std::exception& e) {

@@ -347,22 +347,6 @@ private:
     append_all({doc_event(kind, schema, json)});
   }
 
-  static std::map<std::string, std::string> scope_lock(const store::run_state& r) {
-    std::map<std::string, std::string> out;
-    if (!r.contract_doc)
-      return out;
-    const auto scope = r.contract_doc->value("scope", nlohmann::json::object());
-    for (const auto* part : {"editable", "frozen"}) {
-      auto it = scope.find(part);
-      if (it == scope.end() || !it->is_object())
-        continue;
-      for (auto f = it->begin(); f != it->end(); ++f)
-        if (f.value().is_string())
-          out[f.key()] = f.value().get<std::string>();
-    }
-    return out;
-  }
-
   messages::trial_spec_msg spec_for(const decide::launch& l) const {
     adapters::trial_request req;
     req.knobs = l.config.knobs;
@@ -371,7 +355,7 @@ private:
     req.attempt = l.attempt;
     req.timeout_s = task().limits.timeout_s;
     req.memory_cap_bytes = task().limits.memory_cap_bytes;
-    req.scope_lock = scope_lock(state());
+    req.scope_lock = decide::scope_lock(state());
     return decide::trial_spec(req, l.kind, l.candidate_trial, l.round);
   }
 

@@ -114,8 +114,13 @@ std::string proposal_doc(const tuning::task_spec& task, const store::run_state& 
                           {"proposals", nlohmann::json::array()},
                           {"stop_reason", "unknown search policy '" + name + "'"}}
       .dump();
+  return proposal_doc(task, run, n, *policy);
+}
+
+std::string proposal_doc(const tuning::task_spec& task, const store::run_state& run,
+                         std::uint32_t n, const tuning::planner_policy& policy) {
   auto in = planner_input_for(task, run);
-  auto batch = policy->plan(in, n);
+  auto batch = policy.plan(in, n);
   nlohmann::json list = nlohmann::json::array();
   for (const auto& p : batch.proposals) {
     nlohmann::json item = {{"config", store::to_json(p.config)},
@@ -127,10 +132,26 @@ std::string proposal_doc(const tuning::task_spec& task, const store::run_state& 
       item["p_oom"] = *p.p_oom;
     list.push_back(std::move(item));
   }
-  nlohmann::json doc{{"policy", policy->name()}, {"proposals", list}};
+  nlohmann::json doc{{"policy", policy.name()}, {"proposals", list}};
   if (!batch.stop_reason.empty())
     doc["stop_reason"] = batch.stop_reason;
   return doc.dump();
+}
+
+std::map<std::string, std::string> scope_lock(const store::run_state& run) {
+  std::map<std::string, std::string> out;
+  if (!run.contract_doc)
+    return out;
+  const auto scope = run.contract_doc->value("scope", nlohmann::json::object());
+  for (const auto* part : {"editable", "frozen"}) {
+    auto it = scope.find(part);
+    if (it == scope.end() || !it->is_object())
+      continue;
+    for (auto f = it->begin(); f != it->end(); ++f)
+      if (f.value().is_string())
+        out[f.key()] = f.value().get<std::string>();
+  }
+  return out;
 }
 
 std::string calibrate_doc(const tuning::task_spec& task, const store::run_state& run) {

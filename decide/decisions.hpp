@@ -7,6 +7,7 @@
 /// and byte-compares. Nothing here reads a clock, a file, the network or a random device.
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -65,6 +66,15 @@ tuning::planner_input planner_input_for(const tuning::task_spec& task, const sto
 /// run's policy (store::run_policy). An unknown policy gives no proposals and a stop_reason naming it.
 std::string proposal_doc(const tuning::task_spec& task, const store::run_state& run,
                          std::uint32_t n);
+
+/// As above, from `policy` itself (a policy tuning::make_policy does not build, e.g. the
+/// benchmark's optuna_tpe/1); the run's recorded policy name is not consulted.
+std::string proposal_doc(const tuning::task_spec& task, const store::run_state& run,
+                         std::uint32_t n, const tuning::planner_policy& policy);
+
+/// The scope lock of the run (init's SHA-256 of every editable and frozen file, by path relative
+/// to the workload directory), read from its ContractLocked document; empty before init.
+std::map<std::string, std::string> scope_lock(const store::run_state& run);
 
 /// The doctor's calibration from the run's finished baseline trials: noise (CV, log-sd, minimum
 /// detectable speedup at alpha 0.05 / power 0.8), phase means, the loss reference. {"error": ...}
