@@ -11,6 +11,42 @@
 
 namespace infrarsi::decide {
 
+namespace {
+
+/// The clock rule and the doctor's skew a run's trials are judged by: ContractLocked
+/// "clock_rule" (tuning::clock_rule_name); a run locked before the rule was recorded was judged
+/// by window_sum/0; a run not yet locked (or naming a rule this build does not know) gets the
+/// current rule. The skew is BaselineCalibrated "clock"."skew_s" (0 before the doctor).
+tuning::clock_options clock_options_of(const store::run_state& run) {
+  tuning::clock_options o;
+  if (run.contract_doc && run.contract_doc->is_object()) {
+    auto it = run.contract_doc->find("clock_rule");
+    o.rule = tuning::clock_rule::window_sum;
+    if (it != run.contract_doc->end() && it->is_string())
+      o.rule = tuning::parse_clock_rule(it->get<std::string>()).value_or(tuning::current_clock_rule);
+  }
+  if (run.doctor_doc && run.doctor_doc->is_object()) {
+    auto c = run.doctor_doc->find("clock");
+    if (c != run.doctor_doc->end() && c->is_object()) {
+      auto skew = c->find("skew_s");
+      if (skew != c->end() && skew->is_number())
+        o.skew_s = skew->get<double>();
+    }
+  }
+  return o;
+}
+
+/// An attempt that a later attempt of the same trial replaces (lost and re-queued, or
+/// re-measured after failing only the clock check): its result is not a measurement.
+bool superseded(const store::run_state& run, const tuning::trial_record& t) {
+  for (const auto& other : run.trials)
+    if (other.trial_id == t.trial_id && other.attempt > t.attempt)
+      return true;
+  return false;
+}
+
+} // namespace
+
 run_budget budget_of(const tuning::task_spec& task, const store::run_state& run) {
   run_budget b;
   b.trials = task.budget.trials;
@@ -82,8 +118,13 @@ tuning::planner_input planner_input_for(const tuning::task_spec& task,
   tuning::planner_input in;
   in.task = &task;
   in.priors = &run.priors;
+  // Superseded attempts too (a re-measured one): in logs without re-measures these are exactly
+  // the lost attempts that were re-queued.
+  std::map<std::uint64_t, std::uint32_t> latest;
   for (const auto& t : run.trials)
-    if (t.outcome != tuning::trial_outcome::lost)
+    latest[t.trial_id] = std::max(latest[t.trial_id], t.attempt);
+  for (const auto& t : run.trials)
+    if (t.outcome != tuning::trial_outcome::lost && t.attempt == latest[t.trial_id])
       in.history.push_back(t);
   in.experience_seeds = run.experience_seeds;
   in.excluded_patches = run.out_of_scope_patches;
@@ -181,7 +222,7 @@ std::string calibrate_doc(const tuning::task_spec& task, const store::run_state&
   nlohmann::json reference = nlohmann::json::array();
   for (const auto& [step, loss] : ref.loss)
     reference.push_back({{"step", step}, {"loss", loss}, {"spread", ref.spread.at(step)}});
-  return nlohmann::json{{"noise",
+  nlohmann::json doc{{"noise",
                          {{"runs", noise.runs},
                           {"mean_step_time_s", noise.mean_step_time_s},
                           {"log_sd", noise.log_sd},
@@ -190,8 +231,16 @@ std::string calibrate_doc(const tuning::task_spec& task, const store::run_state&
                         {"baseline_trials", ids},
                         {"baseline_step_times_s", times},
                         {"phases_s", phases},
-                        {"reference", reference}}
-      .dump();
+                        {"reference", reference}};
+  // The harness clock's skew on honest baselines (step_median runs; the key did not exist before).
+  if (auto rule = clock_options_of(run).rule; rule == tuning::clock_rule::step_median) {
+    auto clock = tuning::calibrate_clock(task.contract, baselines);
+    doc["clock"] = {{"rule", tuning::clock_rule_name(rule)},
+                    {"runs", clock.runs},
+                    {"differences_s", clock.differences_s},
+                    {"skew_s", clock.skew_s}};
+  }
+  return doc.dump();
 }
 
 caf::expected<std::string> check_doc(const tuning::task_spec& task, const store::run_state& run,
@@ -203,7 +252,7 @@ caf::expected<std::string> check_doc(const tuning::task_spec& task, const store:
   std::vector<std::string> violations;
   double timed = 0;
   if (t->outcome == tuning::trial_outcome::ok) {
-    violations = tuning::check_contract(task.contract, run.reference, *t);
+    violations = tuning::check_contract(task.contract, run.reference, *t, clock_options_of(run));
     timed = tuning::timed_step_time(task.contract, t->steps);
   } else if (t->outcome == tuning::trial_outcome::contract_violation && !t->detail.empty()) {
     violations.push_back(t->detail); // refused before launch (scope, constraint), with evidence
@@ -237,8 +286,8 @@ caf::expected<std::string> reverify_doc(const store::run_state& run, std::uint64
     bool cand_run = mine && t.kind == tuning::purpose_kind::verify_candidate;
     if (!base && !cand_run)
       continue;
-    if (t.outcome == tuning::trial_outcome::lost)
-      continue; // re-queued under a new attempt: the loss is not a measurement
+    if (t.outcome == tuning::trial_outcome::lost || superseded(run, t))
+      continue; // re-queued under a new attempt (lost, or re-measured): not a measurement
     if (!t.usable()) {
       ++failed;
       continue;
@@ -386,6 +435,7 @@ nlohmann::json contract_locked_doc(const tuning::task_spec& task, const nlohmann
           {"workload_signature", signature},
           {"seed", seed},
           {"policy", tuning::default_policy_name},
+          {"clock_rule", tuning::clock_rule_name(tuning::current_clock_rule)},
           {"memory_capacity_bytes", memory_capacity_bytes(task)}};
 }
 

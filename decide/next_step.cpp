@@ -4,6 +4,7 @@
 #include <map>
 
 #include "decide/decisions.hpp"
+#include "tuning/contract_check.hpp"
 #include "tuning/planner.hpp"
 
 namespace infrarsi::decide {
@@ -20,11 +21,13 @@ bool lost(const trial_record& t) {
 
 /// A latest attempt that still has to produce something: not finished, or lost and to be
 /// re-queued, or finished and not yet verified (baselines: verified once calibrated).
-bool pending(const trial_record& t, bool calibrated) {
+bool pending(const store::run_state& run, const trial_record& t, bool calibrated) {
   if (!t.finished)
     return true;
   if (lost(t))
     return t.attempt + 1 < max_attempts;
+  if (t.verified && clock_remeasure_due(run, t))
+    return true; // to be re-measured: its verdict does not count yet
   if (t.kind == purpose_kind::baseline)
     return calibrated && !t.verified;
   return !t.verified;
@@ -71,6 +74,31 @@ const char* to_string(step_kind k) {
   return "?";
 }
 
+namespace {
+
+/// Every violation of `t` is the harness-clock check's (and there is one).
+bool clock_only(const trial_record& t) {
+  if (t.violations.empty())
+    return false;
+  for (const auto& v : t.violations)
+    if (tuning::violation_code(v) != "clock")
+      return false;
+  return true;
+}
+
+} // namespace
+
+bool clock_remeasure_due(const store::run_state& run, const trial_record& t) {
+  if (!t.finished || !t.verified || t.kind == purpose_kind::baseline || !clock_only(t)
+      || t.attempt + 1 >= max_attempts)
+    return false;
+  for (const auto& other : run.trials)
+    if (other.trial_id == t.trial_id
+        && (other.attempt > t.attempt || (other.attempt < t.attempt && clock_only(other))))
+      return false; // superseded already, or this is the re-measurement
+  return true;
+}
+
 std::uint32_t search_trials(const store::run_state& run) {
   std::set<std::uint64_t> ids;
   for (const auto& t : run.trials)
@@ -107,12 +135,16 @@ step next_step(const tuning::task_spec& task, const store::run_state& run, const
   if (!lose.attempts.empty())
     return lose;
 
-  // 2. Re-queues of lost attempts and trials proposed but never dispatched, while slots are free.
+  // 2. Re-queues of lost attempts and of attempts that failed only the harness-clock check
+  // (re-measured once), and trials proposed but never dispatched, while slots are free.
   step queued = make(step_kind::launch, "re-queued or queued before a restart");
   for (const auto* t : latest) {
     if (queued.launches.size() >= in.free_slots)
       break;
-    bool requeue = lost(*t) && t->attempt + 1 < max_attempts;
+    bool remeasure = t->finished && !lost(*t) && clock_remeasure_due(run, *t);
+    if (remeasure)
+      queued.reason = "re-measured: the harness-clock check failed once (a loaded machine?)";
+    bool requeue = (lost(*t) && t->attempt + 1 < max_attempts) || remeasure;
     bool undispatched = !t->dispatched && !t->finished
                         && busy.running.count({t->trial_id, t->attempt}) == 0;
     if (!requeue && !undispatched)
@@ -160,7 +192,7 @@ step next_step(const tuning::task_spec& task, const store::run_state& run, const
     for (const auto* t : latest)
       if (t->kind == purpose_kind::baseline) {
         ++baselines;
-        waiting = waiting || pending(*t, calibrated);
+        waiting = waiting || pending(run, *t, calibrated);
       }
     if (baselines < budget.baseline_repeats) {
       step s = make(step_kind::launch, "baseline runs for the noise calibration");
@@ -187,7 +219,8 @@ step next_step(const tuning::task_spec& task, const store::run_state& run, const
       explored += t->kind == purpose_kind::explore ? 1 : 0;
     bool explore_pending = false;
     for (const auto* t : latest)
-      explore_pending = explore_pending || (t->kind == purpose_kind::explore && pending(*t, true));
+      explore_pending =
+        explore_pending || (t->kind == purpose_kind::explore && pending(run, *t, true));
     if (!run.search_stopped) {
       if (explored >= budget.trials) {
         step s = make(step_kind::stop_search, "the search budget is spent");
@@ -244,7 +277,7 @@ step next_step(const tuning::task_spec& task, const store::run_state& run, const
         if (!b && t->kind != purpose_kind::verify_candidate)
           continue;
         (b ? base_runs : cand_runs) += 1;
-        in_flight = in_flight || pending(*t, true);
+        in_flight = in_flight || pending(run, *t, true);
       }
       if (in_flight) {
         waiting = true;

@@ -14,7 +14,8 @@
 ///           promote) -> report -> apply.
 /// Before any of that: an attempt dispatched by an earlier life of the supervisor and never
 /// finished is lost; a lost attempt is re-queued once as the next attempt of the same trial (up
-/// to max_attempts); a trial proposed but never dispatched is dispatched.
+/// to max_attempts); an attempt that failed only the harness-clock check is re-queued once the
+/// same way (clock_remeasure_due); a trial proposed but never dispatched is dispatched.
 
 #include <cstdint>
 #include <set>
@@ -136,6 +137,16 @@ struct step_input {
 /// Budgets are those logged at init (budget_of). Nothing is proposed while a finished trial waits
 /// for its verdict (the planner would see a result without its timed step time).
 step next_step(const tuning::task_spec& task, const store::run_state& run, const step_input& in);
+
+/// The re-measure rule of the harness-clock check (tuning::clock_rule::step_median): a verified
+/// attempt whose every violation is the clock check's (code `clock`) may be a loaded machine
+/// rather than a fake timer, so it is re-measured once: re-queued as the next attempt of the same
+/// trial (same configuration, purpose, candidate and round), which then replaces it (its
+/// verdict counts; a re-verification pair is re-run, not vetoed). True when `t` is such an
+/// attempt, is the latest of its trial, no earlier attempt of the trial failed the clock check
+/// alone (a second failure stands), it is not a doctor's baseline (nothing depends on a
+/// baseline's verdict) and attempt + 1 < max_attempts. Pure: from the logged verdicts only.
+bool clock_remeasure_due(const store::run_state& run, const tuning::trial_record& t);
 
 /// Search trials of the run: distinct explore trial ids proposed so far.
 std::uint32_t search_trials(const store::run_state& run);

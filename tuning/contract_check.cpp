@@ -109,8 +109,100 @@ clock_check_result clock_check(const contract_spec& contract, const std::vector<
   return r;
 }
 
+const char* clock_rule_name(clock_rule r) {
+  switch (r) {
+    case clock_rule::window_sum: return "window_sum/0";
+    case clock_rule::step_median: return "step_median/1";
+  }
+  return "?";
+}
+
+std::optional<clock_rule> parse_clock_rule(const std::string& name) {
+  for (auto r : {clock_rule::window_sum, clock_rule::step_median})
+    if (name == clock_rule_name(r))
+      return r;
+  return std::nullopt;
+}
+
+step_clock_result step_clock_check(const contract_spec& contract,
+                                   const std::vector<step_point>& steps) {
+  step_clock_result r;
+  if (contract.simulated_time) {
+    r.why = "step times are simulated (contract.simulated_time)";
+    return r;
+  }
+  if (!contract.clock_check) {
+    r.why = "waived by the task (contract.clock_check = false)";
+    return r;
+  }
+  auto observed = [&steps](std::uint32_t step) -> const step_point* {
+    for (const auto& s : steps)
+      if (s.step == step && s.observed_at_s >= 0)
+        return &s;
+    return nullptr;
+  };
+  std::vector<double> differences;
+  std::vector<double> intervals;
+  double reported = 0;
+  double first_at = 0;
+  double last_at = 0;
+  for (auto step = std::max<std::uint32_t>(contract.timed_first, 1); step <= contract.timed_last;
+       ++step) {
+    const auto* prev = observed(step - 1);
+    const auto* cur = observed(step);
+    if (prev == nullptr || cur == nullptr)
+      continue;
+    if (differences.empty()) {
+      r.from_step = prev->step;
+      first_at = prev->observed_at_s;
+    }
+    r.to_step = cur->step;
+    last_at = cur->observed_at_s;
+    double interval = cur->observed_at_s - prev->observed_at_s;
+    differences.push_back(cur->step_time_s - interval);
+    intervals.push_back(interval);
+    reported += cur->step_time_s;
+  }
+  if (differences.empty()) {
+    r.why = "fewer than two consecutive steps of the timed window were observed by the harness";
+    return r;
+  }
+  // As window_sum: a short observed window is too short to time, unless the reported one is
+  // long: then the lines arrived in a burst (buffered output), which cannot confirm the times.
+  double window = last_at - first_at;
+  if (window < min_clock_window_s && reported < 4.0 * min_clock_window_s) {
+    r.why = "the observed window (" + num(window) + " s) is too short to time";
+    return r;
+  }
+  r.compared = differences.size();
+  r.median_difference_s = median(differences);
+  r.median_interval_s = median(intervals);
+  r.made = true;
+  return r;
+}
+
+double clock_allowance_s(const contract_spec& contract, const step_clock_result& check,
+                         double skew_s) {
+  double relative = contract.clock_tolerance * std::max(0.0, check.median_interval_s);
+  return relative + clock_slack_per_step_s + std::min(std::max(0.0, skew_s), relative);
+}
+
+clock_calibration calibrate_clock(const contract_spec& contract,
+                                  const std::vector<trial_record>& baselines) {
+  clock_calibration c;
+  for (const auto& b : baselines) {
+    auto r = step_clock_check(contract, b.steps);
+    if (!r.made)
+      continue;
+    ++c.runs;
+    c.differences_s.push_back(r.median_difference_s);
+    c.skew_s = std::max(c.skew_s, std::abs(r.median_difference_s));
+  }
+  return c;
+}
+
 std::vector<std::string> check_contract(const contract_spec& contract, const loss_reference& ref,
-                                        const trial_record& trial) {
+                                        const trial_record& trial, const clock_options& clock) {
   std::vector<std::string> v;
   const auto& steps = trial.steps;
   const auto& declared = trial.declared;
@@ -249,8 +341,29 @@ std::vector<std::string> check_contract(const contract_spec& contract, const los
     if (trial.wall_time_s > 0 && sum > trial.wall_time_s * (1.0 + contract.wall_tolerance)) {
       v.push_back("step_times: step times add up to " + num(sum) + " s but the trial took "
                   + num(trial.wall_time_s) + " s of wall time");
+    } else if (clock.rule == clock_rule::step_median) {
+      // Timing: the median step against the harness clock (fake or partial timers, unit slips,
+      // buffered lines). Tokens / reported time against tokens / observed time is the same
+      // ratio: this is also the throughput cross-check.
+      auto c = step_clock_check(contract, steps);
+      double allowed = clock_allowance_s(contract, c, clock.skew_s);
+      if (c.made && std::abs(c.median_difference_s) > allowed) {
+        double relative = contract.clock_tolerance * c.median_interval_s;
+        v.push_back("clock: steps " + std::to_string(c.from_step + 1) + ".."
+                    + std::to_string(c.to_step) + ": the median step reports "
+                    + num(c.median_difference_s) + " s against the harness clock's "
+                    + num(c.median_interval_s) + " s between consecutive metrics lines ("
+                    + num(100.0 * c.disagreement()) + "%, over " + std::to_string(c.compared)
+                    + " steps; allowed +-" + num(allowed) + " s = tolerance "
+                    + num(100.0 * contract.clock_tolerance) + "% + "
+                    + num(1000.0 * clock_slack_per_step_s) + " ms + the doctor's skew "
+                    + num(1000.0 * std::min(std::max(0.0, clock.skew_s), relative)) + " ms)"
+                    + (c.median_difference_s < 0 ? ": a fake or partial step timer"
+                                                 : ": lines arrived in bursts (buffered stdout?)"));
+      }
     } else {
-      // Timing: the timed window against the harness clock (fake timers, unit slips). The same
+      // Timing (window_sum/0, runs locked before step_median): the timed window against the
+      // harness clock (fake timers, unit slips). The same
       // comparison is the throughput cross-check: tokens / reported time vs tokens / observed.
       auto c = clock_check(contract, steps);
       // Allowed: the tolerance, plus clock_slack_per_step_s per step for the work between two

@@ -6,6 +6,7 @@
 
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,8 +46,11 @@ double timed_step_time(const contract_spec& contract, const std::vector<step_poi
 ///   loss_drift       the loss left the tolerance band around the reference at a checkpoint
 ///   timed_window     the workload timed other steps than the contract's window (or marked a
 ///                    step of the window as warm-up), or did not report the whole window
-///   step_times       reported step times disagree with the harness clock or the wall time
-///                    (fake timers, unit slips), or are not positive
+///   step_times       reported step times add up to more than the wall time, are not positive,
+///                    or (clock_rule::window_sum runs) disagree with the harness clock
+///   clock            (clock_rule::step_median runs) the median step time disagrees with the
+///                    harness clock beyond its allowance (fake or partial timers, unit slips,
+///                    buffered lines); next_step re-measures such a trial once
 ///   scope            (set by the node-runner, before launch) a file changed outside the scope
 ///   constraint       (set by the node-runner, before launch) the configuration breaks one of
 ///                    the task's constraints, e.g. "constraint: 'heads % tp == 0' is false for
@@ -55,9 +59,44 @@ double timed_step_time(const contract_spec& contract, const std::vector<step_poi
 std::string violation_code(const std::string& message);
 
 /// The violations of `trial` (empty: it passed). Only meaningful for trials that ended ok.
+/// How the harness-clock cross-check is made. A run records its rule at init (ContractLocked
+/// "clock_rule", clock_rule_name) so that replay judges every trial by the rule it was judged by.
+/// This enum only grows.
+enum class clock_rule : std::uint8_t {
+  /// "window_sum/0": the sum of the reported step times over the window against the time between
+  /// the window's two end lines, within clock_tolerance x that time + clock_slack_per_step_s per
+  /// step (violation code `step_times`). One line read late at either end moves it (a loaded
+  /// machine). Runs locked before the rule was recorded were judged by it.
+  window_sum = 0,
+  /// "step_median/1": per compared step, reported time minus the time between its line and the
+  /// previous one; the median over the window, within clock_tolerance x the median interval +
+  /// clock_slack_per_step_s + the doctor's skew (clock_allowance_s; violation code `clock`).
+  /// Robust to a minority of late lines; a timer that lies on most steps moves the median.
+  step_median = 1,
+};
+
+/// The rule of new runs.
+inline constexpr clock_rule current_clock_rule = clock_rule::step_median;
+
+/// "window_sum/0" or "step_median/1".
+const char* clock_rule_name(clock_rule r);
+
+/// The rule named `name` (clock_rule_name), or nullopt for an unknown name.
+std::optional<clock_rule> parse_clock_rule(const std::string& name);
+
+/// What the clock cross-check is given besides the contract.
+struct clock_options {
+  /// The run's rule (default: that of new runs).
+  clock_rule rule = current_clock_rule;
+  /// step_median: the doctor's calibrated skew, seconds per step (clock_calibration::skew_s;
+  /// 0: none calibrated).
+  double skew_s = 0.0;
+};
+
 /// Every violated invariant is reported once (its first evidence), in the order above.
 std::vector<std::string> check_contract(const contract_spec& contract, const loss_reference& ref,
-                                        const trial_record& trial);
+                                        const trial_record& trial,
+                                        const clock_options& clock = {});
 
 /// The harness-clock cross-check of the timed window (no violation text; for reports and tests).
 struct clock_check_result {
@@ -91,6 +130,58 @@ inline constexpr double min_clock_window_s = 0.05;
 /// counter), which a loaded machine can stretch to a few milliseconds.
 inline constexpr double clock_slack_per_step_s = 0.005;
 
+/// The window_sum/0 cross-check of the timed window (see clock_rule::window_sum).
 clock_check_result clock_check(const contract_spec& contract, const std::vector<step_point>& steps);
+
+/// The step_median/1 cross-check of the timed window (no violation text; see
+/// clock_rule::step_median).
+struct step_clock_result {
+  /// False when it could not be made (no compared step, a window observed for under
+  /// min_clock_window_s with under 4 x that reported, or the contract waives it); `why` says which.
+  bool made = false;
+  std::string why;
+  /// The compared steps lie in (from_step, to_step].
+  std::uint32_t from_step = 0;
+  std::uint32_t to_step = 0;
+  /// Steps compared: a step of the window whose line and the previous step's line were both
+  /// observed.
+  std::size_t compared = 0;
+  /// Median over the compared steps of (reported step time - time between the step's line and
+  /// the previous one on the harness clock), seconds. Negative: the timer reports less than the
+  /// clock saw (a fake or partial timer, or work between steps no timer covers); positive: the
+  /// lines arrived faster than the steps they report (buffered output).
+  double median_difference_s = 0.0;
+  /// Median time between consecutive lines of the compared steps, seconds.
+  double median_interval_s = 0.0;
+  /// median_difference_s / median_interval_s.
+  [[nodiscard]] double disagreement() const {
+    if (median_interval_s > 0)
+      return median_difference_s / median_interval_s;
+    return median_difference_s > 0 ? std::numeric_limits<double>::infinity() : 0.0;
+  }
+};
+step_clock_result step_clock_check(const contract_spec& contract,
+                                   const std::vector<step_point>& steps);
+
+/// The allowed |median_difference_s| of a step_median check, seconds:
+///   clock_tolerance x median_interval_s + clock_slack_per_step_s
+///     + min(skew_s, clock_tolerance x median_interval_s)
+/// The doctor's skew (what identical honest baselines showed on this machine) widens the
+/// allowance by at most the tolerance again, so no calibration lets a timer that is more than
+/// twice the tolerance short (e.g. 40 % with the default 10 %) pass.
+double clock_allowance_s(const contract_spec& contract, const step_clock_result& check,
+                         double skew_s);
+
+/// The doctor's calibration of the step_median check from its baseline runs.
+struct clock_calibration {
+  /// Baselines whose check could be made.
+  std::size_t runs = 0;
+  /// Each of those baselines' median_difference_s, seconds, in the order given.
+  std::vector<double> differences_s;
+  /// The largest |median_difference_s| among them, seconds per step (0 with no run).
+  double skew_s = 0.0;
+};
+clock_calibration calibrate_clock(const contract_spec& contract,
+                                  const std::vector<trial_record>& baselines);
 
 } // namespace infrarsi::tuning
