@@ -109,5 +109,28 @@ TEST(Reverify, ALostAttemptIsNotAFailedRun) {
   EXPECT_FALSE(nlohmann::json::parse(*reverify_doc(s, 5))["promotable"].get<bool>());
 }
 
+/// Issue 20: an interleaved run that failed only the clock check and was re-measured is replaced
+/// by its re-measurement (the latest attempt counts); a re-measurement that failed again vetoes.
+TEST(Reverify, ARunReMeasuredAfterTheClockCheckIsReplacedByItsLatestAttempt) {
+  auto s = run_with_doctor();
+  add_pairs(s, "/5", {1.00, 1.01, 0.99}, {0.80, 0.81, 0.79});
+  auto failed = timed(200, "verify-candidate/5", 0.8);
+  failed.outcome = tuning::trial_outcome::contract_violation;
+  failed.violations = {"clock: steps 2..11: the median step reports -0.02 s ..."};
+  s.trials.push_back(failed);
+  auto remeasured = timed(200, "verify-candidate/5", 0.80);
+  remeasured.attempt = 1;
+  s.trials.push_back(remeasured);
+  auto doc = nlohmann::json::parse(*reverify_doc(s, 5));
+  EXPECT_TRUE(doc["promotable"].get<bool>()) << doc.dump();
+  EXPECT_EQ(doc["candidate_times_s"].size(), 4u);
+  // The re-measurement broke the contract too: that one counts, and blocks promotion.
+  s.trials.back().outcome = tuning::trial_outcome::contract_violation;
+  s.trials.back().violations = failed.violations;
+  doc = nlohmann::json::parse(*reverify_doc(s, 5));
+  EXPECT_FALSE(doc["promotable"].get<bool>());
+  EXPECT_EQ(doc["reason"], "1 interleaved run(s) failed or broke the contract");
+}
+
 } // namespace
 } // namespace infrarsi::decide

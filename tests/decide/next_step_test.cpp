@@ -261,5 +261,65 @@ TEST(NextStep, TheLoggedBudgetWinsOverTheTaskFile) {
   EXPECT_EQ(st.stop["budget"], 2);
 }
 
+/// Issue 20: a re-verification run that failed only the harness-clock check (a loaded machine
+/// looks like a fake timer) is re-run as the next attempt of the same trial, not a veto; a second
+/// clock failure stands; any other violation is never re-run.
+TEST(NextStep, AReverificationRunFailingOnlyTheClockCheckIsReRunOnce) {
+  auto s = after_doctor();
+  auto fast = trial(3, purpose_kind::explore, true, 0.5);
+  fast.config.knobs["mb"] = std::int64_t{4};
+  s.trials.push_back(fast);
+  s.search_stopped = search_stopped_doc("policy", "stop", 1, 6);
+  const std::string clock_violation =
+    "clock: steps 2..11: the median step reports -0.02 s against the harness clock's 0.1 s "
+    "between consecutive metrics lines (-20%, over 10 steps; allowed +-0.015 s = tolerance 10% + "
+    "5 ms + the doctor's skew 0 ms): a fake or partial step timer";
+  // B of candidate 3 ran and failed the clock check alone: its next attempt, same purpose.
+  auto b = trial(4, purpose_kind::verify_baseline);
+  b.candidate_trial = 3;
+  b.round = 1;
+  b.outcome = tuning::trial_outcome::contract_violation;
+  b.violations = {clock_violation};
+  b.timed_step_time_s = 1.0;
+  s.trials.push_back(b);
+  EXPECT_TRUE(clock_remeasure_due(s, s.trials.back()));
+  auto st = next_step(small_task(), s, slots(0));
+  EXPECT_EQ(st.kind, step_kind::wait) << st.reason; // pending: not counted, not re-verified
+  st = next_step(small_task(), s, slots(2));
+  ASSERT_EQ(st.kind, step_kind::launch) << st.reason;
+  ASSERT_EQ(st.launches.size(), 1u);
+  EXPECT_EQ(st.launches[0].trial_id, 4u);
+  EXPECT_EQ(st.launches[0].attempt, 1u);
+  EXPECT_EQ(st.launches[0].kind, purpose_kind::verify_baseline);
+  EXPECT_EQ(st.launches[0].candidate_trial, 3u);
+  EXPECT_EQ(st.launches[0].round, 1u);
+  EXPECT_FALSE(st.launches[0].proposed);
+  EXPECT_NE(st.reason.find("re-measured"), std::string::npos) << st.reason;
+  // The re-measurement failed the clock check again: it stands (no third attempt); the
+  // candidate's sequence goes on with its candidate run.
+  auto again = b;
+  again.attempt = 1;
+  s.trials.push_back(again);
+  EXPECT_FALSE(clock_remeasure_due(s, s.trials.back()));
+  EXPECT_FALSE(clock_remeasure_due(s, s.trials[s.trials.size() - 2])); // superseded
+  st = next_step(small_task(), s, slots(2));
+  ASSERT_EQ(st.kind, step_kind::launch) << st.reason;
+  ASSERT_EQ(st.launches.size(), 1u);
+  EXPECT_EQ(st.launches[0].kind, purpose_kind::verify_candidate);
+  EXPECT_EQ(st.launches[0].attempt, 0u);
+  // Other violations, with or without the clock's, are never re-measured; nor are baselines.
+  auto drift = b;
+  drift.trial_id = 9;
+  drift.violations = {"loss_drift: step 3 loss 4.9 differs from the reference 4.7 by 0.2",
+                      clock_violation};
+  s.trials.push_back(drift);
+  EXPECT_FALSE(clock_remeasure_due(s, s.trials.back()));
+  auto base = trial(10, purpose_kind::baseline);
+  base.outcome = tuning::trial_outcome::contract_violation;
+  base.violations = {clock_violation};
+  s.trials.push_back(base);
+  EXPECT_FALSE(clock_remeasure_due(s, s.trials.back()));
+}
+
 } // namespace
 } // namespace infrarsi::decide

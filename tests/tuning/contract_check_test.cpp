@@ -91,8 +91,10 @@ trial_record observed(double reported_scale, double gap_s = 0.5) {
   return t;
 }
 
-TEST(ContractCheck, StepTimesAgainstTheHarnessClock) {
+TEST(ContractCheck, WindowSumRuleOfRunsLockedBeforeStepMedian) {
   auto ref = make_loss_reference({run()});
+  clock_options legacy;
+  legacy.rule = clock_rule::window_sum;
   // Honest: steps 1..3 report 1.5 s, the clock saw 1.5 s between the lines of steps 0 and 3.
   auto honest = observed(1.0);
   auto c = clock_check(contract(), honest.steps);
@@ -101,10 +103,10 @@ TEST(ContractCheck, StepTimesAgainstTheHarnessClock) {
   EXPECT_EQ(c.to_step, 3u);
   EXPECT_DOUBLE_EQ(c.reported_s, 1.5);
   EXPECT_DOUBLE_EQ(c.observed_s, 1.5);
-  EXPECT_TRUE(check_contract(contract(), ref, honest).empty());
-  EXPECT_TRUE(check_contract(contract(), ref, observed(1.09)).empty()); // within 10 %
+  EXPECT_TRUE(check_contract(contract(), ref, honest, legacy).empty());
+  EXPECT_TRUE(check_contract(contract(), ref, observed(1.09), legacy).empty()); // within 10 %
   // A timer running 40 % slow: -40 % against the clock.
-  auto fake = check_contract(contract(), ref, observed(0.6));
+  auto fake = check_contract(contract(), ref, observed(0.6), legacy);
   ASSERT_EQ(fake.size(), 1u);
   EXPECT_EQ(fake[0].rfind("step_times: steps 1..3 report 0.9 s in total but the harness clock saw "
                           "1.5 s between their metrics lines (-40%",
@@ -113,26 +115,127 @@ TEST(ContractCheck, StepTimesAgainstTheHarnessClock) {
     << fake[0];
   EXPECT_NE(fake[0].find("a fake or partial step timer"), std::string::npos);
   // Lines that arrive in one burst cannot confirm 1.5 s of reported time.
-  auto burst = check_contract(contract(), ref, observed(1000.0, 0.0005));
+  auto burst = check_contract(contract(), ref, observed(1000.0, 0.0005), legacy);
   ASSERT_EQ(burst.size(), 1u);
   EXPECT_NE(burst[0].find("buffered stdout?"), std::string::npos) << burst[0];
   // Simulated step times and a waived check are not compared with the clock.
   auto sim = contract();
   sim.simulated_time = true;
-  EXPECT_TRUE(check_contract(sim, ref, observed(0.6)).empty());
+  EXPECT_TRUE(check_contract(sim, ref, observed(0.6), legacy).empty());
   EXPECT_FALSE(clock_check(sim, observed(0.6).steps).made);
   auto waived = contract();
   waived.clock_check = false;
-  EXPECT_TRUE(check_contract(waived, ref, observed(0.6)).empty());
+  EXPECT_TRUE(check_contract(waived, ref, observed(0.6), legacy).empty());
   // Short honest steps: 20 ms each, 3 ms between lines that no step timer covers (-13 %):
   // within the 5 ms-per-step slack.
   auto short_steps = observed(20.0 / 23.0, 0.023);
   auto sc = clock_check(contract(), short_steps.steps);
   ASSERT_TRUE(sc.made) << sc.why;
   EXPECT_LT(sc.disagreement(), -0.1);
-  EXPECT_TRUE(check_contract(contract(), ref, short_steps).empty());
+  EXPECT_TRUE(check_contract(contract(), ref, short_steps, legacy).empty());
   // Not observed at all (a result built elsewhere): the check is not made.
   EXPECT_FALSE(clock_check(contract(), run().steps).made);
+}
+
+/// A run of `n` steps whose lines the harness read at `at[i]`, reporting `reported[i]`.
+trial_record clocked(const std::vector<double>& at, const std::vector<double>& reported) {
+  auto t = run(0, 4096, static_cast<std::uint32_t>(at.size()));
+  t.wall_time_s = 10.0;
+  for (std::size_t i = 0; i < at.size(); ++i) {
+    t.steps[i].observed_at_s = at[i];
+    t.steps[i].step_time_s = reported[i];
+  }
+  return t;
+}
+
+TEST(ContractCheck, StepMedianRuleAgainstTheHarnessClock) {
+  auto ref = make_loss_reference({run()});
+  EXPECT_EQ(clock_rule_name(current_clock_rule), std::string{"step_median/1"});
+  EXPECT_TRUE(parse_clock_rule("window_sum/0") == clock_rule::window_sum);
+  EXPECT_FALSE(parse_clock_rule("step_median/9").has_value());
+  // Honest, 0.5 s steps: passes; the compared steps are 1..3 with the line of step 0 before.
+  auto c = step_clock_check(contract(), observed(1.0).steps);
+  ASSERT_TRUE(c.made) << c.why;
+  EXPECT_EQ(c.from_step, 0u);
+  EXPECT_EQ(c.to_step, 3u);
+  EXPECT_EQ(c.compared, 3u);
+  EXPECT_NEAR(c.median_difference_s, 0.0, 1e-12);
+  EXPECT_NEAR(c.median_interval_s, 0.5, 1e-12);
+  EXPECT_TRUE(check_contract(contract(), ref, observed(1.0)).empty());
+  EXPECT_TRUE(check_contract(contract(), ref, observed(1.09)).empty()); // within 10 % + 5 ms
+  // A timer running 40 % slow: every step -0.2 s against the clock.
+  auto fake = check_contract(contract(), ref, observed(0.6));
+  ASSERT_EQ(fake.size(), 1u);
+  EXPECT_EQ(violation_code(fake[0]), "clock");
+  EXPECT_EQ(fake[0].rfind("clock: steps 1..3: the median step reports -0.2 s against the harness "
+                          "clock's 0.5 s between consecutive metrics lines (-40%, over 3 steps; "
+                          "allowed +-0.055 s = tolerance 10% + 5 ms + the doctor's skew 0 ms)",
+                          0),
+            0u)
+    << fake[0];
+  EXPECT_NE(fake[0].find("a fake or partial step timer"), std::string::npos);
+  // Lines that arrive in one burst cannot confirm 1.5 s of reported time.
+  auto burst = check_contract(contract(), ref, observed(1000.0, 0.0005));
+  ASSERT_EQ(burst.size(), 1u);
+  EXPECT_EQ(violation_code(burst[0]), "clock");
+  EXPECT_NE(burst[0].find("buffered stdout?"), std::string::npos) << burst[0];
+  // Simulated step times and a waived check are not compared with the clock.
+  auto sim = contract();
+  sim.simulated_time = true;
+  EXPECT_TRUE(check_contract(sim, ref, observed(0.6)).empty());
+  EXPECT_FALSE(step_clock_check(sim, observed(0.6).steps).made);
+  auto waived = contract();
+  waived.clock_check = false;
+  EXPECT_TRUE(check_contract(waived, ref, observed(0.6)).empty());
+  EXPECT_FALSE(step_clock_check(contract(), run().steps).made); // nothing observed
+}
+
+TEST(ContractCheck, StepMedianIgnoresALateEndLineThatWindowSumRejects) {
+  auto ref = make_loss_reference({run()});
+  clock_options legacy;
+  legacy.rule = clock_rule::window_sum;
+  // 0.1 s steps, honestly timed; the line of step 3 (the window's end) read 60 ms late: a
+  // loaded machine. The window sum sees 0.3 s reported against 0.36 s (-16.7 %).
+  auto late = clocked({1.0, 1.1, 1.2, 1.36}, {0.1, 0.1, 0.1, 0.1});
+  auto old = check_contract(contract(), ref, late, legacy);
+  ASSERT_EQ(old.size(), 1u);
+  EXPECT_NE(old[0].find("a fake or partial step timer"), std::string::npos) << old[0];
+  EXPECT_TRUE(check_contract(contract(), ref, late).empty());
+  // The line of step 0 read 60 ms late (step 1's interval looks short: +60 %): the same.
+  auto early = clocked({1.06, 1.1, 1.2, 1.3}, {0.1, 0.1, 0.1, 0.1});
+  EXPECT_FALSE(check_contract(contract(), ref, early, legacy).empty());
+  EXPECT_TRUE(check_contract(contract(), ref, early).empty());
+  // A timer that lies on most steps moves the median: caught.
+  auto mostly_fake = clocked({1.0, 1.1, 1.2, 1.3}, {0.1, 0.06, 0.06, 0.1});
+  auto v = check_contract(contract(), ref, mostly_fake);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(violation_code(v[0]), "clock") << v[0];
+}
+
+TEST(ContractCheck, TheDoctorsSkewWidensTheAllowanceAtMostByTheTolerance) {
+  auto ref = make_loss_reference({run()});
+  // Baselines with 18 ms per 0.1 s step that no timer covers (one of them 12 ms).
+  auto b1 = clocked({1.0, 1.1, 1.2, 1.3}, {0.1, 0.082, 0.082, 0.082});
+  auto b2 = clocked({1.0, 1.1, 1.2, 1.3}, {0.1, 0.088, 0.088, 0.088});
+  auto cal = calibrate_clock(contract(), {b1, b2, run()}); // run(): not observed, not counted
+  EXPECT_EQ(cal.runs, 2u);
+  ASSERT_EQ(cal.differences_s.size(), 2u);
+  EXPECT_NEAR(cal.differences_s[0], -0.018, 1e-9);
+  EXPECT_NEAR(cal.skew_s, 0.018, 1e-9);
+  // A trial like them: 18 ms > 10 ms + 5 ms without the skew; within it with the skew (capped
+  // at the tolerance, 10 ms: allowed 25 ms).
+  EXPECT_FALSE(check_contract(contract(), ref, b1).empty());
+  clock_options calibrated;
+  calibrated.skew_s = cal.skew_s;
+  EXPECT_TRUE(check_contract(contract(), ref, b1, calibrated).empty());
+  auto c = step_clock_check(contract(), b1.steps);
+  EXPECT_NEAR(clock_allowance_s(contract(), c, 0.018), 0.025, 1e-9);
+  EXPECT_NEAR(clock_allowance_s(contract(), c, 1.0), 0.025, 1e-9); // capped
+  // A 40 % fake timer passes no calibration.
+  auto fake = clocked({1.0, 1.1, 1.2, 1.3}, {0.1, 0.06, 0.06, 0.06});
+  clock_options huge;
+  huge.skew_s = 1.0;
+  EXPECT_FALSE(check_contract(contract(), ref, fake, huge).empty());
 }
 
 TEST(ContractCheck, TimedWindowMustBeTheContracts) {
