@@ -16,7 +16,8 @@ namespace {
 /// The clock rule and the doctor's skew a run's trials are judged by: ContractLocked
 /// "clock_rule" (tuning::clock_rule_name); a run locked before the rule was recorded was judged
 /// by window_sum/0; a run not yet locked (or naming a rule this build does not know) gets the
-/// current rule. The skew is BaselineCalibrated "clock"."skew_s" (0 before the doctor).
+/// current rule. Offset and skew are BaselineCalibrated "clock" "offset_s", "skew_s" (0 before
+/// the doctor).
 tuning::clock_options clock_options_of(const store::run_state& run) {
   tuning::clock_options o;
   if (run.contract_doc && run.contract_doc->is_object()) {
@@ -28,9 +29,12 @@ tuning::clock_options clock_options_of(const store::run_state& run) {
   if (run.doctor_doc && run.doctor_doc->is_object()) {
     auto c = run.doctor_doc->find("clock");
     if (c != run.doctor_doc->end() && c->is_object()) {
-      auto skew = c->find("skew_s");
-      if (skew != c->end() && skew->is_number())
-        o.skew_s = skew->get<double>();
+      auto number = [&c](const char* key) {
+        auto v = c->find(key);
+        return v != c->end() && v->is_number() ? v->get<double>() : 0.0;
+      };
+      o.offset_s = number("offset_s");
+      o.skew_s = number("skew_s");
     }
   }
   return o;
@@ -232,12 +236,14 @@ std::string calibrate_doc(const tuning::task_spec& task, const store::run_state&
                         {"baseline_step_times_s", times},
                         {"phases_s", phases},
                         {"reference", reference}};
-  // The harness clock's skew on honest baselines (step_median runs; the key did not exist before).
+  // The harness clock's offset and skew on honest baselines (step_median runs; the key did not
+  // exist before).
   if (auto rule = clock_options_of(run).rule; rule == tuning::clock_rule::step_median) {
     auto clock = tuning::calibrate_clock(task.contract, baselines);
     doc["clock"] = {{"rule", tuning::clock_rule_name(rule)},
                     {"runs", clock.runs},
                     {"differences_s", clock.differences_s},
+                    {"offset_s", clock.offset_s},
                     {"skew_s", clock.skew_s}};
   }
   return doc.dump();

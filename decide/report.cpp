@@ -49,7 +49,8 @@ std::string clock_note(const tuning::task_spec& task, const store::run_state& ru
   if (clock != nullptr && clock->is_object()) {
     os << "the median step of the timed window checked against the harness clock ("
        << clock->value("rule", std::string{}) << ": tolerance " << 100.0 * c.clock_tolerance
-       << "% + " << 1000.0 * tuning::clock_slack_per_step_s << " ms + the doctor's skew "
+       << "% + " << 1000.0 * tuning::clock_slack_per_step_s << " ms around the doctor's offset "
+       << fixed(1000.0 * clock->value("offset_s", 0.0), 2) << " ms, + its skew "
        << fixed(1000.0 * clock->value("skew_s", 0.0), 2)
        << " ms; a trial failing only this check is re-measured once) and against wall time";
     return os.str();

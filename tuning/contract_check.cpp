@@ -181,10 +181,16 @@ step_clock_result step_clock_check(const contract_spec& contract,
   return r;
 }
 
-double clock_allowance_s(const contract_spec& contract, const step_clock_result& check,
-                         double skew_s) {
-  double relative = contract.clock_tolerance * std::max(0.0, check.median_interval_s);
-  return relative + clock_slack_per_step_s + std::min(std::max(0.0, skew_s), relative);
+clock_band clock_band_for(const contract_spec& contract, const step_clock_result& check,
+                          const clock_options& options) {
+  clock_band b;
+  double interval = std::max(0.0, check.median_interval_s);
+  double relative = contract.clock_tolerance * interval;
+  b.offset_s = std::max(std::min(options.offset_s, 0.0), -max_clock_offset_fraction * interval);
+  b.skew_s = std::min(std::max(0.0, options.skew_s), relative);
+  b.center_s = b.offset_s;
+  b.half_width_s = relative + clock_slack_per_step_s + b.skew_s;
+  return b;
 }
 
 clock_calibration calibrate_clock(const contract_spec& contract,
@@ -196,8 +202,10 @@ clock_calibration calibrate_clock(const contract_spec& contract,
       continue;
     ++c.runs;
     c.differences_s.push_back(r.median_difference_s);
-    c.skew_s = std::max(c.skew_s, std::abs(r.median_difference_s));
   }
+  c.offset_s = median(c.differences_s);
+  for (double d : c.differences_s)
+    c.skew_s = std::max(c.skew_s, std::abs(d - c.offset_s));
   return c;
 }
 
@@ -346,21 +354,21 @@ std::vector<std::string> check_contract(const contract_spec& contract, const los
       // buffered lines). Tokens / reported time against tokens / observed time is the same
       // ratio: this is also the throughput cross-check.
       auto c = step_clock_check(contract, steps);
-      double allowed = clock_allowance_s(contract, c, clock.skew_s);
-      if (c.made && std::abs(c.median_difference_s) > allowed) {
-        double relative = contract.clock_tolerance * c.median_interval_s;
+      auto band = clock_band_for(contract, c, clock);
+      if (c.made && !band.contains(c.median_difference_s))
         v.push_back("clock: steps " + std::to_string(c.from_step + 1) + ".."
                     + std::to_string(c.to_step) + ": the median step reports "
                     + num(c.median_difference_s) + " s against the harness clock's "
                     + num(c.median_interval_s) + " s between consecutive metrics lines ("
                     + num(100.0 * c.disagreement()) + "%, over " + std::to_string(c.compared)
-                    + " steps; allowed +-" + num(allowed) + " s = tolerance "
-                    + num(100.0 * contract.clock_tolerance) + "% + "
+                    + " steps; allowed " + num(band.center_s) + " +- " + num(band.half_width_s)
+                    + " s = the doctor's offset " + num(1000.0 * band.offset_s)
+                    + " ms, tolerance " + num(100.0 * contract.clock_tolerance) + "% + "
                     + num(1000.0 * clock_slack_per_step_s) + " ms + the doctor's skew "
-                    + num(1000.0 * std::min(std::max(0.0, clock.skew_s), relative)) + " ms)"
-                    + (c.median_difference_s < 0 ? ": a fake or partial step timer"
-                                                 : ": lines arrived in bursts (buffered stdout?)"));
-      }
+                    + num(1000.0 * band.skew_s) + " ms)"
+                    + (c.median_difference_s < band.center_s
+                         ? ": a fake or partial step timer"
+                         : ": lines arrived in bursts (buffered stdout?)"));
     } else {
       // Timing (window_sum/0, runs locked before step_median): the timed window against the
       // harness clock (fake timers, unit slips). The same

@@ -4,6 +4,7 @@
 /// numerics (loss within tolerance of the baseline's reference at each checkpoint; NaN/Inf never
 /// passes), the contracted timing window, and reported times that agree with wall time.
 
+#include <cmath>
 #include <limits>
 #include <map>
 #include <optional>
@@ -69,9 +70,9 @@ enum class clock_rule : std::uint8_t {
   /// machine). Runs locked before the rule was recorded were judged by it.
   window_sum = 0,
   /// "step_median/1": per compared step, reported time minus the time between its line and the
-  /// previous one; the median over the window, within clock_tolerance x the median interval +
-  /// clock_slack_per_step_s + the doctor's skew (clock_allowance_s; violation code `clock`).
-  /// Robust to a minority of late lines; a timer that lies on most steps moves the median.
+  /// previous one; the median over the window, within a band around the doctor's offset
+  /// (clock_band_for; violation code `clock`). Robust to a minority of late lines; a timer that
+  /// lies on most steps moves the median.
   step_median = 1,
 };
 
@@ -88,8 +89,9 @@ std::optional<clock_rule> parse_clock_rule(const std::string& name);
 struct clock_options {
   /// The run's rule (default: that of new runs).
   clock_rule rule = current_clock_rule;
-  /// step_median: the doctor's calibrated skew, seconds per step (clock_calibration::skew_s;
-  /// 0: none calibrated).
+  /// step_median: the doctor's calibration (clock_calibration::offset_s, skew_s; 0 before the
+  /// doctor or without one), seconds per step.
+  double offset_s = 0.0;
   double skew_s = 0.0;
 };
 
@@ -163,14 +165,31 @@ struct step_clock_result {
 step_clock_result step_clock_check(const contract_spec& contract,
                                    const std::vector<step_point>& steps);
 
-/// The allowed |median_difference_s| of a step_median check, seconds:
-///   clock_tolerance x median_interval_s + clock_slack_per_step_s
-///     + min(skew_s, clock_tolerance x median_interval_s)
-/// The doctor's skew (what identical honest baselines showed on this machine) widens the
-/// allowance by at most the tolerance again, so no calibration lets a timer that is more than
-/// twice the tolerance short (e.g. 40 % with the default 10 %) pass.
-double clock_allowance_s(const contract_spec& contract, const step_clock_result& check,
-                         double skew_s);
+/// Below this fraction of the median interval the doctor's offset is not followed: a median step
+/// reporting less than half the clock's time plus the band is never explained by the machine.
+inline constexpr double max_clock_offset_fraction = 0.5;
+
+/// The band a step_median check's median_difference_s must lie in, seconds:
+///   center = max(min(offset_s, 0), -max_clock_offset_fraction x median_interval_s)
+///   half_width = clock_tolerance x median_interval_s + clock_slack_per_step_s
+///                + min(skew_s, clock_tolerance x median_interval_s)
+/// The offset is the time per step the doctor's honest baselines showed outside their step
+/// timers on this machine (a loaded CPU makes a process that printed its line wait for the CPU
+/// before its next step starts); only time outside the timer (offset <= 0) is followed. The skew
+/// (how much the baselines differed from the offset) widens the band by at most the tolerance
+/// again.
+struct clock_band {
+  double center_s = 0.0;
+  double half_width_s = 0.0;
+  /// The offset and skew used (after the limits above), seconds.
+  double offset_s = 0.0;
+  double skew_s = 0.0;
+  [[nodiscard]] bool contains(double difference_s) const {
+    return std::abs(difference_s - center_s) <= half_width_s;
+  }
+};
+clock_band clock_band_for(const contract_spec& contract, const step_clock_result& check,
+                          const clock_options& options);
 
 /// The doctor's calibration of the step_median check from its baseline runs.
 struct clock_calibration {
@@ -178,7 +197,9 @@ struct clock_calibration {
   std::size_t runs = 0;
   /// Each of those baselines' median_difference_s, seconds, in the order given.
   std::vector<double> differences_s;
-  /// The largest |median_difference_s| among them, seconds per step (0 with no run).
+  /// The median of differences_s, seconds per step (0 with no run): the machine's offset.
+  double offset_s = 0.0;
+  /// The largest |difference - offset_s| among them, seconds per step (0 with no run).
   double skew_s = 0.0;
 };
 clock_calibration calibrate_clock(const contract_spec& contract,

@@ -153,7 +153,7 @@ TEST(ContractCheats, RealWorkloadEveryPlantedCheatIsRejectedWithItsReason) {
     {"cheat_skip_backward", "loss_not_falling"},
     {"cheat_loss_drift", "loss_drift"},
     {"cheat_timed_window", "timed_window"},
-    {"cheat_fake_timer", "step_times"},
+    {"cheat_fake_timer", "clock"},
     {"cheat_frozen_file", "scope"},
   };
   // Every patch of the task is covered, so a new planted patch cannot go untested.

@@ -157,39 +157,56 @@ TEST(ClockLoad, HonestTrialsPassUnderACpuHogAndEveryTimerCheatIsCaught) {
   ASSERT_TRUE(doctor.contains("clock")) << doctor.dump();
   EXPECT_EQ(doctor["clock"]["rule"], "step_median/1");
   EXPECT_EQ(doctor["clock"]["runs"], 3);
-  const double skew = doctor["clock"]["skew_s"].get<double>();
-  EXPECT_GE(skew, 0.0);
+  EXPECT_GE(doctor["clock"]["skew_s"].get<double>(), 0.0);
   std::cout << "doctor: " << doctor["clock"].dump() << '\n';
 
-  // 50 honest trials: every one passes the whole contract, the clock check included. For the
-  // record, how many the window_sum/0 rule (one late end line moves it) would have rejected.
+  // 50 honest trials: every one passes the whole contract, the clock check included, after at
+  // most the one re-measurement the rule allows (decide::clock_remeasure_due, as next_step runs
+  // it). For the record: how many passed at the first attempt, and how many the window_sum/0
+  // rule (one late end line moves it) would have rejected.
   const int honest_trials = 50;
   int passed = 0;
+  int first_attempt = 0;
   int window_sum_rejects = 0;
-  double worst = 0;
+  std::vector<double> disagreements;
   for (int i = 0; i < honest_trials; ++i) {
     auto verdict = r.run(id, 0, "honest", "explore");
     ASSERT_TRUE(verdict.is_object());
     EXPECT_EQ(verdict["outcome"], "ok") << verdict.dump();
-    EXPECT_TRUE(verdict["violations"].empty()) << "honest trial " << id << ": " << verdict.dump();
-    passed += verdict["violations"].empty() ? 1 : 0;
     auto state = r.state();
     const auto* t = state.find(id, 0);
     ASSERT_NE(t, nullptr);
     auto c = tuning::step_clock_check(r.task().contract, t->steps);
     EXPECT_TRUE(c.made) << c.why;
     EXPECT_GE(c.compared, 9u); // steps 2..11, each with the line before it
-    worst = std::max(worst, std::abs(c.disagreement()));
+    disagreements.push_back(c.disagreement());
     tuning::clock_options legacy;
     legacy.rule = tuning::clock_rule::window_sum;
-    auto old = tuning::check_contract(r.task().contract, state.reference, *t, legacy);
-    window_sum_rejects += old.empty() ? 0 : 1;
+    window_sum_rejects += tuning::check_contract(r.task().contract, state.reference, *t, legacy)
+                              .empty()
+                            ? 0
+                            : 1;
+    if (verdict["violations"].empty()) {
+      ++first_attempt;
+    } else {
+      std::cout << "honest trial " << id << " re-measured: " << verdict["violations"].dump()
+                << '\n';
+      EXPECT_EQ(codes(verdict), std::vector<std::string>{"clock"}) << verdict.dump();
+      ASSERT_TRUE(decide::clock_remeasure_due(state, *t));
+      verdict = r.run(id, 1, "honest", "explore");
+    }
+    EXPECT_TRUE(verdict["violations"].empty()) << "honest trial " << id << ": " << verdict.dump();
+    passed += verdict["violations"].empty() ? 1 : 0;
     ++id;
   }
   EXPECT_EQ(passed, honest_trials);
+  std::sort(disagreements.begin(), disagreements.end());
   std::cout << "honest under 2 CPU hogs: " << passed << " of " << honest_trials
-            << " passed (step_median/1); worst median disagreement " << 100.0 * worst
-            << "%; window_sum/0 would have rejected " << window_sum_rejects << '\n';
+            << " passed the clock check (step_median/1), " << first_attempt
+            << " at the first attempt; median disagreement min " << 100.0 * disagreements.front()
+            << "%, median " << 100.0 * disagreements[disagreements.size() / 2] << "%, max "
+            << 100.0 * disagreements.back() << "%; window_sum/0 would have rejected "
+            << window_sum_rejects << '\n';
 
   // Every planted timer cheat, under the same load, is caught by the clock check; the
   // re-measure rule runs it once more, and the second failure stands.

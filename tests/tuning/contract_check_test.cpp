@@ -169,7 +169,8 @@ TEST(ContractCheck, StepMedianRuleAgainstTheHarnessClock) {
   EXPECT_EQ(violation_code(fake[0]), "clock");
   EXPECT_EQ(fake[0].rfind("clock: steps 1..3: the median step reports -0.2 s against the harness "
                           "clock's 0.5 s between consecutive metrics lines (-40%, over 3 steps; "
-                          "allowed +-0.055 s = tolerance 10% + 5 ms + the doctor's skew 0 ms)",
+                          "allowed 0 +- 0.055 s = the doctor's offset 0 ms, tolerance 10% + 5 ms + "
+                          "the doctor's skew 0 ms)",
                           0),
             0u)
     << fake[0];
@@ -212,30 +213,48 @@ TEST(ContractCheck, StepMedianIgnoresALateEndLineThatWindowSumRejects) {
   EXPECT_EQ(violation_code(v[0]), "clock") << v[0];
 }
 
-TEST(ContractCheck, TheDoctorsSkewWidensTheAllowanceAtMostByTheTolerance) {
+TEST(ContractCheck, TheBandFollowsTheDoctorsOffsetAndSkewWithinLimits) {
   auto ref = make_loss_reference({run()});
-  // Baselines with 18 ms per 0.1 s step that no timer covers (one of them 12 ms).
+  // Honest baselines on a loaded machine: 18 ms and 12 ms per 0.1 s step outside the step timer
+  // (the process waited for the CPU after printing its line).
   auto b1 = clocked({1.0, 1.1, 1.2, 1.3}, {0.1, 0.082, 0.082, 0.082});
   auto b2 = clocked({1.0, 1.1, 1.2, 1.3}, {0.1, 0.088, 0.088, 0.088});
   auto cal = calibrate_clock(contract(), {b1, b2, run()}); // run(): not observed, not counted
   EXPECT_EQ(cal.runs, 2u);
   ASSERT_EQ(cal.differences_s.size(), 2u);
   EXPECT_NEAR(cal.differences_s[0], -0.018, 1e-9);
-  EXPECT_NEAR(cal.skew_s, 0.018, 1e-9);
-  // A trial like them: 18 ms > 10 ms + 5 ms without the skew; within it with the skew (capped
-  // at the tolerance, 10 ms: allowed 25 ms).
+  EXPECT_NEAR(cal.offset_s, -0.015, 1e-9);
+  EXPECT_NEAR(cal.skew_s, 0.003, 1e-9);
+  // A trial like them: 18 ms is outside 10 ms + 5 ms around 0, inside the calibrated band.
   EXPECT_FALSE(check_contract(contract(), ref, b1).empty());
   clock_options calibrated;
+  calibrated.offset_s = cal.offset_s;
   calibrated.skew_s = cal.skew_s;
   EXPECT_TRUE(check_contract(contract(), ref, b1, calibrated).empty());
   auto c = step_clock_check(contract(), b1.steps);
-  EXPECT_NEAR(clock_allowance_s(contract(), c, 0.018), 0.025, 1e-9);
-  EXPECT_NEAR(clock_allowance_s(contract(), c, 1.0), 0.025, 1e-9); // capped
-  // A 40 % fake timer passes no calibration.
-  auto fake = clocked({1.0, 1.1, 1.2, 1.3}, {0.1, 0.06, 0.06, 0.06});
+  auto band = clock_band_for(contract(), c, calibrated);
+  EXPECT_NEAR(band.center_s, -0.015, 1e-9);
+  EXPECT_NEAR(band.half_width_s, 0.018, 1e-9);
+  // A 40 % fake timer on that machine: caught.
+  auto fake = clocked({1.0, 1.1, 1.2, 1.3}, {0.1, 0.06 - 0.015, 0.06 - 0.015, 0.06 - 0.015});
+  auto v = check_contract(contract(), ref, fake, calibrated);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_NE(v[0].find("the doctor's offset -15 ms"), std::string::npos) << v[0];
+  EXPECT_NE(v[0].find("a fake or partial step timer"), std::string::npos) << v[0];
+  // Limits: the offset is followed to at most half the interval and only below zero (time
+  // outside the timer); the skew widens the band by at most the tolerance.
   clock_options huge;
+  huge.offset_s = -1.0;
   huge.skew_s = 1.0;
-  EXPECT_FALSE(check_contract(contract(), ref, fake, huge).empty());
+  band = clock_band_for(contract(), c, huge);
+  EXPECT_NEAR(band.center_s, -0.05, 1e-9);
+  EXPECT_NEAR(band.half_width_s, 0.025, 1e-9);
+  huge.offset_s = 0.5; // lines early by a fixed amount is never the machine
+  EXPECT_NEAR(clock_band_for(contract(), c, huge).center_s, 0.0, 1e-12);
+  // However calibrated, a timer reporting a fifth of the clock's time fails.
+  auto partial = clocked({1.0, 1.1, 1.2, 1.3}, {0.1, 0.02, 0.02, 0.02});
+  huge.offset_s = -1.0;
+  EXPECT_FALSE(check_contract(contract(), ref, partial, huge).empty());
 }
 
 TEST(ContractCheck, TimedWindowMustBeTheContracts) {
