@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "adapters/environment.hpp"
+#include "decide/patch_exclusion.hpp"
 #include "tuning/contract_check.hpp"
 #include "tuning/planner.hpp"
 #include "tuning/prior_revision.hpp"
@@ -116,17 +117,12 @@ nlohmann::json make_report(const tuning::task_spec& task, const store::run_state
                         {"evidence", t.violations.empty() ? std::vector<std::string>{t.detail}
                                                           : t.violations}});
   }
-  if (run.contract_doc && run.contract_doc->contains("patches")
-      && (*run.contract_doc)["patches"].is_object()) {
-    const auto& patches = (*run.contract_doc)["patches"];
-    for (auto p = patches.begin(); p != patches.end(); ++p)
-      if (!p.value().value("in_scope", true))
-        rejected.push_back({{"patch", p.key()},
-                            {"change", "+" + p.key()},
-                            {"outcome", "excluded at init, never run"},
-                            {"reasons", {"scope"}},
-                            {"evidence", {p.value().value("violation", std::string{})}}});
-  }
+  for (const auto& x : excluded_patches(run))
+    rejected.push_back({{"patch", x.patch},
+                        {"change", "+" + x.patch},
+                        {"outcome", "excluded at init, never run"},
+                        {"reasons", {x.reason}},
+                        {"evidence", {x.evidence}}});
   for (const auto& r : run.reverifications)
     if (!r.promotable)
       rejected.push_back({{"candidate_trial", r.candidate_trial},
