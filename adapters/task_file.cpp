@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -190,7 +191,9 @@ public:
     fs::path p{path};
     if (p.is_relative())
       p = fs::path{file_}.parent_path() / p;
-    return fs::weakly_canonical(p).string();
+    std::error_code ec; // e.g. a name too long or a NUL byte: the path stays as written
+    auto canonical = fs::weakly_canonical(p, ec);
+    return ec ? p.lexically_normal().string() : canonical.string();
   }
 
   /// A name that becomes part of paths and git refs (is_safe_name), else an error naming it.
@@ -265,9 +268,11 @@ knob_spec parse_knob(const reader& r, const toml::table& t, const std::string& w
                          "false_text", "tags", "description"});
   knob_spec k;
   k.name = *r.string(t, "name", where, true);
-  if (k.name.empty() || k.name.find_first_of("{} \t") != std::string::npos)
-    r.fail(t.get("name"), where + ".name", "expected a name without spaces or braces, got \""
-                                             + k.name + "\"");
+  if (k.name.empty() || k.name.size() > limits::max_name_length
+      || k.name.find_first_of("{} \t") != std::string::npos)
+    r.fail(t.get("name"), where + ".name",
+           "expected a name of at most " + std::to_string(limits::max_name_length)
+             + " characters without spaces or braces, got \"" + k.name + "\"");
   const auto* type = t.get("type");
   if (type == nullptr)
     r.fail(&t, where + ".type", "missing (one of \"int\", \"real\", \"bool\", \"choice\")");
@@ -374,7 +379,7 @@ void parse_contract_sections(const reader& r, const toml::table& root, tuning::t
       r.expected(*w, "contract.timed_steps", "[first, last] (inclusive step numbers)");
     auto first = *arr->get(0)->value<std::int64_t>();
     auto last = *arr->get(1)->value<std::int64_t>();
-    if (first < 0 || last < first || (k.steps > 0 && last >= k.steps))
+    if (first < 0 || last < first || (k.steps > 0 && last >= k.steps) || last > 0xffffffffLL)
       r.fail(w, "contract.timed_steps",
              "expected 0 <= first <= last < steps (" + std::to_string(k.steps) + "), got ["
                + std::to_string(first) + ", " + std::to_string(last) + "]");
@@ -387,6 +392,7 @@ void parse_contract_sections(const reader& r, const toml::table& root, tuning::t
     } else if (lc->is_array()) {
       for (const auto& e : *lc->as_array()) {
         if (!e.is_integer() || *e.value<std::int64_t>() < 0
+            || *e.value<std::int64_t>() > 0xffffffffLL
             || (k.steps > 0 && *e.value<std::int64_t>() >= k.steps))
           r.expected(e, "contract.loss_checkpoints[]", "a step number below contract.steps");
         k.loss_checkpoints.push_back(static_cast<std::uint32_t>(*e.value<std::int64_t>()));
@@ -520,8 +526,20 @@ tuning::task_spec parse_task(const reader& r, const toml::table& root) {
   }
   if (auto p = r.string(m, "prefix", "metrics", false))
     task.metrics.prefix = *p;
-  if (auto rx = r.string(m, "regex", "metrics", false))
+  if (auto rx = r.string(m, "regex", "metrics", false)) {
+    if (rx->size() > limits::max_regex_length)
+      r.fail(m.get("regex"), "metrics.regex",
+             std::to_string(rx->size()) + " characters, more than the limit of "
+               + std::to_string(limits::max_regex_length));
+    try { // as the metrics parser compiles it (adapters/metrics.cpp), so a mistake shows here
+      std::regex compiled{*rx, std::regex::ECMAScript};
+    } catch (const std::regex_error& e) {
+      r.fail(m.get("regex"), "metrics.regex",
+             "expected an ECMAScript regular expression (" + std::string{e.what()} + "), got \""
+               + *rx + "\"");
+    }
     task.metrics.regex = *rx;
+  }
   task.metrics.regex_fields = r.strings(m, "regex_fields", "metrics", false);
   static const std::set<std::string> fields{"step", "loss", "tokens", "step_time_s",
                                             "step_time_ms", "peak_memory_bytes",
@@ -592,7 +610,8 @@ tuning::task_spec parse_task(const reader& r, const toml::table& root) {
       spec.name = r.safe_name(t, "name", where, *r.string(t, "name", where, true));
       spec.file = r.resolve(*r.string(t, "file", where, true));
       spec.description = r.string(t, "description", where, false).value_or("");
-      if (r.check_files() && !fs::is_regular_file(spec.file))
+      std::error_code ec;
+      if (r.check_files() && !fs::is_regular_file(spec.file, ec))
         r.fail(t.get("file"), where + ".file", "no such file: " + spec.file);
       if (task.find_patch(spec.name) != nullptr)
         r.fail(&p, where + ".name", "duplicate patch '" + spec.name + "'");

@@ -32,6 +32,8 @@ struct task_file_limits {
   static constexpr std::size_t max_patches = 32;
   /// Constraint expressions (constraints = [...]).
   static constexpr std::size_t max_constraints = 256;
+  /// Length of metrics.regex, characters (it is compiled when the file is read).
+  static constexpr std::size_t max_regex_length = 1024;
   /// Length of a name (name, knowledge, knobs[].name, patches[].name), characters.
   static constexpr std::size_t max_name_length = 128;
   /// |min| and |max| of an integer knob's range (2^53: exact as a double).

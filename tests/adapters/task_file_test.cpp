@@ -203,7 +203,7 @@ TEST_F(TaskFileTest, NamesAndScopePathsStayInsideTheirDirectories) {
     return error_of("name = \"" + name + "\"" + text.substr(text.find('\n')));
   };
   auto e = with_name("../../../x");
-  EXPECT_NE(e.find("task.toml:1:1: name: expected a name of at most 128 letters, digits, '_', '.' "
+  EXPECT_NE(e.find("task.toml:1:8: name: expected a name of at most 128 letters, digits, '_', '.' "
                    "or '-'"),
             std::string::npos)
     << e;
