@@ -77,14 +77,16 @@ TEST(ConstraintExpr, LengthAndDepthAreLimitedWithoutDeepRecursion) {
     chain += " + a";
   EXPECT_FALSE(constraint_expr::parse(chain, why));
   EXPECT_EQ(why.rfind("nested deeper than the limit of 64 levels", 0), 0u) << why;
-  // A chain just within the limit parses and evaluates: 63 additions are 64 levels.
+  // A comparison of a chain just within the limit parses and evaluates: 62 additions are 63
+  // levels, the comparison the 64th.
   chain = "a";
-  for (int i = 0; i < 63; ++i)
+  for (int i = 0; i < 62; ++i)
     chain += " + a";
+  EXPECT_FALSE(constraint_expr::parse(chain + " + a == 64", why)); // 65 levels
   auto e = constraint_expr::parse(chain + " == 64", why);
   ASSERT_TRUE(e) << why;
   EXPECT_EQ(e->holds({{"a", std::int64_t{1}}}, why), std::optional<bool>{false}) << why;
-  ASSERT_TRUE(e = constraint_expr::parse(chain + " == 640", why)) << why;
+  ASSERT_TRUE(e = constraint_expr::parse(chain + " == 630", why)) << why;
   EXPECT_EQ(e->holds({{"a", std::int64_t{10}}}, why), std::optional<bool>{true}) << why;
 }
 
