@@ -209,7 +209,8 @@ std::string render_markdown(const nlohmann::json& r) {
   std::ostringstream md;
   md << "# InfraRSI report: " << r.value("task", "") << " (run " << r.value("run", "") << ")\n\n";
   const auto& b = r["baseline"];
-  const auto& noise = b["noise"];
+  // Before the doctor's calibration (a run stopped at init or in the doctor) there is no noise.
+  const auto noise = b["noise"].is_object() ? b["noise"] : nlohmann::json::object();
   md << "## Baseline\n\n"
      << "- step time: " << fixed(b.value("step_time_s", 0.0), 4) << " s (mean of "
      << noise.value("runs", 0) << " runs)\n"
@@ -237,7 +238,10 @@ std::string render_markdown(const nlohmann::json& r) {
     }
   } else {
     md << "Nothing promoted: "
-       << r["promotion_decision"].value("reason", std::string{"no candidate"}) << "\n\n";
+       << (r["promotion_decision"].is_object()
+             ? r["promotion_decision"].value("reason", std::string{"no candidate"})
+             : std::string{"no candidate"})
+       << "\n\n";
   }
   md << "## Re-verification\n\n";
   if (r["reverifications"].empty())
