@@ -4,6 +4,7 @@
 // decide/; git, report files, scope hashing and launch-config writing in adapters/.
 
 #include <iomanip>
+#include <set>
 #include <sstream>
 
 #include "actors/actors.hpp"
@@ -15,6 +16,7 @@
 #include "adapters/trial_launcher.hpp"
 #include "decide/decisions.hpp"
 #include "decide/next_step.hpp"
+#include "decide/patch_exclusion.hpp"
 #include "decide/report.hpp"
 #include "store/run_projection.hpp"
 #include "tuning/contract_check.hpp"
@@ -142,12 +144,17 @@ void do_init(self_ptr self) {
   auto lock = adapters::lock_scope(task, st.o.run_dir + "/patch-check");
   if (!lock)
     return fail(self, "init", lock.error());
-  for (const auto& [name, p] : (*lock)["patches"].items())
-    if (!p.value("in_scope", true))
-      progress(self) << "init: patch '" << name << "' is excluded: " << p.value("violation", "")
-                     << '\n';
+  std::set<std::string> excluded;
+  for (const auto& x : decide::excluded_patches((*lock)["patches"])) {
+    excluded.insert(x.patch);
+    progress(self) << "init: patch '" << x.patch << "' is excluded ("
+                   << (x.reason == "scope" ? "outside the scope" : "does not apply alone")
+                   << "): " << x.evidence << '\n';
+  }
   for (const auto& pair : (*lock)["patch_conflicts"])
-    progress(self) << "init: patches '" << pair[0].get<std::string>() << "' and '"
+    if (excluded.count(pair[0].get<std::string>()) == 0
+        && excluded.count(pair[1].get<std::string>()) == 0)
+      progress(self) << "init: patches '" << pair[0].get<std::string>() << "' and '"
                    << pair[1].get<std::string>()
                    << "' do not apply together: never proposed together\n";
   auto hardware = adapters::hardware_description();

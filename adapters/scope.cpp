@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <iterator>
+#include <map>
 
 #include "adapters/environment.hpp"
 #include "adapters/trial_launcher.hpp"
@@ -31,12 +32,25 @@ caf::expected<nlohmann::json> lock_scope(const tuning::task_spec& task,
       in_scope.push_back(p.name);
   }
   nlohmann::json conflicts = nlohmann::json::array();
-  if (in_scope.size() > 1) {
-    auto pairs = patch_conflicts(task, in_scope, scratch_dir);
+  if (!in_scope.empty()) {
+    // Every in-scope patch alone, and every pair (a patch that does not apply alone is
+    // excluded: decide::excluded_patches).
+    std::map<std::string, std::string> not_alone;
+    auto pairs = patch_conflicts(task, in_scope, scratch_dir, &not_alone);
     if (!pairs)
       return std::move(pairs.error());
     for (const auto& [a, b] : *pairs)
       conflicts.push_back({a, b});
+    for (const auto& name : in_scope) {
+      auto it = not_alone.find(name);
+      auto why = it == not_alone.end() ? std::string{} : it->second;
+      while (!why.empty() && (why.back() == '\n' || why.back() == ' '))
+        why.pop_back();
+      for (auto pos = why.find('\n'); pos != std::string::npos; pos = why.find('\n', pos))
+        why.replace(pos, 1, "; ");
+      patches[name]["applies_alone"] = it == not_alone.end();
+      patches[name]["apply_error"] = why;
+    }
   }
   return nlohmann::json{{"editable", editable},
                         {"frozen", frozen},

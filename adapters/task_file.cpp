@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -9,6 +10,7 @@
 
 #include "messages/errc.hpp"
 #include "tuning/expr.hpp"
+#include "tuning/search_space.hpp"
 
 namespace infrarsi::adapters {
 
@@ -16,6 +18,7 @@ namespace fs = std::filesystem;
 using tuning::knob_spec;
 using tuning::knob_type;
 using tuning::knob_value;
+using limits = task_file_limits;
 
 namespace {
 
@@ -188,7 +191,29 @@ public:
     fs::path p{path};
     if (p.is_relative())
       p = fs::path{file_}.parent_path() / p;
-    return fs::weakly_canonical(p).string();
+    std::error_code ec; // e.g. a name too long or a NUL byte: the path stays as written
+    auto canonical = fs::weakly_canonical(p, ec);
+    return ec ? p.lexically_normal().string() : canonical.string();
+  }
+
+  /// A name that becomes part of paths and git refs (is_safe_name), else an error naming it.
+  std::string safe_name(const toml::table& t, const std::string& key, const std::string& where,
+                        const std::string& value) const {
+    if (!is_safe_name(value))
+      fail(t.get(key), join(where, key),
+           "expected a name of at most " + std::to_string(limits::max_name_length)
+             + " letters, digits, '_', '.' or '-' that begins with a letter, a digit or '_' and "
+               "has no \"..\" (it names directories and branches), got \""
+             + value + "\"");
+    return value;
+  }
+
+  /// Fails when array `key` has more than `max` elements ("N values, more than the limit").
+  void at_most(const toml::node* n, const std::string& key, std::size_t max,
+               const char* what) const {
+    if (n != nullptr && n->is_array() && n->as_array()->size() > max)
+      fail(n, key, std::to_string(n->as_array()->size()) + " " + what
+                     + ", more than the limit of " + std::to_string(max));
   }
 
   static std::string join(const std::string& where, const std::string& key) {
@@ -243,9 +268,11 @@ knob_spec parse_knob(const reader& r, const toml::table& t, const std::string& w
                          "false_text", "tags", "description"});
   knob_spec k;
   k.name = *r.string(t, "name", where, true);
-  if (k.name.empty() || k.name.find_first_of("{} \t") != std::string::npos)
-    r.fail(t.get("name"), where + ".name", "expected a name without spaces or braces, got \""
-                                             + k.name + "\"");
+  if (k.name.empty() || k.name.size() > limits::max_name_length
+      || k.name.find_first_of("{} \t") != std::string::npos)
+    r.fail(t.get("name"), where + ".name",
+           "expected a name of at most " + std::to_string(limits::max_name_length)
+             + " characters without spaces or braces, got \"" + k.name + "\"");
   const auto* type = t.get("type");
   if (type == nullptr)
     r.fail(&t, where + ".type", "missing (one of \"int\", \"real\", \"bool\", \"choice\")");
@@ -253,12 +280,22 @@ knob_spec parse_knob(const reader& r, const toml::table& t, const std::string& w
   if (const auto* values = t.get("values")) {
     if (!values->is_array() || values->as_array()->empty())
       r.expected(*values, where + ".values", "a non-empty array");
+    r.at_most(values, where + ".values", limits::max_knob_values, "values");
     std::size_t i = 0;
     for (const auto& v : *values->as_array())
       k.values.push_back(knob_value_of(r, v, k.type, where + ".values[" + std::to_string(i++) + "]"));
   }
-  k.min = r.number(t, "min", where, -1e300);
-  k.max = r.number(t, "max", where, -1e300);
+  k.min = r.number(t, "min", where, -limits::max_real_magnitude);
+  k.max = r.number(t, "max", where, -limits::max_real_magnitude);
+  for (const char* bound : {"min", "max"}) {
+    const auto& v = std::string{bound} == "min" ? k.min : k.max;
+    bool integer = k.type == knob_type::integer;
+    double magnitude = integer ? limits::max_integer_magnitude : limits::max_real_magnitude;
+    if (v && (std::abs(*v) > magnitude || (integer && std::floor(*v) != *v)))
+      r.expected(*t.get(bound), where + "." + bound,
+                 std::string{integer ? "an integer" : "a number"} + " with |value| <= "
+                   + (integer ? std::string{"2^53"} : std::string{"1e300"}));
+  }
   if (k.type == knob_type::choice && k.values.empty())
     r.fail(&t, where + ".values", "missing (a choice knob needs its list of values)");
   if ((k.type == knob_type::integer || k.type == knob_type::real) && k.values.empty()
@@ -300,6 +337,7 @@ void parse_contract_sections(const reader& r, const toml::table& root, tuning::t
       r.expected(v, "constants." + key, "an integer, number, boolean or string");
   }
 
+  r.at_most(root.get("constraints"), "constraints", limits::max_constraints, "constraints");
   task.constraints = r.strings(root, "constraints", "", false);
   for (std::size_t i = 0; i < task.constraints.size(); ++i) {
     auto key = "constraints[" + std::to_string(i) + "]";
@@ -341,7 +379,7 @@ void parse_contract_sections(const reader& r, const toml::table& root, tuning::t
       r.expected(*w, "contract.timed_steps", "[first, last] (inclusive step numbers)");
     auto first = *arr->get(0)->value<std::int64_t>();
     auto last = *arr->get(1)->value<std::int64_t>();
-    if (first < 0 || last < first || (k.steps > 0 && last >= k.steps))
+    if (first < 0 || last < first || (k.steps > 0 && last >= k.steps) || last > 0xffffffffLL)
       r.fail(w, "contract.timed_steps",
              "expected 0 <= first <= last < steps (" + std::to_string(k.steps) + "), got ["
                + std::to_string(first) + ", " + std::to_string(last) + "]");
@@ -354,6 +392,7 @@ void parse_contract_sections(const reader& r, const toml::table& root, tuning::t
     } else if (lc->is_array()) {
       for (const auto& e : *lc->as_array()) {
         if (!e.is_integer() || *e.value<std::int64_t>() < 0
+            || *e.value<std::int64_t>() > 0xffffffffLL
             || (k.steps > 0 && *e.value<std::int64_t>() >= k.steps))
           r.expected(e, "contract.loss_checkpoints[]", "a step number below contract.steps");
         k.loss_checkpoints.push_back(static_cast<std::uint32_t>(*e.value<std::int64_t>()));
@@ -385,6 +424,21 @@ void parse_contract_sections(const reader& r, const toml::table& root, tuning::t
   r.only_keys(sc, "scope", {"editable", "frozen"});
   task.scope.editable = r.strings(sc, "editable", "scope", false);
   task.scope.frozen = r.strings(sc, "frozen", "scope", false);
+  // Globs name files inside the workload directory: never absolute, never through "..".
+  for (const auto* list : {&task.scope.editable, &task.scope.frozen})
+    for (std::size_t i = 0; i < list->size(); ++i) {
+      const auto& glob = (*list)[i];
+      bool parent = false;
+      for (const auto& part : fs::path{glob})
+        parent = parent || part == "..";
+      if (glob.empty() || glob.front() == '/' || parent)
+        r.fail(sc.get(list == &task.scope.editable ? "editable" : "frozen"),
+               std::string{"scope."} + (list == &task.scope.editable ? "editable" : "frozen")
+                 + "[" + std::to_string(i) + "]",
+               "expected a glob relative to the workload directory without a \"..\" component, "
+               "got \""
+                 + glob + "\"");
+    }
 
   const auto& b = r.table(root, "budget", "", false);
   r.only_keys(b, "budget", {"trials", "wall_clock_s", "baseline_repeats", "verify_top",
@@ -409,8 +463,9 @@ tuning::task_spec parse_task(const reader& r, const toml::table& root) {
                          "patches", "constants", "constraints", "contract", "scope", "budget",
                          "knowledge"});
   tuning::task_spec task;
-  task.name = *r.string(root, "name", "", true);
+  task.name = r.safe_name(root, "name", "", *r.string(root, "name", "", true));
   task.knowledge = r.string(root, "knowledge", "", false).value_or(task.name);
+  r.safe_name(root, "knowledge", "", task.knowledge);
   r.string(root, "description", "", false);
 
   const auto& w = r.table(root, "workload", "", true);
@@ -446,6 +501,7 @@ tuning::task_spec parse_task(const reader& r, const toml::table& root) {
   if (const auto* knobs = root.get("knobs")) {
     if (!knobs->is_array_of_tables())
       r.expected(*knobs, "knobs", "an array of tables ([[knobs]])");
+    r.at_most(knobs, "knobs", limits::max_knobs, "knobs");
     std::size_t i = 0;
     for (const auto& k : *knobs->as_array()) {
       auto where = "knobs[" + std::to_string(i++) + "]";
@@ -470,8 +526,20 @@ tuning::task_spec parse_task(const reader& r, const toml::table& root) {
   }
   if (auto p = r.string(m, "prefix", "metrics", false))
     task.metrics.prefix = *p;
-  if (auto rx = r.string(m, "regex", "metrics", false))
+  if (auto rx = r.string(m, "regex", "metrics", false)) {
+    if (rx->size() > limits::max_regex_length)
+      r.fail(m.get("regex"), "metrics.regex",
+             std::to_string(rx->size()) + " characters, more than the limit of "
+               + std::to_string(limits::max_regex_length));
+    try { // as the metrics parser compiles it (adapters/metrics.cpp), so a mistake shows here
+      std::regex compiled{*rx, std::regex::ECMAScript};
+    } catch (const std::regex_error& e) {
+      r.fail(m.get("regex"), "metrics.regex",
+             "expected an ECMAScript regular expression (" + std::string{e.what()} + "), got \""
+               + *rx + "\"");
+    }
     task.metrics.regex = *rx;
+  }
   task.metrics.regex_fields = r.strings(m, "regex_fields", "metrics", false);
   static const std::set<std::string> fields{"step", "loss", "tokens", "step_time_s",
                                             "step_time_ms", "peak_memory_bytes",
@@ -492,10 +560,16 @@ tuning::task_spec parse_task(const reader& r, const toml::table& root) {
       r.fail(m.get("regex_fields"), "metrics.regex_fields", "must include \"step\"");
     task.metrics.require_final_line = false;
   }
-  if (auto tps = r.number(m, "tokens_per_step", "metrics", 0))
+  if (auto tps = r.number(m, "tokens_per_step", "metrics", 0)) {
+    if (*tps > 4.6e18) // 2^62: the converted count stays exact and in range
+      r.expected(*m.get("tokens_per_step"), "metrics.tokens_per_step", "a count <= 2^62");
     task.metrics.tokens_per_step = static_cast<std::uint64_t>(*tps);
-  if (auto rr = r.number(m, "reporting_rank", "metrics", 0))
+  }
+  if (auto rr = r.number(m, "reporting_rank", "metrics", 0)) {
+    if (*rr > 1e6)
+      r.expected(*m.get("reporting_rank"), "metrics.reporting_rank", "a rank <= 1000000");
     task.metrics.reporting_rank = static_cast<int>(*rr);
+  }
   if (auto rf = r.boolean(m, "require_final_line", "metrics"))
     task.metrics.require_final_line = *rf;
   if (m.get("oom_patterns") != nullptr)
@@ -505,8 +579,8 @@ tuning::task_spec parse_task(const reader& r, const toml::table& root) {
       r.expected(*codes, "metrics.oom_exit_codes", "an array of integers");
     task.metrics.oom_exit_codes.clear();
     for (const auto& c : *codes->as_array()) {
-      if (!c.is_integer())
-        r.expected(c, "metrics.oom_exit_codes[]", "an integer");
+      if (!c.is_integer() || *c.value<std::int64_t>() < 0 || *c.value<std::int64_t>() > 255)
+        r.expected(c, "metrics.oom_exit_codes[]", "an exit status in [0, 255]");
       task.metrics.oom_exit_codes.push_back(static_cast<int>(*c.value<std::int64_t>()));
     }
   }
@@ -526,27 +600,52 @@ tuning::task_spec parse_task(const reader& r, const toml::table& root) {
   if (const auto* patches = root.get("patches")) {
     if (!patches->is_array_of_tables())
       r.expected(*patches, "patches", "an array of tables ([[patches]])");
+    r.at_most(patches, "patches", limits::max_patches, "patches");
     std::size_t i = 0;
     for (const auto& p : *patches->as_array()) {
       auto where = "patches[" + std::to_string(i++) + "]";
       const auto& t = *p.as_table();
       r.only_keys(t, where, {"name", "file", "description"});
       tuning::patch_spec spec;
-      spec.name = *r.string(t, "name", where, true);
+      spec.name = r.safe_name(t, "name", where, *r.string(t, "name", where, true));
       spec.file = r.resolve(*r.string(t, "file", where, true));
       spec.description = r.string(t, "description", where, false).value_or("");
-      if (r.check_files() && !fs::is_regular_file(spec.file))
+      std::error_code ec;
+      if (r.check_files() && !fs::is_regular_file(spec.file, ec))
         r.fail(t.get("file"), where + ".file", "no such file: " + spec.file);
       if (task.find_patch(spec.name) != nullptr)
         r.fail(&p, where + ".name", "duplicate patch '" + spec.name + "'");
       task.patches.push_back(std::move(spec));
     }
   }
+  // The planner's features (tuning::feature_space): its models are dense in their number.
+  std::size_t features = task.patches.size();
+  for (const auto& k : task.knobs)
+    for (const auto& v : tuning::search_values(k))
+      features += v == k.default_value ? 0 : 1;
+  if (features > limits::max_search_features)
+    r.fail(root.get("knobs"), "knobs",
+           std::to_string(features) + " search features (the searched values of every knob "
+             "other than its default, plus one per patch), more than the limit of "
+             + std::to_string(limits::max_search_features));
   parse_contract_sections(r, root, task);
   return task;
 }
 
 } // namespace
+
+bool is_safe_name(const std::string& name) {
+  if (name.empty() || name.size() > limits::max_name_length || name.find("..") != std::string::npos)
+    return false;
+  auto ok = [](char c, bool first) {
+    bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    return alnum || c == '_' || (!first && (c == '.' || c == '-'));
+  };
+  for (std::size_t i = 0; i < name.size(); ++i)
+    if (!ok(name[i], i == 0))
+      return false;
+  return true;
+}
 
 bool parse_byte_size(const std::string& text, std::uint64_t& out) {
   // A plain decimal number (digits, at most one '.'), then an optional unit: no sign, exponent,
@@ -597,6 +696,11 @@ caf::expected<tuning::task_spec> load_task_file(const std::string& path) {
   if (!fs::is_regular_file(path, ec))
     return make_error(errc::not_found, "task file '" + path + "': no such file");
   auto abs = fs::absolute(path).lexically_normal().string();
+  auto bytes = fs::file_size(path, ec);
+  if (!ec && bytes > limits::max_file_bytes)
+    return make_error(errc::invalid_argument,
+                      abs + ": " + std::to_string(bytes) + " bytes, more than the limit of "
+                        + std::to_string(limits::max_file_bytes) + " bytes for a task file");
   try {
     auto root = toml::parse_file(abs);
     reader r{abs};
@@ -616,6 +720,11 @@ caf::expected<tuning::task_spec> load_task_file(const std::string& path) {
 caf::expected<tuning::task_spec> load_task_text(const std::string& text,
                                                 const std::string& source_path) {
   auto abs = fs::absolute(source_path).lexically_normal().string();
+  if (text.size() > limits::max_file_bytes)
+    return make_error(errc::invalid_argument,
+                      abs + " (as logged): " + std::to_string(text.size())
+                        + " bytes, more than the limit of " + std::to_string(limits::max_file_bytes)
+                        + " bytes for a task file");
   try {
     auto root = toml::parse(text, abs);
     reader r{abs, false};

@@ -676,7 +676,7 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
 
 caf::expected<std::vector<std::pair<std::string, std::string>>>
 patch_conflicts(const tuning::task_spec& task, const std::vector<std::string>& names,
-                const std::string& scratch_dir) {
+                const std::string& scratch_dir, std::map<std::string, std::string>* not_alone) {
   std::vector<std::pair<std::string, std::string>> conflicts;
   for (std::size_t i = 0; i < names.size(); ++i) {
     const auto* first = task.find_patch(names[i]);
@@ -693,6 +693,8 @@ patch_conflicts(const tuning::task_spec& task, const std::vector<std::string>& n
                                           + dest + "': " + ec.message());
     std::string err_text;
     bool applied = git_apply(first->file, dest, false, err_text);
+    if (!applied && not_alone != nullptr)
+      (*not_alone)[names[i]] = err_text.empty() ? "git apply failed" : err_text;
     for (std::size_t j = i + 1; j < names.size(); ++j) {
       std::string why;
       if (!applied || !git_apply(task.find_patch(names[j])->file, dest, true, why))

@@ -69,11 +69,14 @@ struct trial_report {
 /// Pairs of the named patches that cannot be applied together: for each patch A (in order), a
 /// fresh copy of the workload under `scratch_dir` gets A applied, then every later patch B is
 /// checked (`git apply --check`) on top of it. A patch that does not apply alone conflicts with
-/// every later one. Errors: errc::invalid_argument (unknown patch), errc::io_error (copy failed).
+/// every later one; when `not_alone` is given, each such patch is also entered there with git's
+/// message (patch name -> why it does not apply to the unpatched workload).
+/// Errors: errc::invalid_argument (unknown patch), errc::io_error (copy failed).
 /// Cost: one copy of the workload and one `git apply` per patch, one check per pair.
 [[nodiscard]] caf::expected<std::vector<std::pair<std::string, std::string>>>
 patch_conflicts(const tuning::task_spec& task, const std::vector<std::string>& names,
-                const std::string& scratch_dir);
+                const std::string& scratch_dir,
+                std::map<std::string, std::string>* not_alone = nullptr);
 
 /// Checks an assignment against the task: every name is a knob, every value in its domain.
 /// Returns the complete assignment (defaults filled in). Error: errc::invalid_argument naming the

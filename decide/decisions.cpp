@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "adapters/environment.hpp"
+#include "decide/patch_exclusion.hpp"
 #include "messages/errc.hpp"
 #include "tuning/contract_check.hpp"
 #include "tuning/stats.hpp"
@@ -131,7 +132,9 @@ tuning::planner_input planner_input_for(const tuning::task_spec& task,
     if (t.outcome != tuning::trial_outcome::lost && t.attempt == latest[t.trial_id])
       in.history.push_back(t);
   in.experience_seeds = run.experience_seeds;
-  in.excluded_patches = run.out_of_scope_patches;
+  // Out of scope, or not applying alone (decide/patch_exclusion.hpp: the logged scope lock).
+  for (const auto& x : excluded_patches(run))
+    in.excluded_patches.push_back(x.patch);
   in.incompatible_patches = run.patch_conflicts;
   in.noise_log_sd = run.noise ? run.noise->log_sd : 0.02;
   // The doctor gives the minimum detectable speedup as a fraction (0.05 = 5 %).

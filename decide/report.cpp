@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "adapters/environment.hpp"
+#include "decide/patch_exclusion.hpp"
 #include "tuning/contract_check.hpp"
 #include "tuning/planner.hpp"
 #include "tuning/prior_revision.hpp"
@@ -140,17 +141,12 @@ nlohmann::json make_report(const tuning::task_spec& task, const store::run_state
     }
     rejected.push_back(std::move(entry));
   }
-  if (run.contract_doc && run.contract_doc->contains("patches")
-      && (*run.contract_doc)["patches"].is_object()) {
-    const auto& patches = (*run.contract_doc)["patches"];
-    for (auto p = patches.begin(); p != patches.end(); ++p)
-      if (!p.value().value("in_scope", true))
-        rejected.push_back({{"patch", p.key()},
-                            {"change", "+" + p.key()},
-                            {"outcome", "excluded at init, never run"},
-                            {"reasons", {"scope"}},
-                            {"evidence", {p.value().value("violation", std::string{})}}});
-  }
+  for (const auto& x : excluded_patches(run))
+    rejected.push_back({{"patch", x.patch},
+                        {"change", "+" + x.patch},
+                        {"outcome", "excluded at init, never run"},
+                        {"reasons", {x.reason}},
+                        {"evidence", {x.evidence}}});
   for (const auto& r : run.reverifications)
     if (!r.promotable)
       rejected.push_back({{"candidate_trial", r.candidate_trial},
@@ -237,7 +233,8 @@ std::string render_markdown(const nlohmann::json& r) {
   std::ostringstream md;
   md << "# InfraRSI report: " << r.value("task", "") << " (run " << r.value("run", "") << ")\n\n";
   const auto& b = r["baseline"];
-  const auto& noise = b["noise"];
+  // Before the doctor's calibration (a run stopped at init or in the doctor) there is no noise.
+  const auto noise = b["noise"].is_object() ? b["noise"] : nlohmann::json::object();
   md << "## Baseline\n\n"
      << "- step time: " << fixed(b.value("step_time_s", 0.0), 4) << " s (mean of "
      << noise.value("runs", 0) << " runs)\n"
@@ -265,7 +262,10 @@ std::string render_markdown(const nlohmann::json& r) {
     }
   } else {
     md << "Nothing promoted: "
-       << r["promotion_decision"].value("reason", std::string{"no candidate"}) << "\n\n";
+       << (r["promotion_decision"].is_object()
+             ? r["promotion_decision"].value("reason", std::string{"no candidate"})
+             : std::string{"no candidate"})
+       << "\n\n";
   }
   md << "## Re-verification\n\n";
   if (r["reverifications"].empty())

@@ -1,7 +1,9 @@
 #include "tuning/expr.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 namespace infrarsi::tuning {
@@ -13,6 +15,8 @@ struct constraint_expr::node {
   std::string op;
   std::shared_ptr<const node> lhs;
   std::shared_ptr<const node> rhs;
+  /// Levels of the subtree (1 for a leaf; see max_expr_depth).
+  std::size_t depth = 1;
 };
 
 namespace {
@@ -25,6 +29,8 @@ struct parser {
   std::size_t pos = 0;
   std::string error;
   std::set<std::string>& names;
+  /// Parentheses and unary operators open around the current position (bounds the recursion).
+  std::size_t level = 0;
 
   void skip() {
     while (pos < s.size() && std::isspace(static_cast<unsigned char>(s[pos])))
@@ -48,14 +54,23 @@ struct parser {
       error = why + " at offset " + std::to_string(pos) + " in '" + s + "'";
     return nullptr;
   }
+  node_ptr too_deep() {
+    if (error.empty())
+      error = "nested deeper than the limit of " + std::to_string(max_expr_depth)
+              + " levels at offset " + std::to_string(pos);
+    return nullptr;
+  }
   node_ptr bin(std::string op, node_ptr l, node_ptr r) {
     if (!l || !r)
       return nullptr;
     auto n = std::make_shared<node>();
     n->kind = node::kind_t::binary;
     n->op = std::move(op);
+    n->depth = 1 + std::max(l->depth, r->depth);
     n->lhs = std::move(l);
     n->rhs = std::move(r);
+    if (n->depth > max_expr_depth)
+      return too_deep();
     return n;
   }
 
@@ -105,13 +120,19 @@ struct parser {
   node_ptr parse_unary() {
     for (const char* op : {"-", "!"}) {
       if (eat(op)) {
+        if (++level >= max_expr_depth)
+          return too_deep();
         auto operand = parse_unary();
+        --level;
         if (!operand)
           return nullptr;
         auto n = std::make_shared<node>();
         n->kind = node::kind_t::unary;
         n->op = op;
+        n->depth = 1 + operand->depth;
         n->lhs = operand;
+        if (n->depth > max_expr_depth)
+          return too_deep();
         return n;
       }
     }
@@ -122,10 +143,19 @@ struct parser {
     if (pos >= s.size())
       return fail("unexpected end");
     if (eat("(")) {
+      if (++level >= max_expr_depth)
+        return too_deep();
       auto e = parse_or();
+      --level;
       if (e && !eat(")"))
         return fail("expected ')'");
-      return e;
+      if (!e)
+        return e;
+      if (e->depth + 1 > max_expr_depth)
+        return too_deep();
+      auto wrapped = std::make_shared<node>(*e); // shallow: the children are shared
+      wrapped->depth = e->depth + 1;
+      return wrapped;
     }
     auto n = std::make_shared<node>();
     char c = s[pos];
@@ -214,8 +244,14 @@ struct evaluator {
           return std::nullopt;
         if (n.op == "!")
           return knob_value{!truthy(*v)};
-        if (const auto* i = std::get_if<std::int64_t>(&*v))
-          return knob_value{-*i};
+        if (const auto* i = std::get_if<std::int64_t>(&*v)) {
+          std::int64_t neg = 0;
+          if (__builtin_sub_overflow(std::int64_t{0}, *i, &neg)) {
+            error = "integer overflow in -" + to_string(*v);
+            return std::nullopt;
+          }
+          return knob_value{neg};
+        }
         if (const auto* d = std::get_if<double>(&*v))
           return knob_value{-*d};
         error = "'-' needs a number";
@@ -268,15 +304,23 @@ struct evaluator {
     }
     if (ints) {
       auto a = std::get<std::int64_t>(*l), b = std::get<std::int64_t>(*r);
+      std::int64_t res = 0;
+      bool overflow = false;
       if (n.op == "+")
-        return knob_value{a + b};
-      if (n.op == "-")
-        return knob_value{a - b};
-      if (n.op == "*")
-        return knob_value{a * b};
-      if (n.op == "/")
-        return knob_value{a / b};
-      return knob_value{a % b};
+        overflow = __builtin_add_overflow(a, b, &res);
+      else if (n.op == "-")
+        overflow = __builtin_sub_overflow(a, b, &res);
+      else if (n.op == "*")
+        overflow = __builtin_mul_overflow(a, b, &res);
+      else if (b == -1 && a == std::numeric_limits<std::int64_t>::min())
+        overflow = n.op == "/"; // INT64_MIN % -1 is 0
+      else
+        res = n.op == "/" ? a / b : a % b;
+      if (overflow) {
+        error = "integer overflow in " + to_string(*l) + " " + n.op + " " + to_string(*r);
+        return std::nullopt;
+      }
+      return knob_value{res};
     }
     double a = as_double(*l), b = as_double(*r);
     if (n.op == "+")
@@ -294,6 +338,11 @@ struct evaluator {
 } // namespace
 
 std::optional<constraint_expr> constraint_expr::parse(const std::string& text, std::string& why) {
+  if (text.size() > max_expr_length) {
+    why = "expression of " + std::to_string(text.size()) + " characters is longer than the limit of "
+          + std::to_string(max_expr_length);
+    return std::nullopt;
+  }
   constraint_expr e;
   e.text_ = text;
   parser p{text, 0, {}, e.names_};

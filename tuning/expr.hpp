@@ -7,7 +7,13 @@
 /// Grammar (C precedence): || && == != < <= > >= + - * / % unary - ! ( ) ; literals: integers,
 /// decimals, true, false, "strings"; names: knobs and task constants. Integer arithmetic when
 /// both operands are integers (`/` and `%` truncate; division by zero is a violation with that
-/// reason), otherwise double. Comparisons of strings with == and != only.
+/// reason), otherwise double. Comparisons of strings with == and != only. Integer arithmetic
+/// that overflows int64 is an evaluation error ("integer overflow"), never wrapped.
+///
+/// Limits (hostile task files): an expression is at most `max_expr_length` characters and its
+/// syntax tree at most `max_expr_depth` levels deep (parentheses, unary operators and chains of
+/// binary operators all count), so parsing, evaluation and destruction recurse a bounded depth.
+/// Beyond either, parse fails with a message naming the limit.
 
 #include <memory>
 #include <optional>
@@ -18,10 +24,19 @@
 
 namespace infrarsi::tuning {
 
+/// Longest constraint expression parse accepts, characters (bytes).
+inline constexpr std::size_t max_expr_length = 4096;
+/// Deepest nesting parse accepts, levels: a name or literal is 1 level deep, an operator one
+/// more than its deepest operand, a parenthesis one more than its contents (`a + b * c` is 3
+/// deep, `-(a)` is 3, ten thousand nested parentheses are 10,001).
+inline constexpr std::size_t max_expr_depth = 64;
+
 /// A parsed expression (immutable, cheap to copy).
 class constraint_expr {
 public:
-  /// Parses `text`. Returns nullopt and sets `why` (with the offset) on a syntax error.
+  /// Parses `text`. Returns nullopt and sets `why` (with the offset) on a syntax error, or
+  /// naming the limit when `text` is longer than max_expr_length or nests deeper than
+  /// max_expr_depth. Cost: O(length); recursion depth O(max_expr_depth).
   static std::optional<constraint_expr> parse(const std::string& text, std::string& why);
 
   /// Names the expression refers to.

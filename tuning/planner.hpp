@@ -47,7 +47,8 @@ struct planner_input {
   std::vector<trial_record> history;
   /// Configurations recommended by the experience bank, best first.
   std::vector<configuration> experience_seeds;
-  /// Patches that touch paths outside the editable scope (found at init): never proposed.
+  /// Patches excluded at init (decide::excluded_patches): outside the editable scope, or not
+  /// applying to the unpatched workload. Never proposed.
   std::vector<std::string> excluded_patches;
   /// Pairs of patches that do not apply together (found at init): never proposed together.
   std::vector<std::pair<std::string, std::string>> incompatible_patches;

@@ -8,15 +8,23 @@ namespace infrarsi::tuning {
 time_model::time_model(const feature_space& fs, time_model_options options)
     : features_(fs.model_size()), options_(options) {
   const auto f = features_;
-  pair_.assign(f * f, -1);
   std::size_t d = 1 + f;
+  auto same_knob = [&](std::size_t i, std::size_t j) {
+    return fs.model_knob(i) >= 0 && fs.model_knob(i) == fs.model_knob(j);
+  };
+  // Count the pairs first: interactions only while the dimension stays within the cap.
+  std::size_t pairs = 0;
   if (options_.interactions)
+    for (std::size_t i = 0; i < f && d + pairs <= options_.max_dimension; ++i)
+      for (std::size_t j = i + 1; j < f && d + pairs <= options_.max_dimension; ++j)
+        pairs += same_knob(i, j) ? 0 : 1;
+  if (options_.interactions && pairs > 0 && d + pairs <= options_.max_dimension) {
+    pair_.assign(f * f, -1); // f <= max_dimension here
     for (std::size_t i = 0; i < f; ++i)
-      for (std::size_t j = i + 1; j < f; ++j) {
-        bool same_knob = fs.model_knob(i) >= 0 && fs.model_knob(i) == fs.model_knob(j);
-        if (!same_knob)
+      for (std::size_t j = i + 1; j < f; ++j)
+        if (!same_knob(i, j))
           pair_[i * f + j] = static_cast<int>(d++);
-      }
+  }
   auto dim = static_cast<Eigen::Index>(d);
   prior_mean_ = Eigen::VectorXd::Zero(dim);
   prior_var_ = Eigen::VectorXd::Constant(dim, options_.interaction_sd * options_.interaction_sd);
@@ -46,7 +54,7 @@ sparse_features time_model::expand(const sparse_features& x) const {
     for (std::size_t b = a + 1; b < x.size(); ++b) {
       auto i = static_cast<std::size_t>(std::min(x[a].first, x[b].first));
       auto j = static_cast<std::size_t>(std::max(x[a].first, x[b].first));
-      int p = pair_[i * features_ + j];
+      int p = pair_.empty() ? -1 : pair_[i * features_ + j];
       if (p >= 0)
         out.emplace_back(p, x[a].second * x[b].second);
     }

@@ -26,7 +26,8 @@
 ///
 /// Cost: dimension D = 1 + F + (pairs of features of different knobs); F = 20..30 gives
 /// D = 200..450. A fit is O(N A^2 + D^3) for N trials with A active expanded features each;
-/// a prediction O(A^2).
+/// a prediction O(A^2). Memory: O(D^2) for the covariance and, with interactions, an F x F
+/// pair index; D (and so F with interactions) is capped by time_model_options::max_dimension.
 
 #include <cstddef>
 #include <string>
@@ -54,6 +55,12 @@ struct time_model_options {
   double model_error_sd = 0.03;
   /// Fit pairwise interactions (false: the additive model of main effects only).
   bool interactions = true;
+  /// Largest dimension D with interactions: the posterior covariance is a dense D x D matrix
+  /// (8 D^2 bytes) and a fit costs O(D^3), so a task whose pairs would make D larger fits the
+  /// additive model (D = 1 + F) instead. 2048: 32 MiB and about a second per fit. With the
+  /// task-file limit of 1024 features (adapters::task_file_limits) the additive model's D is at
+  /// most 1 + 1024 + ordinal features.
+  std::size_t max_dimension = 2048;
 };
 
 /// A prediction of log(step time / baseline step time).
@@ -105,7 +112,8 @@ private:
 
   std::size_t features_ = 0;
   time_model_options options_;
-  /// pair_[i * F + j] (i < j): coefficient index of the interaction, -1 if none (same knob).
+  /// pair_[i * F + j] (i < j): coefficient index of the interaction, -1 if none (same knob);
+  /// empty when the model has no interactions.
   std::vector<int> pair_;
   Eigen::VectorXd prior_mean_;
   Eigen::VectorXd prior_var_;

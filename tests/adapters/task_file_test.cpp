@@ -3,6 +3,7 @@
 
 #include "adapters/task_file.hpp"
 
+#include <chrono>
 #include <fstream>
 
 #include <gtest/gtest.h>
@@ -131,6 +132,113 @@ TEST_F(TaskFileTest, IntegerKeysAreNeverTruncatedOrWrapped) {
   auto ok = adapters::load_task_file(write(std::string{minimal} + "[contract]\nparams = 10942464\n"));
   ASSERT_TRUE(ok) << describe(ok.error());
   EXPECT_EQ(ok->contract.params, 10942464u);
+}
+
+// Hostile task files (issue 20): each limit gets an error naming the file, the key, the value
+// and the limit, at once (no allocation in proportion to the hostile input).
+TEST_F(TaskFileTest, ConstraintNestedTenThousandDeepIsAClearErrorWithinASecond) {
+  std::string deep = std::string(10000, '(') + "micro_batch" + std::string(10000, ')') + " > 0";
+  auto start = std::chrono::steady_clock::now();
+  // Top-level keys go before the first table of the minimal task.
+  auto with_constraint = [&](const std::string& c) {
+    std::string text = minimal;
+    return error_of("constraints = [\"" + c + "\"]\n" + text);
+  };
+  auto e = with_constraint(deep);
+  auto seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 1.0);
+  EXPECT_NE(e.find("task.toml:"), std::string::npos) << e;
+  EXPECT_NE(e.find("constraints[0]: expected an expression: expression of 20015 characters is "
+                   "longer than the limit of 4096"),
+            std::string::npos)
+    << e.substr(0, 300);
+  // Within the length limit, nesting is limited on its own.
+  std::string nested = std::string(1000, '(') + "micro_batch" + std::string(1000, ')') + " > 0";
+  e = with_constraint(nested);
+  EXPECT_NE(e.find("constraints[0]: expected an expression: nested deeper than the limit of 64 "
+                   "levels"),
+            std::string::npos)
+    << e.substr(0, 300);
+}
+
+TEST_F(TaskFileTest, KnobOfOneHundredThousandValuesIsAClearErrorWithinASecond) {
+  std::string values;
+  for (int i = 1; i <= 100000; ++i)
+    values += (i == 1 ? "" : ", ") + std::to_string(i);
+  auto start = std::chrono::steady_clock::now();
+  auto e = error_of("name = \"t\"\n[workload]\nargv = [\"x\"]\n[[knobs]]\nname = \"mb\"\n"
+                    "type = \"int\"\nvalues = ["
+                    + values + "]\ndefault = 1\n");
+  auto seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 1.0);
+  EXPECT_NE(e.find("task.toml:7:10: knobs[0].values: 100000 values, more than the limit of 256"),
+            std::string::npos)
+    << e.substr(0, 300);
+  // The same task read back from an event log (resume, replay) is refused the same way.
+  auto logged = adapters::load_task_text(
+    "name = \"t\"\n[workload]\nargv = [\"x\"]\n[[knobs]]\nname = \"mb\"\ntype = \"int\"\n"
+    "values = [" + values + "]\ndefault = 1\n",
+    dir.sub("task.toml"));
+  ASSERT_FALSE(logged);
+  EXPECT_NE(describe(logged.error()).find("knobs[0].values: 100000 values, more than the limit"),
+            std::string::npos);
+  // Many knobs of allowed size still add up to too many search features.
+  std::string many = "name = \"t\"\n[workload]\nargv = [\"x\"]\n";
+  for (int k = 0; k < 5; ++k) {
+    many += "[[knobs]]\nname = \"k" + std::to_string(k) + "\"\ntype = \"int\"\nvalues = [";
+    for (int i = 1; i <= 256; ++i)
+      many += (i == 1 ? "" : ", ") + std::to_string(i);
+    many += "]\ndefault = 1\n";
+  }
+  e = error_of(many);
+  EXPECT_NE(e.find("knobs: 1275 search features (the searched values of every knob other than "
+                   "its default, plus one per patch), more than the limit of 1024"),
+            std::string::npos)
+    << e;
+  e = error_of(std::string{minimal} + "[[knobs]]\nname = \"big\"\ntype = \"int\"\nmin = 0\n"
+               "max = 1e300\ndefault = 0\n");
+  EXPECT_NE(e.find("knobs[1].max: expected an integer with |value| <= 2^53, got float 1e+300"),
+            std::string::npos)
+    << e;
+}
+
+TEST_F(TaskFileTest, NamesAndScopePathsStayInsideTheirDirectories) {
+  auto with_name = [&](const std::string& name) {
+    std::string text = minimal;
+    return error_of("name = \"" + name + "\"" + text.substr(text.find('\n')));
+  };
+  auto e = with_name("../../../x");
+  EXPECT_NE(e.find("task.toml:1:8: name: expected a name of at most 128 letters, digits, '_', '.' "
+                   "or '-'"),
+            std::string::npos)
+    << e;
+  EXPECT_NE(e.find("got \"../../../x\""), std::string::npos) << e;
+  for (const char* bad : {"/etc/x", "a/b", ".hidden", "-flag", "a..b", "", "a b"})
+    EXPECT_NE(with_name(bad).find(": name: expected a name"), std::string::npos) << bad;
+  EXPECT_EQ(with_name(std::string(129, 'a')).find("(loaded)"), std::string::npos);
+  EXPECT_EQ(with_name("sim-dense9b_h100.v2"), "(loaded)");
+  e = with_name("t\"\nknowledge = \"../secrets");
+  EXPECT_NE(e.find("knowledge: expected a name"), std::string::npos) << e;
+  std::ofstream{dir.sub("a.patch")} << "--- a/x\n+++ b/x\n";
+  e = error_of(std::string{minimal} + "[[patches]]\nname = \"../p\"\nfile = \"a.patch\"\n");
+  EXPECT_NE(e.find("patches[0].name: expected a name"), std::string::npos) << e;
+  e = error_of(std::string{minimal} + "[scope]\neditable = [\"src/*.py\", \"../outside/*\"]\n");
+  EXPECT_NE(e.find("scope.editable[1]: expected a glob relative to the workload directory without "
+                   "a \"..\" component, got \"../outside/*\""),
+            std::string::npos)
+    << e;
+  e = error_of(std::string{minimal} + "[scope]\nfrozen = [\"/etc/passwd\"]\n");
+  EXPECT_NE(e.find("scope.frozen[0]: expected a glob relative"), std::string::npos) << e;
+}
+
+TEST_F(TaskFileTest, FileLargerThanTheLimitIsRefusedBeforeParsing) {
+  std::string big = std::string{minimal} + "# " + std::string(adapters::task_file_limits::max_file_bytes, 'x')
+                    + "\n";
+  auto e = error_of(big);
+  EXPECT_NE(e.find("task.toml: " + std::to_string(big.size())
+                   + " bytes, more than the limit of 1048576 bytes for a task file"),
+            std::string::npos)
+    << e;
 }
 
 TEST(ByteSize, UnitsAndRejections) {

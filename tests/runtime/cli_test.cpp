@@ -5,6 +5,8 @@
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <sys/wait.h>
 
@@ -246,6 +248,30 @@ TEST(TrialRunCli, AFailedTrialStillExitsZeroAToolFailureDoesNot) {
   EXPECT_EQ(no_patch.status, exit_failure);
   EXPECT_NE(no_patch.err.find("has no patch 'fused_qkv' (patches: none)"), std::string::npos)
     << no_patch.err;
+}
+
+// Issue 20: `trial run` without --trial-dir builds its directory from the task's name; a name
+// that is not one path component is refused before anything is written.
+TEST(TrialRunCli, ATaskNameThatLeavesItsDirectoryIsRefused) {
+  test::temp_dir dir;
+  std::ifstream in{std::string{INFRARSI_TEST_DATA_DIR} + "/tasks/fake.toml"};
+  std::string text{std::istreambuf_iterator<char>{in}, {}};
+  auto at = text.find("name = \"fake\"");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 13, "name = \"../../../x\"");
+  text.replace(text.find("workdir = \"../workloads\""), 24,
+               "workdir = \"" + std::string{INFRARSI_TEST_DATA_DIR} + "/workloads\"");
+  std::ofstream{dir.sub("task.toml")} << text;
+  auto before = std::filesystem::exists(".infrarsi/trials/../../../x");
+  auto r = run({"trial", "run", dir.sub("task.toml"), "--quiet"});
+  EXPECT_EQ(r.status, exit_failure);
+  EXPECT_NE(r.err.find(dir.sub("task.toml") + ":2:8: name: expected a name of at most 128 "
+                       "letters, digits, '_', '.' or '-'"),
+            std::string::npos)
+    << r.err;
+  EXPECT_NE(r.err.find("got \"../../../x\""), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  EXPECT_EQ(std::filesystem::exists(".infrarsi/trials/../../../x"), before);
 }
 
 } // namespace

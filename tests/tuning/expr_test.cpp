@@ -2,6 +2,8 @@
 
 #include "tuning/expr.hpp"
 
+#include <limits>
+
 #include <gtest/gtest.h>
 
 namespace infrarsi::tuning {
@@ -55,6 +57,53 @@ TEST(ConstraintExpr, SyntaxAndEvaluationErrorsSayWhere) {
   r = e->holds({{"mb", std::int64_t{4}}}, why);
   EXPECT_FALSE(r);
   EXPECT_EQ(why, "unknown name 'tp'");
+}
+
+TEST(ConstraintExpr, LengthAndDepthAreLimitedWithoutDeepRecursion) {
+  std::string why;
+  // Ten thousand nested parentheses (issue 20: a segfault by unbounded recursion on main).
+  auto deep = std::string(10000, '(') + "a" + std::string(10000, ')');
+  EXPECT_FALSE(constraint_expr::parse(deep, why));
+  EXPECT_EQ(why, "expression of 20001 characters is longer than the limit of 4096");
+  // Nesting within the length limit: parentheses, unary operators and operator chains.
+  auto parens = [](std::size_t n) { return std::string(n, '(') + "a" + std::string(n, ')'); };
+  EXPECT_TRUE(constraint_expr::parse(parens(max_expr_depth - 1), why)) << why;
+  EXPECT_FALSE(constraint_expr::parse(parens(max_expr_depth), why));
+  EXPECT_EQ(why.rfind("nested deeper than the limit of 64 levels at offset", 0), 0u) << why;
+  EXPECT_FALSE(constraint_expr::parse(std::string(2000, '-') + "a", why));
+  EXPECT_EQ(why.rfind("nested deeper than the limit of 64 levels", 0), 0u) << why;
+  std::string chain = "a";
+  for (int i = 0; i < 1000; ++i)
+    chain += " + a";
+  EXPECT_FALSE(constraint_expr::parse(chain, why));
+  EXPECT_EQ(why.rfind("nested deeper than the limit of 64 levels", 0), 0u) << why;
+  // A comparison of a chain just within the limit parses and evaluates: 62 additions are 63
+  // levels, the comparison the 64th.
+  chain = "a";
+  for (int i = 0; i < 62; ++i)
+    chain += " + a";
+  EXPECT_FALSE(constraint_expr::parse(chain + " + a == 64", why)); // 65 levels
+  auto e = constraint_expr::parse(chain + " == 64", why);
+  ASSERT_TRUE(e) << why;
+  EXPECT_EQ(e->holds({{"a", std::int64_t{1}}}, why), std::optional<bool>{false}) << why;
+  ASSERT_TRUE(e = constraint_expr::parse(chain + " == 630", why)) << why;
+  EXPECT_EQ(e->holds({{"a", std::int64_t{10}}}, why), std::optional<bool>{true}) << why;
+}
+
+TEST(ConstraintExpr, IntegerOverflowIsAnEvaluationErrorNotWrapped) {
+  std::string why;
+  const std::int64_t big = std::numeric_limits<std::int64_t>::max();
+  const std::int64_t small = std::numeric_limits<std::int64_t>::min();
+  for (const char* text : {"a * a > 0", "a + a > 0", "-b > 0", "b - a < 0", "b / c < 0"}) {
+    auto e = constraint_expr::parse(text, why);
+    ASSERT_TRUE(e) << why;
+    auto r = e->holds({{"a", big}, {"b", small}, {"c", std::int64_t{-1}}}, why);
+    EXPECT_FALSE(r) << text;
+    EXPECT_EQ(why.rfind("integer overflow in ", 0), 0u) << text << ": " << why;
+  }
+  auto e = constraint_expr::parse("b % c == 0", why);
+  ASSERT_TRUE(e) << why;
+  EXPECT_EQ(e->holds({{"b", small}, {"c", std::int64_t{-1}}}, why), std::optional<bool>{true});
 }
 
 TEST(ConstraintExpr, FirstViolationNamesConstraintAndValues) {
