@@ -757,10 +757,10 @@ caf::error rocksdb_event_log::for_each_in_stream(std::string_view run_id,
   std::string value;
   std::optional<std::uint64_t> good_pos; // global position of the last event read intact
   auto last_good_note = [&] {
-    return "; the run's last good event read: "
+    return "; the run's last good event: "
            + (good_pos ? "sequence " + std::to_string(expected_seq - 1) + " at global position "
                            + std::to_string(*good_pos)
-                       : std::string{"none from sequence "} + std::to_string(from_sequence));
+                       : "none read from sequence " + std::to_string(from_sequence) + " on");
   };
   for (it->Seek(stream_key(run_id, from_sequence)); it->Valid(); it->Next()) {
     auto key = as_view(it->key());

@@ -271,7 +271,7 @@ TEST(RocksdbEventLog, ACorruptedRecordIsReportedWithItsPositionNotRead) {
   ASSERT_FALSE(stream);
   EXPECT_NE(describe(stream.error()).find("run 'r' sequence 1"), std::string::npos)
     << describe(stream.error());
-  EXPECT_NE(describe(stream.error()).find("the run's last good event read: sequence 0 at global "
+  EXPECT_NE(describe(stream.error()).find("the run's last good event: sequence 0 at global "
                                           "position 0"),
             std::string::npos)
     << describe(stream.error());

@@ -1,4 +1,5 @@
-// Issue 20, item 6: a damaged store is never reported as healthy. A byte flipped in an SST file
+// Issue 20, items 4 and 6, from the command line. A bad --disk-reserve is a usage error naming
+// the flag. A damaged store is never reported as healthy. A byte flipped in an SST file
 // of a real store: `status` (which answers from the run's snapshot) and `runs` (which answers
 // from the run's metadata) read the events back, warn naming the store and the first bad
 // position and exit 1, and `log dump` names the file, its byte offset and the last good event.
@@ -144,7 +145,18 @@ TEST(DamagedStore, AFlippedSstByteMakesStatusAndRunsWarnNamingTheFirstBadPositio
   EXPECT_EQ(dump.status, 1) << dump.err;
   EXPECT_EQ(first_position(dump.err.substr(dump.err.find("infrarsi log dump:"))), bad) << dump.err;
   EXPECT_NE(dump.err.find(sst_name + " offset "), std::string::npos) << dump.err;
-  EXPECT_NE(dump.err.find("the run's last good event read: "), std::string::npos) << dump.err;
+  EXPECT_NE(dump.err.find("the run's last good event: "), std::string::npos) << dump.err;
+}
+
+TEST(DiskReserve, ABadValueIsAUsageErrorNamingTheFlag) {
+  test::temp_dir dir;
+  auto r = cli({"tune", dir.sub("missing.toml"), "--disk-reserve", "lots"});
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_NE(r.err.find("--disk-reserve 'lots': expected a byte count"), std::string::npos)
+    << r.err;
+  auto help = cli({"tune", "--help"});
+  EXPECT_EQ(help.status, 0);
+  EXPECT_NE(help.out.find("--disk-reserve"), std::string::npos) << help.out;
 }
 
 } // namespace
