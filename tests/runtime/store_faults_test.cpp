@@ -1,5 +1,6 @@
-// Issue 20, items 4 and 6, from the command line. A bad --disk-reserve is a usage error naming
-// the flag. A damaged store is never reported as healthy. A byte flipped in an SST file
+// Issue 20, items 4 and 6. A node-runner below its disk reserve answers "not prepared" (lost),
+// and a bad --disk-reserve is a usage error naming the flag. A damaged store is never reported
+// as healthy: a byte flipped in an SST file
 // of a real store: `status` (which answers from the run's snapshot) and `runs` (which answers
 // from the run's metadata) read the events back, warn naming the store and the first bad
 // position and exit 1, and `log dump` names the file, its byte offset and the last good event.
@@ -11,7 +12,10 @@
 
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
+#include <zmq.hpp>
 
+#include "adapters/node_bridge.hpp"
+#include "adapters/task_file.hpp"
 #include "runtime/cli.hpp"
 #include "store/rocksdb_event_log.hpp"
 #include "store/run_projection.hpp"
@@ -146,6 +150,40 @@ TEST(DamagedStore, AFlippedSstByteMakesStatusAndRunsWarnNamingTheFirstBadPositio
   EXPECT_EQ(first_position(dump.err.substr(dump.err.find("infrarsi log dump:"))), bad) << dump.err;
   EXPECT_NE(dump.err.find(sst_name + " offset "), std::string::npos) << dump.err;
   EXPECT_NE(dump.err.find("the run's last good event: "), std::string::npos) << dump.err;
+}
+
+TEST(DiskReserve, ANodeRunnerBelowItsReserveAnswersNotPreparedLostNeverALaunchError) {
+  test::temp_dir dir;
+  fs::copy(std::string{INFRARSI_TEST_DATA_DIR} + "/workloads", dir.sub("workloads"),
+           fs::copy_options::recursive);
+  fs::create_directories(dir.sub("tasks"));
+  fs::copy(std::string{INFRARSI_TEST_DATA_DIR} + "/tasks/fake.toml", dir.sub("tasks/fake.toml"));
+  auto task = adapters::load_task_file(dir.sub("tasks/fake.toml"));
+  ASSERT_TRUE(task) << describe(task.error());
+  zmq::context_t ctx;
+  const std::string trials = dir.sub("trials");
+  // A reserve no disk has: every trial finds too little free space before it is prepared.
+  const std::uint64_t reserve = std::uint64_t{1} << 60;
+  adapters::node_server node{ctx, "tcp://127.0.0.1:*", *task, trials, "local-0", {}, {}, reserve};
+  ASSERT_FALSE(node.start());
+  adapters::node_client client{ctx, node.endpoint(), "run", "supervisor"};
+  wire::TrialSpecT spec;
+  spec.trial_id = 3;
+  spec.attempt = 0;
+  auto got = client.run(messages::trial_spec_msg::pack(spec), 30.0, {});
+  node.stop();
+  ASSERT_TRUE(got) << describe(got.error());
+  EXPECT_EQ((*got)->trial_id(), 3u);
+  EXPECT_EQ((*got)->outcome(), wire::Outcome::Lost);
+  const std::string detail = (*got)->detail() != nullptr ? (*got)->detail()->str() : "";
+  EXPECT_NE(detail.find("node-runner local-0: not prepared: io_error: no space: directory '"
+                        + trials + "' has "),
+            std::string::npos)
+    << detail;
+  EXPECT_NE(detail.find("below the reserve of " + std::to_string(reserve) + " bytes"),
+            std::string::npos)
+    << detail;
+  EXPECT_FALSE(fs::exists(trials + "/trial-3-0")) << "prepared although below the reserve";
 }
 
 TEST(DiskReserve, ABadValueIsAUsageErrorNamingTheFlag) {
