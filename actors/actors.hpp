@@ -98,6 +98,14 @@ struct supervisor_options {
   std::ostream* progress = nullptr;
   /// When set, "SEQUENCE KIND\n" is written and flushed here after every acknowledged append.
   std::ostream* append_trace = nullptr;
+  /// Directories whose free space is checked against `disk_reserve_bytes` before every stage
+  /// and every trial dispatch (the store's events/ and the run's trials/ directory): below it
+  /// the run ends with status 1 and an errc::io_error naming the directory, the free bytes and
+  /// the reserve, before anything is dispatched (adapters/disk_space.hpp).
+  std::vector<std::string> space_dirs;
+  /// Bytes that must stay free in each of `space_dirs` (0: no check). Default 0; `infrarsi
+  /// tune` passes --disk-reserve (default adapters::default_disk_reserve_bytes).
+  std::uint64_t disk_reserve_bytes = 0;
   /// Set by the runtime when the run is interrupted: node-runner waits end at once.
   const std::atomic<bool>* cancel = nullptr;
   /// Receives (std::string summary, int exit status) when the run ends.

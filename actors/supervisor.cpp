@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "actors/actors.hpp"
+#include "adapters/disk_space.hpp"
 #include "adapters/environment.hpp"
 #include "adapters/git.hpp"
 #include "adapters/launch_config.hpp"
@@ -203,6 +204,18 @@ void on_result(self_ptr self, std::size_t slot, const messages::trial_result_msg
   st.busy.running.erase(id);
   if (auto err = append_all(self, {event(wire::EventKind::TrialCompleted, result.bytes())}))
     return fail(self, "trial " + std::to_string(id.first), err);
+  if (result->outcome() == wire::Outcome::Lost) {
+    // The node could not prepare the attempt (no space, an I/O failure): logged as lost, so it
+    // is not counted and a resume re-queues it; the run stops here instead of re-queueing it
+    // into the same failure.
+    return end_run(self,
+                   "trial " + std::to_string(id.first) + " attempt " + std::to_string(id.second)
+                     + " could not be prepared: "
+                     + (result->detail() != nullptr ? result->detail()->str() : std::string{})
+                     + "; it is not counted and is re-queued when the run is resumed (--run "
+                     + st.o.run_id + ")",
+                   1);
+  }
   // Baselines get their verdicts only after the calibration: their line is printed now.
   if (const auto* t = run(self).find(id.first, id.second);
       t != nullptr && t->kind == purpose_kind::baseline)
@@ -524,6 +537,14 @@ void advance(self_ptr self) {
     in.busy = st.busy;
     in.wall_clock_expired = st.wall_clock_expired;
     auto s = decide::next_step(*st.o.task, run(self), in);
+    if (s.kind == step_kind::begin_stage || s.kind == step_kind::launch)
+      if (auto full = adapters::check_free_space(st.o.space_dirs, st.o.disk_reserve_bytes))
+        return end_run(self,
+                       (s.kind == step_kind::launch ? "before dispatching a trial: "
+                                                    : "before stage " + s.stage + ": ")
+                         + describe(full) + "; free space and resume the run (--run "
+                         + st.o.run_id + ")",
+                       1);
     switch (s.kind) {
       case step_kind::wait: return;
       case step_kind::done: return end_run(self, summary(self), 0);

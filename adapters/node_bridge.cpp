@@ -3,6 +3,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "adapters/disk_space.hpp"
 #include "adapters/trial_launcher.hpp"
 #include "messages/errc.hpp"
 #include "store/run_projection.hpp"
@@ -11,7 +12,8 @@ namespace infrarsi::adapters {
 
 node_server::node_server(zmq::context_t& ctx, std::string endpoint, const tuning::task_spec& task,
                          std::string trials_root, std::string node_name,
-                         std::map<std::string, std::string> slot_env, std::string cpu_list)
+                         std::map<std::string, std::string> slot_env, std::string cpu_list,
+                         std::uint64_t disk_reserve_bytes)
   : ctx_(ctx),
     endpoint_(std::move(endpoint)),
     task_(task),
@@ -19,6 +21,7 @@ node_server::node_server(zmq::context_t& ctx, std::string endpoint, const tuning
     node_name_(std::move(node_name)),
     slot_env_(std::move(slot_env)),
     cpu_list_(std::move(cpu_list)),
+    disk_reserve_bytes_(disk_reserve_bytes),
     slot_task_(task) {
   for (const auto& [k, v] : slot_env_)
     slot_task_.workload.env[k] = v;
@@ -75,13 +78,25 @@ messages::trial_result_msg node_server::run_one(const messages::trial_spec_msg& 
   req.trial_dir = trials_root_ + "/trial-" + std::to_string(req.trial_id) + "-"
                   + std::to_string(req.attempt);
   req.stop = &stop_;
-  auto report = adapters::run_trial(req);
-  if (report)
-    return report->result;
-  // The tool could not run it (bad knob value, template error): a launch error of this trial.
   wire::TrialResultT r;
   r.trial_id = req.trial_id;
   r.attempt = req.attempt;
+  // Not prepared for lack of space (or an I/O failure of the harness): the attempt never ran,
+  // so it is lost (re-queued, not counted), never a launch error of its configuration.
+  auto not_prepared = [&](const caf::error& why) {
+    r.outcome = wire::Outcome::Lost;
+    r.detail = "node-runner " + node_name_ + ": not prepared: " + describe(why) + " ("
+               + free_space_note(trials_root_, disk_reserve_bytes_) + ")";
+    return messages::trial_result_msg::pack(r);
+  };
+  if (auto full = check_free_space({trials_root_}, disk_reserve_bytes_))
+    return not_prepared(full);
+  auto report = adapters::run_trial(req);
+  if (report)
+    return report->result;
+  if (code_of(report.error()) == errc::io_error)
+    return not_prepared(report.error());
+  // The tool could not run it (bad knob value, template error): a launch error of this trial.
   r.outcome = wire::Outcome::LaunchError;
   r.detail = "node-runner " + node_name_ + ": " + describe(report.error());
   return messages::trial_result_msg::pack(r);

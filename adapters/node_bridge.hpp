@@ -30,10 +30,18 @@ public:
   /// `trials_root`: trial directories are created below it as trial-<id>-<attempt>.
   /// `slot_env`: environment entries this node slot adds to every trial (its share of the
   /// machine, e.g. CUDA_VISIBLE_DEVICES=2,3); `cpu_list`: when not empty, every rank runs
-  /// under `taskset -c cpu_list` (e.g. "0-3").
+  /// under `taskset -c cpu_list` (e.g. "0-3"). `disk_reserve_bytes`: before each trial,
+  /// `trials_root` must have at least this many bytes free (adapters/disk_space.hpp; 0: no
+  /// check).
+  ///
+  /// A trial this node cannot prepare (too little free space, or errc::io_error from
+  /// run_trial: its directory or workload copy could not be written, a fork failed) is answered
+  /// with outcome Lost and a detail naming the cause and the free space of `trials_root`: the
+  /// attempt never ran, so it is not the configuration's result (docs/node-runner.md).
   node_server(zmq::context_t& ctx, std::string endpoint, const tuning::task_spec& task,
               std::string trials_root, std::string node_name,
-              std::map<std::string, std::string> slot_env = {}, std::string cpu_list = {});
+              std::map<std::string, std::string> slot_env = {}, std::string cpu_list = {},
+              std::uint64_t disk_reserve_bytes = 0);
   ~node_server();
   node_server(const node_server&) = delete;
   node_server& operator=(const node_server&) = delete;
@@ -63,6 +71,7 @@ private:
   std::string node_name_;
   std::map<std::string, std::string> slot_env_;
   std::string cpu_list_;
+  std::uint64_t disk_reserve_bytes_ = 0;
   /// The task as this slot runs it (slot environment added, argv under taskset).
   tuning::task_spec slot_task_;
   std::unique_ptr<zmq::socket_t> socket_; // owned by the serving thread after start()

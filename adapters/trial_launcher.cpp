@@ -405,9 +405,12 @@ caf::error copy_and_patch(const tuning::task_spec& task, const std::vector<std::
   fs::remove_all(dest, ec);
   fs::copy(task.workload.workdir, dest,
            fs::copy_options::recursive | fs::copy_options::copy_symlinks, ec);
-  if (ec)
+  if (ec) {
+    std::error_code ignored; // a partial copy (e.g. ENOSPC) would keep the disk full
+    fs::remove_all(dest, ignored);
     return make_error(errc::io_error, "copy workload '" + task.workload.workdir + "' to '" + dest
                                         + "': " + ec.message());
+  }
   // Before any patch: the copy is what was locked at init (nobody edited the workload since).
   violation = check_lock(lock, dest);
   if (!violation.empty())

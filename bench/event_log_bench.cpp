@@ -6,6 +6,7 @@
 // append/batch    64 events per append as one atomic WriteBatch, sync off / on
 // fold/stream     fold a 100k-event run with a projection that decodes every TrialResult
 // fold/global     the same fold over the global order (for_each from position 0)
+// verify/stream   read back every event of that run as `status` / `runs` do (no fold)
 // memory/*        the in-memory log, for comparison
 // items_per_second is events/s. The store directory defaults to a fresh one under $TMPDIR
 // (or /tmp), removed at exit unless --keep-store; it holds one log per configuration
@@ -22,6 +23,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include "runtime/store_paths.hpp"
 #include "store/memory_event_log.hpp"
 #include "store/rocksdb_event_log.hpp"
 
@@ -180,6 +182,21 @@ void BM_fold_global(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * fold_events));
 }
 BENCHMARK(BM_fold_global)->Name("fold/global")->Unit(benchmark::kMillisecond)->UseRealTime();
+
+/// What `infrarsi status` and `infrarsi runs` pay to check that a run's events are still
+/// readable and intact (runtime::verify_events: every event read back through the stream index,
+/// checksums verified, decoded, nothing folded).
+void BM_verify_stream(benchmark::State& state) {
+  auto& log = fold_log();
+  for (auto _ : state) {
+    if (auto err = runtime::verify_events(log, "fold-run", fold_events)) {
+      state.SkipWithError(describe(err).c_str());
+      return;
+    }
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * fold_events));
+}
+BENCHMARK(BM_verify_stream)->Name("verify/stream")->Unit(benchmark::kMillisecond)->UseRealTime();
 
 } // namespace
 

@@ -69,6 +69,16 @@ int cmd_runs(const std::string& dir, bool json, std::ostream& out, std::ostream&
     err << "infrarsi runs: " << describe(runs.error()) << '\n';
     return exit_failure;
   }
+  // The counts below are the runs' metadata: each run's events are read back once to show
+  // that they are still there and intact.
+  int status = exit_ok;
+  for (const auto& r : *runs)
+    if (auto bad = verify_events(**log, r.run_id, r.event_count)) {
+      warn_damaged_run(events_dir_of(dir), r.run_id,
+                       ("its " + std::to_string(r.event_count) + " events").c_str(), bad,
+                       "infrarsi runs", err);
+      status = exit_failure;
+    }
   if (json) {
     for (const auto& r : *runs)
       out << nlohmann::json{{"run", r.run_id},
@@ -77,7 +87,7 @@ int cmd_runs(const std::string& dir, bool json, std::ostream& out, std::ostream&
                             {"last_global_position", r.last_global_position}}
                .dump()
           << '\n';
-    return exit_ok;
+    return status;
   }
   if (runs->empty()) {
     err << "infrarsi runs: no runs in event log '" << dir << "'\n";
@@ -93,7 +103,7 @@ int cmd_runs(const std::string& dir, bool json, std::ostream& out, std::ostream&
     out << std::left << std::setw(static_cast<int>(width)) << r.run_id << "  " << std::right
         << std::setw(10) << r.event_count << "  " << std::setw(12) << r.first_global_position
         << "  " << std::setw(12) << r.last_global_position << '\n';
-  return exit_ok;
+  return status;
 }
 
 // -- infrarsi log dump --------------------------------------------------------------------------
@@ -310,7 +320,10 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
 
   std::string runs_store = default_store;
   bool runs_json = false;
-  auto* runs = app.add_subcommand("runs", "List the runs in an event log with their event counts");
+  auto* runs = app.add_subcommand(
+    "runs", "List the runs in an event log with their event counts. Every counted event is read "
+            "back with its checksums verified: a run whose events do not verify gets a warning "
+            "naming the store and the first bad position, and the exit status is 1");
   runs->add_option("--store", runs_store, "Event log directory (RocksDB)")
     ->capture_default_str();
   runs->add_flag("--json", runs_json,
@@ -398,6 +411,14 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
                        "--slot-env 'CUDA_VISIBLE_DEVICES=2,3'");
   tune_cmd->add_option("--slot-cpus", tune.slot_cpus,
                        "CPU cores of one node slot for taskset -c, e.g. 0-1 (repeat once per slot)");
+  std::string tune_reserve;
+  tune_cmd->add_option("--disk-reserve", tune_reserve,
+                       "Bytes that must stay free in the store and trial directories, e.g. "
+                       "256MiB (default 64MiB; 0: no check). Checked before the store is opened, "
+                       "before every stage and every trial: below it the run stops with status 1 "
+                       "naming the directory, the free bytes and the reserve; free space and "
+                       "resume with --run. A trial whose directory could not be written for lack "
+                       "of space is logged lost, not counted, and re-queued on resume");
   tune_cmd->add_option("--until", tune.until, "Stop after this stage")
     ->check(CLI::IsMember({"init", "doctor", "run", "report", "apply"}))
     ->capture_default_str();
@@ -426,8 +447,11 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
                          "task logged at init; for older runs the path the run recorded)");
 
   std::string status_store = ".infrarsi";
-  auto* status_cmd = app.add_subcommand("status", "Show every run of a store with its stage and "
-                                                  "promotion");
+  auto* status_cmd = app.add_subcommand(
+    "status", "Show every run of a store with its stage and promotion (from the run's snapshot "
+              "and the events after it). The events a snapshot covers are read back with their "
+              "checksums verified: a run whose events do not verify gets a warning naming the "
+              "store and the first bad position, and the exit status is 1");
   status_cmd->add_option("--store", status_store, "Store directory")->capture_default_str();
 
   try {
@@ -452,6 +476,12 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
         tune.seed = tune_seed;
       if (trials_opt->count() > 0)
         tune.trials = tune_trials;
+      if (!tune_reserve.empty()
+          && !parse_byte_size(tune_reserve, tune.disk_reserve_bytes)) {
+        err << "infrarsi tune: --disk-reserve '" << tune_reserve
+            << "': expected a byte count such as 64MiB or 0\n";
+        return exit_usage;
+      }
       return run_tune(tune, out, err);
     }
     if (status_cmd->parsed())

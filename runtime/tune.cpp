@@ -287,6 +287,10 @@ int run_tune(const tune_options& o, std::ostream& out, std::ostream& err) {
     }
     slot_env[i] = std::move(*env);
   }
+  if (auto full = adapters::check_free_space({store_dir}, o.disk_reserve_bytes)) {
+    err << "infrarsi tune: " << describe(full) << '\n';
+    return 1;
+  }
   store::rocksdb_event_log_options log_opts;
   log_opts.sync_writes = true;
   auto log = store::rocksdb_event_log::open(store_dir + "/events", log_opts);
@@ -370,7 +374,8 @@ int run_tune(const tune_options& o, std::ostream& out, std::ostream& err) {
   for (std::uint32_t i = 0; i < o.nodes; ++i) {
     nodes.push_back(std::make_unique<node_server>(
       zctx, "tcp://127.0.0.1:*", *task, run_dir + "/trials", "local-" + std::to_string(i),
-      slot_env[i], i < o.slot_cpus.size() ? o.slot_cpus[i] : std::string{}));
+      slot_env[i], i < o.slot_cpus.size() ? o.slot_cpus[i] : std::string{},
+      o.disk_reserve_bytes));
     if (auto e = nodes.back()->start()) {
       err << "infrarsi tune: " << describe(e) << '\n';
       return 1;
@@ -409,6 +414,8 @@ int run_tune(const tune_options& o, std::ostream& out, std::ostream& err) {
     so.progress = o.quiet ? nullptr : &err;
     so.append_trace = trace.is_open() ? &trace : nullptr;
     so.cancel = &cancel;
+    so.space_dirs = {store_dir + "/events", run_dir + "/trials"};
+    so.disk_reserve_bytes = o.disk_reserve_bytes;
     so.reply_to = caf::actor{self};
     auto sup = sys.spawn(actors::supervisor, std::move(so));
     signals.start([sup](int sig) { caf::anon_send(sup, actors::interrupt_atom_v, sig); }, err);
@@ -446,12 +453,26 @@ int run_status(const std::string& store_dir, std::ostream& out, std::ostream& er
     err << "infrarsi status: " << describe(runs.error()) << '\n';
     return 1;
   }
+  int status = 0;
   for (const auto& r : *runs) {
     auto loaded = store::load_run_with_snapshot(**log, r.run_id); // snapshot + tail
     if (!loaded) {
       out << r.run_id << ": " << describe(loaded.error()) << '\n';
+      warn_damaged_run(events_dir_of(store_dir), r.run_id, "its events", loaded.error(),
+                       "infrarsi status", err);
+      status = 1;
       continue;
     }
+    // The snapshot is trusted only as far as the events it covers are still readable.
+    if (loaded->used_snapshot)
+      if (auto bad = verify_events(**log, r.run_id, loaded->snapshot_covered)) {
+        warn_damaged_run(events_dir_of(store_dir), r.run_id,
+                         ("the " + std::to_string(loaded->snapshot_covered)
+                          + " events its snapshot covers")
+                           .c_str(),
+                         bad, "infrarsi status", err);
+        status = 1;
+      }
     const auto* state = &loaded->state;
     std::string stage = state->stages_completed.empty() ? "created" : state->stages_completed.back();
     if (state->stages_started.size() > state->stages_completed.size())
@@ -469,7 +490,7 @@ int run_status(const std::string& store_dir, std::ostream& out, std::ostream& er
   }
   if (runs->empty())
     err << "infrarsi status: no runs in '" << store_dir << "'\n";
-  return 0;
+  return status;
 }
 
 } // namespace infrarsi::runtime

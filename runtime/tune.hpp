@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "adapters/disk_space.hpp"
+
 namespace infrarsi::runtime {
 
 struct tune_options {
@@ -26,6 +28,11 @@ struct tune_options {
   std::uint32_t nodes = 1;
   /// Per slot (index = slot): environment entries "K=V;K2=V2" added to its trials.
   std::vector<std::string> slot_env;
+  /// Bytes that must stay free in the store and trial directories (--disk-reserve), checked
+  /// before the store is opened, before every stage and before every trial; below it the run
+  /// stops with status 1 naming the directory, the free bytes and the reserve (resumable with
+  /// --run). 0: no check. Not logged: a property of the machine, like --nodes.
+  std::uint64_t disk_reserve_bytes = adapters::default_disk_reserve_bytes;
   /// Per slot: CPU list for `taskset -c` (e.g. "0-1").
   std::vector<std::string> slot_cpus;
   /// Continue this run (default: a new run <task>-<UTC time>).

@@ -4,7 +4,11 @@
 #include <cstdarg>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <thread>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <flatbuffers/flatbuffers.h>
 #include <rocksdb/db.h>
@@ -135,6 +139,57 @@ private:
   std::vector<std::string> lines_;
 };
 
+/// RocksDB's info log for a writable open: lines go to `<dir>/LOG` (the previous one renamed
+/// `LOG.old`), at most info_log_max_bytes per open; a failed write (ENOSPC on a full disk, EIO)
+/// is dropped, counted and never retried, so the log's own diagnostics can never abort or fail
+/// the process (RocksDB's PosixLogger asserts when it cannot write). Swallowed on purpose: the
+/// LOG is a diagnostic aid, every fact is in the events.
+class tolerant_file_logger final : public rocksdb::Logger {
+public:
+  static constexpr std::size_t info_log_max_bytes = 4u << 20;
+
+  explicit tolerant_file_logger(const std::string& dir)
+    : rocksdb::Logger(rocksdb::InfoLogLevel::INFO_LEVEL) {
+    auto path = dir + "/LOG";
+    static_cast<void>(std::rename(path.c_str(), (path + ".old").c_str())); // may not exist
+    file_ = std::fopen(path.c_str(), "w");
+  }
+  ~tolerant_file_logger() override {
+    if (file_ != nullptr)
+      static_cast<void>(std::fclose(file_)); // swallowed: see the class comment
+  }
+  tolerant_file_logger(const tolerant_file_logger&) = delete;
+  tolerant_file_logger& operator=(const tolerant_file_logger&) = delete;
+
+  using rocksdb::Logger::Logv;
+  void Logv(const char* format, va_list ap) override {
+    char buf[1024];
+    va_list copy;
+    va_copy(copy, ap);
+    int n = std::vsnprintf(buf, sizeof buf - 1, format, copy);
+    va_end(copy);
+    if (n < 0)
+      return;
+    std::size_t len = std::min(static_cast<std::size_t>(n), sizeof buf - 2);
+    if (len == 0 || buf[len - 1] != '\n')
+      buf[len++] = '\n';
+    std::lock_guard<std::mutex> guard{mtx_};
+    if (file_ == nullptr || failed_ || written_ + len > info_log_max_bytes)
+      return;
+    if (std::fwrite(buf, 1, len, file_) != len || std::fflush(file_) != 0) {
+      failed_ = true; // dropped: a full disk must not stop the log's writer
+      return;
+    }
+    written_ += len;
+  }
+
+private:
+  std::mutex mtx_;
+  std::FILE* file_ = nullptr;
+  std::size_t written_ = 0;
+  bool failed_ = false;
+};
+
 /// Sum of N over "dropping N bytes" in RocksDB's recovery messages.
 std::uint64_t dropped_bytes_of(const std::vector<std::string>& lines) {
   std::uint64_t total = 0;
@@ -197,6 +252,104 @@ tail_probe probe_wal_tail(const std::string& dir, rocksdb::DBOptions opts,
   }
   probe.lines = logger->lines();
   return probe;
+}
+
+/// The position before `pos` as text ("(none)" when `pos` is 0).
+std::string last_good(std::uint64_t pos) {
+  return pos > 0 ? std::to_string(pos - 1) : std::string{"(none)"};
+}
+
+/// The context text of an infrarsi error (its message without the code's name).
+std::string describe_context(const caf::error& err) {
+  auto text = describe(err);
+  auto colon = text.find(": ");
+  return colon == std::string::npos ? text : text.substr(colon + 2);
+}
+
+/// Events that survive in the database in `dir` when its write-ahead log is replayed only up to
+/// its first damaged record (a read-only open in kPointInTimeRecovery mode, which writes nothing
+/// and takes no lock): the head of the intact prefix, or nothing when even that open fails.
+std::optional<std::uint64_t> intact_prefix_head(const std::string& dir, rocksdb::DBOptions opts,
+                                                const std::vector<std::string>& families) {
+  opts.info_log = std::make_shared<recovery_capture_logger>(); // silent
+  opts.create_if_missing = false;
+  opts.create_missing_column_families = false;
+  opts.wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
+  std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
+  for (const auto& name : families)
+    cfs.emplace_back(name, rocksdb::ColumnFamilyOptions{});
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* raw = nullptr;
+  auto st = rocksdb::DB::OpenForReadOnly(opts, dir, cfs, &handles, &raw);
+  std::optional<std::uint64_t> head;
+  if (st.ok() && raw != nullptr) {
+    for (std::size_t i = 0; i < families.size(); ++i)
+      if (families[i] == events_cf_name) {
+        std::unique_ptr<rocksdb::Iterator> it{raw->NewIterator(rocksdb::ReadOptions{}, handles[i])};
+        it->SeekToLast();
+        if (it->Valid() && it->key().size() == 8)
+          head = get_be64(as_view(it->key())) + 1;
+        else if (!it->Valid() && it->status().ok())
+          head = 0;
+      }
+  }
+  if (raw != nullptr) {
+    for (auto* h : handles)
+      static_cast<void>(raw->DestroyColumnFamilyHandle(h)); // swallowed: read-only probe
+    static_cast<void>(raw->Close());                        // swallowed: read-only probe
+    delete raw;
+  }
+  return head;
+}
+
+/// The pid of another process holding the writer lock of the database in `dir` (RocksDB's
+/// fcntl lock on `dir`/LOCK), or 0 when none does (a lock of this process reads as none).
+pid_t lock_holder(const std::string& dir) {
+  int fd = ::open((dir + "/LOCK").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return 0;
+  struct flock fl{};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  pid_t holder = 0;
+  if (::fcntl(fd, F_GETLK, &fl) == 0 && fl.l_type != F_UNLCK)
+    holder = fl.l_pid;
+  ::close(fd);
+  return holder;
+}
+
+/// Whether the default column family of the database in `dir` holds no key at all (a database
+/// whose creation stopped before its column families were made), read-only; false if it cannot
+/// be read.
+bool default_family_empty(const std::string& dir) {
+  rocksdb::Options opts;
+  opts.info_log = std::make_shared<recovery_capture_logger>(); // silent
+  rocksdb::DB* raw = nullptr;
+  if (!rocksdb::DB::OpenForReadOnly(opts, dir, &raw).ok() || raw == nullptr)
+    return false;
+  bool empty = false;
+  {
+    std::unique_ptr<rocksdb::Iterator> it{raw->NewIterator(rocksdb::ReadOptions{})};
+    it->SeekToFirst();
+    empty = !it->Valid() && it->status().ok();
+  }
+  static_cast<void>(raw->Close()); // swallowed: read-only probe
+  delete raw;
+  return empty;
+}
+
+/// errc::not_found for a log that is being created (or whose creation was interrupted): it is
+/// not foreign, it has no event yet.
+caf::error being_created(const std::string& dir, const std::string& what) {
+  auto holder = lock_holder(dir);
+  return make_error(errc::not_found,
+                    "event log '" + dir + "': being created, no event yet (" + what + "; "
+                      + (holder != 0 ? "process " + std::to_string(holder)
+                                         + " holds its writer lock: retry in a moment"
+                                     : std::string{"no process holds its writer lock: its "
+                                                   "creation was interrupted, and the next "
+                                                   "`infrarsi tune` on this store completes it"})
+                      + ")");
 }
 
 // -- rocksdb::Status -> errc at the border ------------------------------------------------------
@@ -262,6 +415,8 @@ rocksdb_event_log::open(const std::string& dir, const rocksdb_event_log_options&
     if (!looks_like_db && fs::is_directory(dir, ec))
       for (const auto& e : fs::directory_iterator{dir, ec})
         looks_like_db = looks_like_db || e.path().filename().string().rfind("MANIFEST-", 0) == 0;
+    if (looks_like_db && lock_holder(dir) != 0)
+      return being_created(dir, "RocksDB has not yet written its CURRENT file");
     if (looks_like_db)
       return make_error(errc::corrupt_data,
                         "event log '" + dir
@@ -283,8 +438,17 @@ rocksdb_event_log::open(const std::string& dir, const rocksdb_event_log_options&
                             "to create an event log there");
     db_opts.create_missing_column_families = true;
   } else {
+    // Only the default column family, and it empty: RocksDB has made the database and the
+    // creating open has not yet added our families (or was stopped before it did).
+    if (existing.size() == 1 && existing[0] == rocksdb::kDefaultColumnFamilyName
+        && default_family_empty(dir)) {
+      if (options.read_only || !options.create_if_missing)
+        return being_created(dir, "no column families yet");
+      db_opts.create_missing_column_families = true; // complete an interrupted creation
+    }
     for (const char* name : {events_cf_name, streams_cf_name, runs_cf_name}) {
-      if (std::find(existing.begin(), existing.end(), name) == existing.end())
+      if (!db_opts.create_missing_column_families
+          && std::find(existing.begin(), existing.end(), name) == existing.end())
         return make_error(errc::unsupported_format,
                           "event log '" + dir
                             + "': a RocksDB database but not an infrarsi event log (no column "
@@ -309,6 +473,17 @@ rocksdb_event_log::open(const std::string& dir, const rocksdb_event_log_options&
   for (const auto& name : families)
     cfs.emplace_back(name, rocksdb::ColumnFamilyOptions{});
 
+  // RocksDB's own info log (PosixLogger) aborts the process when it cannot write its LOG file
+  // (a full disk); ours drops what it cannot write. Read-only opens write no LOG; without
+  // options.info_log, nothing is logged.
+  if (options.read_only || !options.info_log) {
+    db_opts.info_log = std::make_shared<recovery_capture_logger>(); // writes nothing
+  } else {
+    std::error_code ec;
+    fs::create_directories(dir, ec); // RocksDB would create it; the LOG goes in first
+    db_opts.info_log = std::make_shared<tolerant_file_logger>(dir);
+  }
+
   // A torn tail is dropped silently by the open below; find out first whether there is one.
   tail_probe tail;
   if (exists)
@@ -329,11 +504,20 @@ rocksdb_event_log::open(const std::string& dir, const rocksdb_event_log_options&
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   if (!st.ok()) {
-    if (st.IsCorruption() && !tail.lines.empty())
+    if (st.IsCorruption() && exists) {
+      // The last good global position: what a replay up to the first damaged WAL record keeps.
+      auto head = intact_prefix_head(dir, rocksdb::DBOptions{db_opts}, existing);
+      std::string good = !head ? std::string{"unknown (the intact prefix cannot be opened either)"}
+                         : *head == 0 ? std::string{"(none): no event precedes the damage"}
+                                      : std::to_string(*head - 1);
       return make_error(errc::corrupt_data,
                         "event log '" + dir + "': open: " + st.ToString()
-                          + " (RocksDB's write-ahead-log recovery reported: "
-                          + join_lines(tail.lines) + ")");
+                          + (tail.lines.empty()
+                               ? std::string{}
+                               : " (RocksDB's write-ahead-log recovery reported: "
+                                   + join_lines(tail.lines) + ")")
+                          + "; last good global position " + good);
+    }
     return from_status(st, dir, "open");
   }
   log->db_.reset(raw);
@@ -370,11 +554,13 @@ rocksdb_event_log::open(const std::string& dir, const rocksdb_event_log_options&
       log->db_->NewIterator(rocksdb::ReadOptions{}, log->events_cf_)};
     probe->SeekToFirst();
     bool has_events = probe->Valid();
-    if (exists && (has_events || options.read_only))
-      return make_error(has_events ? errc::corrupt_data : errc::unsupported_format,
+    if (exists && has_events)
+      return make_error(errc::corrupt_data,
                         "event log '" + dir
-                          + "': no format tag (not an infrarsi event log, or a damaged one "
-                            "whose write-ahead log is missing)");
+                          + "': events but no format tag (a damaged event log whose "
+                            "write-ahead log is missing)");
+    if (exists && options.read_only)
+      return being_created(dir, "its column families exist, its format tag not yet");
     rocksdb::WriteOptions wo;
     wo.sync = true;
     st = log->db_->Put(wo, log->meta_cf_, format_key, format_tag);
@@ -533,14 +719,17 @@ caf::error rocksdb_event_log::for_each(std::uint64_t from_position,
                                               + std::to_string(pos));
     auto ev = decode_record(pos, "", as_view(it->value()));
     if (!ev)
-      return std::move(ev.error());
+      return make_error(errc::corrupt_data, describe_context(ev.error())
+                                              + "; last good global position "
+                                              + last_good(pos));
     if (!visit(*ev))
       return caf::none;
     ++expected_pos;
   }
   if (!it->status().ok())
     return from_status(it->status(), dir_,
-                       ("iterate (reading global position " + std::to_string(expected_pos) + ")")
+                       ("iterate (reading global position " + std::to_string(expected_pos)
+                        + "; last good global position " + last_good(expected_pos) + ")")
                          .c_str());
   return caf::none;
 }
@@ -566,6 +755,13 @@ caf::error rocksdb_event_log::for_each_in_stream(std::string_view run_id,
   std::unique_ptr<rocksdb::Iterator> it{db_->NewIterator(ro, streams_cf_)};
   auto expected_seq = from_sequence;
   std::string value;
+  std::optional<std::uint64_t> good_pos; // global position of the last event read intact
+  auto last_good_note = [&] {
+    return "; the run's last good event: "
+           + (good_pos ? "sequence " + std::to_string(expected_seq - 1) + " at global position "
+                           + std::to_string(*good_pos)
+                       : "none read from sequence " + std::to_string(from_sequence) + " on");
+  };
   for (it->Seek(stream_key(run_id, from_sequence)); it->Valid(); it->Next()) {
     auto key = as_view(it->key());
     if (key.size() != prefix.size() + 8 || key.substr(0, prefix.size()) != prefix)
@@ -584,19 +780,23 @@ caf::error rocksdb_event_log::for_each_in_stream(std::string_view run_id,
                                                   " event at global position "
                                                   + std::to_string(pos) + note)
                : from_status(st, dir_, ("read event at global position " + std::to_string(pos)
-                                        + note)
+                                        + note + last_good_note())
                                          .c_str());
     auto ev = decode_record(pos, note, value);
     if (!ev)
-      return std::move(ev.error());
+      return make_error(errc::corrupt_data, describe_context(ev.error()) + last_good_note());
     if (ev->run_id != run_id || ev->sequence != seq)
       return make_error(errc::corrupt_data, "event log '" + dir_ + "': index mismatch at" + note);
     if (!visit(*ev))
       return caf::none;
+    good_pos = pos;
     ++expected_seq;
   }
   if (!it->status().ok())
-    return from_status(it->status(), dir_, "iterate stream");
+    return from_status(it->status(), dir_,
+                       ("iterate stream of run '" + std::string{run_id} + "' (reading sequence "
+                        + std::to_string(expected_seq) + last_good_note() + ")")
+                         .c_str());
   return caf::none;
 }
 

@@ -31,6 +31,14 @@ struct rocksdb_event_log_options {
   /// Open without taking the writer lock; append() fails with errc::not_permitted.
   /// Default false.
   bool read_only = false;
+  /// RocksDB's info log (its diagnostics, rocksdb::DBOptions::info_log). true (default): a
+  /// writable open writes `<dir>/LOG` (the previous one kept as `LOG.old`), at most 4 MiB per
+  /// open, through a logger of this log's own that drops a line it cannot write (ENOSPC, EIO)
+  /// and writes nothing more after the first failure — RocksDB's own PosixLogger asserts and
+  /// aborts the process when its LOG write fails on a full disk. false: no info log at all.
+  /// Read-only opens never write one. Cost: one buffered write and fflush per line (RocksDB
+  /// logs a few lines per flush or compaction).
+  bool info_log = true;
 };
 
 /// What RocksDB's write-ahead-log (WAL) recovery did when a rocksdb_event_log was opened.
@@ -72,9 +80,14 @@ public:
   /// wal_recovery_report and recovery()). A log created before snapshots existed gains the
   /// "snapshots" column family on its first writable open; read-only it has no snapshots.
   /// Errors: errc::store_locked (another process writes it), errc::not_found (no log and
-  /// create_if_missing false, or read_only), errc::unsupported_format (a RocksDB database that
-  /// is not an infrarsi event log, or another format version), errc::corrupt_data,
-  /// errc::io_error. Every message names `dir`.
+  /// create_if_missing false, or read_only; also a log *being created*: RocksDB has made the
+  /// database but the creating open has not yet added the column families or the format tag —
+  /// the message says "being created" and names the process holding its writer lock, or says
+  /// the creation was interrupted, which the next writable open completes),
+  /// errc::unsupported_format (a RocksDB database that is not an infrarsi event log, or another
+  /// format version), errc::corrupt_data (a damaged write-ahead log: RocksDB's report naming the
+  /// WAL file, and the last good global position, found by replaying the WAL up to its first
+  /// damaged record), errc::io_error. Every message names `dir`.
   [[nodiscard]] static caf::expected<std::unique_ptr<rocksdb_event_log>>
   open(const std::string& dir, const rocksdb_event_log_options& options = {});
 

@@ -264,10 +264,16 @@ TEST(RocksdbEventLog, ACorruptedRecordIsReportedWithItsPositionNotRead) {
   ASSERT_TRUE(err);
   EXPECT_EQ(code_of(err), errc::corrupt_data);
   EXPECT_NE(describe(err).find("global position 1"), std::string::npos) << describe(err);
+  EXPECT_NE(describe(err).find("; last good global position 0"), std::string::npos)
+    << describe(err);
   EXPECT_EQ(seen, (std::vector<std::uint64_t>{0})); // stops before the bad record
   auto stream = (*log)->read_stream("r");
   ASSERT_FALSE(stream);
   EXPECT_NE(describe(stream.error()).find("run 'r' sequence 1"), std::string::npos)
+    << describe(stream.error());
+  EXPECT_NE(describe(stream.error()).find("the run's last good event: sequence 0 at global "
+                                          "position 0"),
+            std::string::npos)
     << describe(stream.error());
 }
 
@@ -565,9 +571,12 @@ TEST(RocksdbEventLog, CorruptionInsideTheWalFailsTheOpenWithRocksdbsReport) {
   ASSERT_TRUE(fx.write());
   // A bit flip in the payload of a small record in the middle (not the tail), in one block.
   std::uint64_t at = 0;
+  std::uint64_t damaged = 0; // the event whose record holds the flip (global position = index)
   for (std::uint64_t i = 8; i < torn_tail_events && at == 0; i += 4)
-    if (fx.end[i - 1] / wal_block_bytes == (fx.end[i - 1] + 64) / wal_block_bytes)
+    if (fx.end[i - 1] / wal_block_bytes == (fx.end[i - 1] + 64) / wal_block_bytes) {
       at = fx.end[i - 1] + wal_header_bytes + 40;
+      damaged = i;
+    }
   ASSERT_NE(at, 0u);
   auto copy = fx.truncated_copy(fx.end.back(), "flipped");
   {
@@ -588,7 +597,114 @@ TEST(RocksdbEventLog, CorruptionInsideTheWalFailsTheOpenWithRocksdbsReport) {
     EXPECT_NE(text.find("event log '" + copy + "'"), std::string::npos) << text;
     EXPECT_NE(text.find(fx.wal + ": dropping "), std::string::npos) << text;
     EXPECT_NE(text.find("checksum mismatch"), std::string::npos) << text;
+    // Every event before the damaged record is intact: the message names the last of them.
+    EXPECT_NE(text.find("; last good global position " + std::to_string(damaged - 1)),
+              std::string::npos)
+      << text;
   }
+}
+
+// -- a log being created ------------------------------------------------------------------------
+//
+// RocksDB makes a new database (CURRENT, MANIFEST, only the default column family) before the
+// creating open adds the log's column families and its format tag. A reader in between must not
+// call the store foreign. A child process (posix_spawn of this binary) holds such a database open
+// with its writer lock, as a creating `infrarsi tune` would.
+
+constexpr const char* creating_dir_env = "INFRARSI_CREATING_STORE_DIR";
+
+class creating_store_environment : public ::testing::Environment {
+public:
+  void SetUp() override {
+    const char* dir = std::getenv(creating_dir_env);
+    if (dir == nullptr)
+      return;
+    rocksdb::Options o;
+    o.create_if_missing = true;
+    rocksdb::DB* raw = nullptr;
+    if (!rocksdb::DB::Open(o, dir, &raw).ok())
+      ::_exit(20);
+    std::ofstream{std::string{dir} + ".ready"} << "ready\n";
+    for (int i = 0; i < 600 && !std::filesystem::exists(std::string{dir} + ".stop"); ++i)
+      ::usleep(50'000); // at most 30 s
+    delete raw;
+    ::_exit(0);
+  }
+};
+[[maybe_unused]] ::testing::Environment* const creating_store =
+  ::testing::AddGlobalTestEnvironment(new creating_store_environment);
+
+TEST(RocksdbEventLog, ALogBeingCreatedIsNotCalledForeign) {
+  ASSERT_EQ(std::getenv(creating_dir_env), nullptr);
+  test::temp_dir dir;
+  auto path = dir.sub("events");
+  std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
+  std::string filter = "--gtest_filter=RocksdbEventLog.ALogBeingCreatedIsNotCalledForeign";
+  std::vector<char*> argv{exe.data(), filter.data(), nullptr};
+  std::vector<std::string> env_strings{std::string{creating_dir_env} + "=" + path};
+  for (char** e = environ; *e != nullptr; ++e)
+    env_strings.emplace_back(*e);
+  std::vector<char*> envp;
+  for (auto& e : env_strings)
+    envp.push_back(e.data());
+  envp.push_back(nullptr);
+  pid_t pid = 0;
+  ASSERT_EQ(::posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), envp.data()), 0);
+  struct stop_child {
+    std::string stop;
+    pid_t pid;
+    ~stop_child() {
+      std::ofstream{stop} << "stop\n";
+      int status = 0;
+      ::waitpid(pid, &status, 0);
+    }
+  } stopper{path + ".stop", pid};
+  for (int i = 0; i < 400 && !std::filesystem::exists(path + ".ready"); ++i)
+    ::usleep(25'000);
+  ASSERT_TRUE(std::filesystem::exists(path + ".ready")) << "the creating child did not start";
+
+  rocksdb_event_log_options ro;
+  ro.read_only = true;
+  auto r = rocksdb_event_log::open(path, ro);
+  ASSERT_FALSE(r);
+  auto text = describe(r.error());
+  EXPECT_EQ(code_of(r.error()), errc::not_found) << text;
+  EXPECT_EQ(text.find("not an infrarsi event log"), std::string::npos) << text;
+  EXPECT_NE(text.find("event log '" + path + "': being created"), std::string::npos) << text;
+  EXPECT_NE(text.find("process " + std::to_string(pid) + " holds its writer lock"),
+            std::string::npos)
+    << text;
+}
+
+TEST(RocksdbEventLog, AnInterruptedCreationIsReportedAsSuchAndCompletedByTheNextWriter) {
+  test::temp_dir dir;
+  auto path = dir.sub("events");
+  { // RocksDB's part of the creation only: a database with the default column family, empty.
+    rocksdb::Options o;
+    o.create_if_missing = true;
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(o, path, &raw).ok());
+    delete raw;
+  }
+  rocksdb_event_log_options ro;
+  ro.read_only = true;
+  auto r = rocksdb_event_log::open(path, ro);
+  ASSERT_FALSE(r);
+  auto text = describe(r.error());
+  EXPECT_EQ(code_of(r.error()), errc::not_found) << text;
+  EXPECT_NE(text.find("being created"), std::string::npos) << text;
+  EXPECT_NE(text.find("its creation was interrupted"), std::string::npos) << text;
+  EXPECT_EQ(text.find("not an infrarsi event log"), std::string::npos) << text;
+  { // The next writer completes the creation.
+    auto log = rocksdb_event_log::open(path);
+    ASSERT_TRUE(log) << describe(log.error());
+    ASSERT_TRUE((*log)->append("r", 0, {proposed(1)}));
+  }
+  auto reopened = rocksdb_event_log::open(path, ro);
+  ASSERT_TRUE(reopened) << describe(reopened.error());
+  EXPECT_EQ((*reopened)->head(), 1u);
+  EXPECT_EQ(column_families(path),
+            (std::vector<std::string>{"default", "events", "runs", "snapshots", "streams"}));
 }
 
 // -- column families --------------------------------------------------------------------------
