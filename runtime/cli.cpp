@@ -286,6 +286,7 @@ int cmd_trial_run(const trial_run_options& o, std::ostream& out, std::ostream& e
                         {"knobs", knobs},
                         {"patches", req.patches},
                         {"logs", report->log_files},
+                        {"descendants", report->descendants},
                         {"result", result}};
   std::ofstream{std::filesystem::path{req.trial_dir} / "result.json"} << doc.dump(2) << '\n';
   out << doc.dump(2) << '\n';
