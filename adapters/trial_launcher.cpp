@@ -359,7 +359,12 @@ struct supervisor {
         auto table = process_table();
         tree.observe(table);
         reap_adopted_zombies(table);
-        if (!tree.live(table).empty()) {
+        // A process that outlives SIGKILL by 5 s (uninterruptible in a driver call) is left to
+        // the final sweep below rather than holding the trial open for ever.
+        bool unkillable = sent_kill
+                          && std::chrono::duration<double>(now - stop_time).count()
+                               > task.limits.kill_grace_s + 5.0;
+        if (!unkillable && !tree.live(table).empty()) {
           begin_stop();
           if (sent_kill)
             tree.signal_all(SIGKILL);

@@ -92,19 +92,18 @@ TEST_P(DescendantsTest, FindsASetsidDescendantAndEndsIt) {
   ::close(rank->stdout_fd);
   ::close(rank->stderr_fd);
   tree.add_rank(rank->pid);
-  std::vector<pid_t> live;
+  // The tree shows the rank and its child once the child has its own session.
+  pid_t sleeper = -1;
   ASSERT_TRUE(eventually([&] {
     auto table = process_table();
     tree.observe(table);
-    live = tree.live(table);
-    return live.size() == 2;
+    auto live = tree.live(table);
+    if (live.size() != 2)
+      return false;
+    sleeper = live[0] == rank->pid ? live[1] : live[0];
+    const auto* e = find(table, sleeper);
+    return e != nullptr && e->session == sleeper && e->pgrp != rank->pid;
   })) << tree.description();
-  pid_t sleeper = live[0] == rank->pid ? live[1] : live[0];
-  auto table = process_table();
-  const auto* e = find(table, sleeper);
-  ASSERT_NE(e, nullptr);
-  EXPECT_EQ(e->session, sleeper) << "the descendant is not in its own session";
-  EXPECT_NE(e->pgrp, rank->pid);
   // The rank ends first: its child is adopted by this process (a child subreaper).
   signal_group(rank->pid, SIGKILL);
   int status = 0;

@@ -40,9 +40,10 @@ tuning::task_spec script_task(const std::string& script, double timeout_s = 60.0
 }
 
 /// Python prelude: one metrics line (so a later failure is past the launch window's rule).
+/// (No braces: argv is a template, `{name}` a placeholder.)
 const std::string prelude =
-  "import os, sys, time\n"
-  "print('INFRARSI_METRICS {\"step\": 0, \"loss\": 5.0, \"tokens\": 8, \"step_time_s\": 0.01}',"
+  "import json, os, sys, time\n"
+  "print('INFRARSI_METRICS ' + json.dumps(dict(step=0, loss=5.0, tokens=8, step_time_s=0.01)),"
   " flush=True)\n";
 
 struct outcome {
@@ -80,13 +81,6 @@ int own_zombies() {
   for (const auto& e : process_table())
     n += e.ppid == ::getpid() && e.state == 'Z' ? 1 : 0;
   return n;
-}
-
-bool alive(pid_t pid) {
-  for (const auto& e : process_table())
-    if (e.pid == pid)
-      return e.state != 'Z';
-  return false;
 }
 
 class TrialFaultsTest : public ::testing::Test {
