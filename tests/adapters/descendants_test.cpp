@@ -124,7 +124,9 @@ TEST_P(DescendantsTest, FindsASetsidDescendantAndEndsIt) {
 }
 
 INSTANTIATE_TEST_SUITE_P(CgroupOrProcWalk, DescendantsTest, ::testing::Bool(),
-                         [](const auto& param_info) { return param_info.param ? "Cgroup" : "ProcWalk"; });
+                         [](const auto& param_info) {
+                           return param_info.param ? "Cgroup" : "ProcWalk";
+                         });
 
 TEST(Descendants, DescriptionNamesTheMechanismAndTheCgroupIsRemoved) {
   std::string dir;
