@@ -6,8 +6,10 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <unordered_map>
@@ -47,10 +49,45 @@ std::string own_cgroup_v2_dir(std::string& why) {
 
 std::atomic<unsigned> trial_sequence{0};
 
+/// Removes cgroup `dir` once it is empty; false after ~0.5 s of EBUSY.
+bool remove_cgroup(const std::string& dir) {
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    if (::rmdir(dir.c_str()) == 0 || errno == ENOENT)
+      return true;
+    ::usleep(10'000);
+  }
+  return false;
+}
+
 } // namespace
+
+std::size_t sweep_stale_trial_cgroups() {
+  std::string why;
+  auto own = own_cgroup_v2_dir(why);
+  if (own.empty())
+    return 0;
+  std::size_t removed = 0;
+  std::error_code ec;
+  const std::string prefix = "infrarsi-trial-";
+  for (const auto& entry : std::filesystem::directory_iterator{own, ec}) {
+    auto name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) != 0 || !entry.is_directory(ec))
+      continue;
+    long owner = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
+    if (owner <= 0 || owner == ::getpid() || ::kill(static_cast<pid_t>(owner), 0) == 0
+        || errno != ESRCH)
+      continue; // its launcher is alive (or the pid is reused: left alone)
+    auto dir = entry.path().string();
+    signal_cgroup(dir, SIGKILL);
+    if (remove_cgroup(dir))
+      ++removed;
+  }
+  return removed;
+}
 
 trial_descendants::trial_descendants(bool allow_cgroup) {
   bool subreaper = become_subreaper();
+  [[maybe_unused]] static const std::size_t swept = sweep_stale_trial_cgroups(); // once
   auto n = trial_sequence.fetch_add(1);
   marker_value_ = std::to_string(::getpid()) + "-" + std::to_string(n);
   std::string why = "disabled for this trial";
@@ -83,12 +120,7 @@ trial_descendants::~trial_descendants() {
   if (!uses_cgroup())
     return;
   unregister_cgroup(cgroup_dir_);
-  // A cgroup whose last process just exited can be busy for a moment.
-  for (int attempt = 0; attempt < 50; ++attempt) {
-    if (::rmdir(cgroup_dir_.c_str()) == 0 || errno == ENOENT)
-      return;
-    ::usleep(10'000);
-  }
+  remove_cgroup(cgroup_dir_); // a cgroup whose last process just exited can be busy a moment
 }
 
 std::string trial_descendants::cgroup_procs_file() const {

@@ -25,6 +25,12 @@
 
 namespace infrarsi::adapters {
 
+/// Ends what a launcher that died (kill -9) left in this process's cgroup v2: for every
+/// `infrarsi-trial-<pid>-<n>` directory there whose <pid> is no live process, SIGKILLs its
+/// processes (cgroup.kill) and removes it. Returns how many directories were removed. The first
+/// trial_descendants of a process calls it once; nothing happens without a cgroup v2.
+std::size_t sweep_stale_trial_cgroups();
+
 /// The processes of one trial. Not thread safe (one per trial, used by its supervision loop).
 class trial_descendants {
 public:

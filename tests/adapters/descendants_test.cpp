@@ -152,5 +152,40 @@ TEST(Descendants, DescriptionNamesTheMechanismAndTheCgroupIsRemoved) {
   }
 }
 
+TEST(Descendants, ACgroupLeftByADeadLauncherIsEmptiedAndRemoved) {
+  std::string own;
+  {
+    trial_descendants probe{true};
+    if (!probe.uses_cgroup())
+      GTEST_SKIP() << "no cgroup v2 here: " << probe.description();
+    own = std::filesystem::path{probe.cgroup_procs_file()}.parent_path().parent_path().string();
+  }
+  // A pid that is surely dead: a child that exited and was reaped.
+  auto gone = spawn({{"true"}, current_environment(), ""});
+  ASSERT_TRUE(gone) << describe(gone.error());
+  ::close(gone->stdout_fd);
+  ::close(gone->stderr_fd);
+  int status = 0;
+  ASSERT_EQ(reap_child(gone->pid, status, 0), gone->pid);
+  auto stale = own + "/infrarsi-trial-" + std::to_string(gone->pid) + "-77";
+  ASSERT_TRUE(std::filesystem::create_directory(stale)) << stale;
+  spawn_request req{{"sleep", "300"}, current_environment(), ""};
+  req.cgroup_procs = stale + "/cgroup.procs";
+  auto left = spawn(req); // what the dead launcher's trial left running
+  ASSERT_TRUE(left) << describe(left.error());
+  ::close(left->stdout_fd);
+  ::close(left->stderr_fd);
+  ASSERT_EQ(cgroup_members(stale), std::vector<pid_t>{left->pid});
+  EXPECT_GE(sweep_stale_trial_cgroups(), 1u);
+  ASSERT_EQ(reap_child(left->pid, status, 0), left->pid);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+  EXPECT_FALSE(std::filesystem::exists(stale));
+  // A live launcher's cgroup (this process's own trial) is left alone.
+  trial_descendants mine{true};
+  ASSERT_TRUE(mine.uses_cgroup());
+  sweep_stale_trial_cgroups();
+  EXPECT_TRUE(std::filesystem::exists(mine.cgroup_procs_file()));
+}
+
 } // namespace
 } // namespace infrarsi::adapters
