@@ -21,6 +21,15 @@ trial_verdict verdict_for(const trial_cause& c, const trial_observation& obs) {
     case kind::memory_cap:
     case kind::oom_text: v.outcome = wire::Outcome::Oom; break;
     case kind::timeout: v.outcome = wire::Outcome::Timeout; break;
+    case kind::collective_text: {
+      // A failed collective is a crash of the job (not of one setting's memory), named as such;
+      // within the launch window and before any metrics it is a failed start (rendezvous).
+      bool early = c.at_s <= obs.launch_window_s
+                   && (obs.first_metrics_at_s < 0 || obs.first_metrics_at_s > c.at_s);
+      v.outcome = early ? wire::Outcome::LaunchError : wire::Outcome::Crash;
+      v.detail = "collective communication failed: " + v.detail;
+      break;
+    }
     case kind::stop_requested: v.outcome = wire::Outcome::Preempted; break;
     case kind::exit_nonzero:
     case kind::killed_by_signal: {
@@ -51,22 +60,31 @@ trial_verdict classify(const trial_observation& obs) {
       return verdict_for(c, obs);
   // Rule 2: the earliest cause before the launcher began stopping the trial. Causes the launcher
   // itself triggers (memory cap, timeout, stop request) are recorded before it stops anything.
+  // Collective text alone (every rank exited 0 and nothing else went wrong) decides nothing.
   const trial_cause* first = nullptr;
+  bool failure = false;
   for (const auto& c : obs.causes) {
     if (obs.stop_began_at_s >= 0 && c.at_s > obs.stop_began_at_s)
       continue;
+    failure = failure || c.kind != kind::collective_text;
     if (first == nullptr || c.at_s < first->at_s)
       first = &c;
   }
-  if (first != nullptr) {
+  if (first != nullptr && (failure || !obs.all_exited_zero)) {
     auto v = verdict_for(*first, obs);
-    // The exit status of the failing rank is evidence even when OOM text came first.
-    if (v.exit_code == 0)
-      for (const auto& c : obs.causes)
-        if (c.kind == kind::exit_nonzero && c.rank == first->rank) {
-          v.exit_code = c.code;
-          break;
-        }
+    // The exit status of the failing rank is evidence even when OOM or collective text came
+    // first; for text of the whole trial, the first rank that failed.
+    if (v.exit_code == 0) {
+      const trial_cause* exit = nullptr;
+      for (const auto& c : obs.causes) {
+        bool status = c.kind == kind::exit_nonzero || c.kind == kind::killed_by_signal;
+        if (status && (c.rank == first->rank || first->rank < 0)
+            && (exit == nullptr || c.at_s < exit->at_s))
+          exit = &c;
+      }
+      if (exit != nullptr)
+        v.exit_code = exit->kind == kind::exit_nonzero ? exit->code : -exit->code;
+    }
     return v;
   }
   // Rule 3: everyone exited 0.
@@ -85,6 +103,38 @@ trial_verdict classify(const trial_observation& obs) {
     v.detail = "completed";
   }
   return v;
+}
+
+const std::vector<collective_pattern>& collective_failure_patterns() {
+  // Messages of PyTorch's c10d (ProcessGroupNCCL, ProcessGroupGloo, TCPStore), of NCCL and of
+  // gloo's TCP transport, as they print them. Keep docs/node-runner.md's table in step.
+  static const std::vector<collective_pattern> patterns = {
+    {"Watchdog caught collective operation timeout", "NCCL watchdog: collective timed out"},
+    {"ProcessGroupNCCL's watchdog got stuck", "NCCL watchdog stuck"},
+    {"Some NCCL operations have failed or timed out", "NCCL operations failed or timed out"},
+    {"NCCL error", "NCCL error"},
+    {"NCCL communicator was aborted", "NCCL communicator aborted"},
+    {"ncclInternalError", "NCCL internal error"},
+    {"ncclSystemError", "NCCL system error"},
+    {"ncclRemoteError", "NCCL remote error"},
+    {"ncclUnhandledCudaError", "NCCL unhandled CUDA error"},
+    {"DistBackendError", "distributed backend error"},
+    {"DistNetworkError", "distributed network error"},
+    {"DistStoreError", "rendezvous store error"},
+    {"Connection closed by peer", "gloo: connection closed by peer"},
+    {"Connection reset by peer", "connection reset by peer"},
+    {"Gloo connectFullMesh failed", "gloo: connecting the ranks failed"},
+    {"for recv operation to complete", "gloo: receive timed out"},
+    {"for send operation to complete", "gloo: send timed out"},
+  };
+  return patterns;
+}
+
+const collective_pattern* find_collective_pattern(std::string_view line) {
+  for (const auto& p : collective_failure_patterns())
+    if (line.find(p.text) != std::string_view::npos)
+      return &p;
+  return nullptr;
 }
 
 } // namespace infrarsi::adapters

@@ -9,15 +9,20 @@
 ///  2. Otherwise the earliest *cause* in time decides; events after the launcher began stopping
 ///     the trial are consequences, not causes:
 ///     memory cap exceeded -> oom; an OOM pattern in any rank's output -> oom;
-///     an exit status listed as OOM -> oom; the wall-clock limit -> timeout;
-///     a stop request (preemption, cancel) -> preempted;
+///     a collective-communication failure in any rank's output (collective_failure_patterns():
+///     NCCL watchdog, NCCL error, gloo timeout, connection closed by peer) -> crash, the detail
+///     starting "collective communication failed"; an exit status listed as OOM -> oom;
+///     the wall-clock limit -> timeout; a stop request (preemption, cancel) -> preempted;
 ///     a rank exiting non-zero or by a signal -> launch_error if it happened within the launch
 ///     window and before any metrics line, else crash.
+///     Collective text is evidence of a failure, not a failure by itself: when the only causes
+///     before the stop are collective text (every rank exited 0), rule 3 decides.
 ///  3. No cause: every rank exited 0. ok, unless a final metrics line was required and missing
 ///     (crash: "exited 0 without the final metrics line").
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "messages/codec.hpp"
@@ -34,6 +39,7 @@ struct trial_cause {
     killed_by_signal, ///< a rank died from a signal the launcher did not send
     timeout,          ///< the wall-clock limit passed
     stop_requested,   ///< the launcher was asked to stop the trial (preemption)
+    collective_text,  ///< a collective-communication failure pattern appeared in a rank's output
   };
   kind_t kind = kind_t::exit_nonzero;
   /// Seconds since the trial started.
@@ -74,5 +80,21 @@ struct trial_verdict {
 
 /// Applies the rules above.
 trial_verdict classify(const trial_observation& obs);
+
+/// One output pattern that marks a failed collective operation (NCCL, gloo, c10d).
+struct collective_pattern {
+  /// Case-sensitive substring matched against every line of every rank's stdout and stderr.
+  const char* text;
+  /// What it means, as named in the verdict's detail ("NCCL watchdog timeout").
+  const char* what;
+};
+
+/// The collective-failure patterns, in the order they are tried (docs/node-runner.md has the
+/// same table). Each is specific to a failure: PyTorch's benign "ProcessGroupNCCL" warnings
+/// (e.g. a process group not destroyed at exit) match none of them.
+const std::vector<collective_pattern>& collective_failure_patterns();
+
+/// The first collective-failure pattern that occurs in `line`, or nullptr.
+const collective_pattern* find_collective_pattern(std::string_view line);
 
 } // namespace infrarsi::adapters

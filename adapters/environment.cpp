@@ -149,7 +149,7 @@ caf::expected<command_result> run_command(const std::vector<std::string>& argv,
     }
   }
   int status = 0;
-  ::waitpid(child->pid, &status, 0);
+  reap_child(child->pid, status, 0);
   r.exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
 }

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,10 +29,13 @@ std::string errno_text(int err) {
   return std::string{std::strerror(err)};
 }
 
-/// The process-wide registry of live trial process groups (signal_all_groups).
+/// The process-wide registry of live trial process groups and cgroups (signal_all_groups),
+/// and of the children spawn() started and nobody has reaped yet (reap_adopted_zombies).
 struct group_registry {
   std::mutex mutex;
   std::set<pid_t> groups;
+  std::set<std::string> cgroups;
+  std::set<pid_t> own_children;
 };
 
 group_registry& registry() {
@@ -106,22 +110,36 @@ caf::expected<child_process> spawn(const spawn_request& req) {
     return make_error(errc::io_error, "spawn: pipe: " + errno_text(errno));
   }
   const char* workdir = req.workdir.empty() ? nullptr : req.workdir.c_str();
-  // With registration, the registry's lock is held across fork until the group is recorded, so
-  // a concurrent signal_all_groups() either runs before the child exists or sees its group.
+  const char* cgroup_procs = req.cgroup_procs.empty() ? nullptr : req.cgroup_procs.c_str();
+  // The registry's lock is held across fork until the child is recorded (and its group, with
+  // registration), so a concurrent signal_all_groups() either runs before the child exists or
+  // sees its group, and reap_adopted_zombies() never mistakes it for an adopted process.
   // The child never touches the lock.
-  std::unique_lock<std::mutex> registry_lock;
-  if (req.register_group)
-    registry_lock = std::unique_lock<std::mutex>{registry().mutex};
+  std::unique_lock<std::mutex> registry_lock{registry().mutex};
   pid_t pid = ::fork();
   if (pid < 0) {
+    int e = errno;
+    registry_lock.unlock();
     for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1], exec_pipe[0],
                    exec_pipe[1]})
       ::close(fd);
-    return make_error(errc::io_error, "spawn: fork: " + errno_text(errno));
+    return make_error(errc::io_error, "spawn: fork: " + errno_text(e));
   }
   if (pid == 0) {
     // Child: async-signal-safe calls only.
     ::setpgid(0, 0);
+    // The child reports a failure as {stage, errno}: 1 joining the cgroup, 2 chdir, 3 exec.
+    auto fail = [&](int stage) {
+      int report[2] = {stage, errno};
+      [[maybe_unused]] auto n = ::write(exec_pipe[1], report, sizeof report);
+      ::_exit(127);
+    };
+    if (cgroup_procs != nullptr) {
+      int fd = ::open(cgroup_procs, O_WRONLY | O_CLOEXEC);
+      if (fd < 0 || ::write(fd, "0", 1) != 1)
+        fail(1);
+      ::close(fd);
+    }
     // The harness blocks SIGINT and SIGTERM in its threads (a signal thread takes them); the
     // trial must get them as usual, or stopping it would wait for SIGKILL.
     sigset_t none;
@@ -133,40 +151,42 @@ caf::expected<child_process> spawn(const spawn_request& req) {
     if (devnull >= 0)
       ::dup2(devnull, STDIN_FILENO);
     ::signal(SIGPIPE, SIG_DFL);
-    if (workdir != nullptr && ::chdir(workdir) != 0) {
-      int e = errno;
-      [[maybe_unused]] auto n = ::write(exec_pipe[1], &e, sizeof e);
-      ::_exit(127);
-    }
+    if (workdir != nullptr && ::chdir(workdir) != 0)
+      fail(2);
     ::execve(program.c_str(), argv.data(), envp.data());
-    int e = errno;
-    [[maybe_unused]] auto n = ::write(exec_pipe[1], &e, sizeof e);
-    ::_exit(127);
+    fail(3);
+    ::_exit(127); // not reached: fail() exits
   }
   // Parent. Also set the group here, so it exists before we might signal it.
   ::setpgid(pid, pid);
-  if (req.register_group) {
+  registry().own_children.insert(pid);
+  if (req.register_group)
     registry().groups.insert(pid);
-    registry_lock.unlock();
-  }
+  registry_lock.unlock();
   ::close(out_pipe[1]);
   ::close(err_pipe[1]);
   ::close(exec_pipe[1]);
-  int child_errno = 0;
+  int child_report[2] = {0, 0};
   ssize_t n;
   do {
-    n = ::read(exec_pipe[0], &child_errno, sizeof child_errno);
+    n = ::read(exec_pipe[0], child_report, sizeof child_report);
   } while (n < 0 && errno == EINTR);
   ::close(exec_pipe[0]);
-  if (n == static_cast<ssize_t>(sizeof child_errno)) {
+  if (n == static_cast<ssize_t>(sizeof child_report)) {
     if (req.register_group)
       unregister_group(pid); // before the reap, after which the id may be reused
     int status = 0;
-    ::waitpid(pid, &status, 0);
+    reap_child(pid, status, 0);
     ::close(out_pipe[0]);
     ::close(err_pipe[0]);
-    return make_error(errc::not_found,
-                      "spawn: cannot execute '" + program + "': " + errno_text(child_errno));
+    auto text = errno_text(child_report[1]);
+    if (child_report[0] == 1)
+      return make_error(errc::io_error, "spawn: cannot join cgroup '" + req.cgroup_procs
+                                          + "' before running '" + program + "': " + text);
+    if (child_report[0] == 2)
+      return make_error(errc::invalid_argument,
+                        "spawn: cannot enter working directory '" + req.workdir + "': " + text);
+    return make_error(errc::not_found, "spawn: cannot execute '" + program + "': " + text);
   }
   for (int fd : {out_pipe[0], err_pipe[0]})
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
@@ -175,12 +195,37 @@ caf::expected<child_process> spawn(const spawn_request& req) {
 
 namespace {
 
-/// Calls f(pid, pgid) for every process in /proc.
-template <class F>
-void for_each_process(F f) {
+/// Parses one /proc/<pid>/stat line; false if it is not one.
+bool parse_stat(const std::string& content, process_entry& e) {
+  // Fields after the command (which may contain spaces) start after the last ')'.
+  auto close = content.rfind(')');
+  if (close == std::string::npos || close + 2 >= content.size())
+    return false;
+  std::istringstream rest{content.substr(close + 2)};
+  long ppid = 0;
+  long pgrp = 0;
+  long session = 0;
+  rest >> e.state >> ppid >> pgrp >> session;
+  // Fields 7..21 (tty_nr .. itrealvalue) precede starttime, field 22.
+  std::string skip;
+  for (int i = 7; i <= 21 && rest; ++i)
+    rest >> skip;
+  rest >> e.start_ticks;
+  if (!rest)
+    return false;
+  e.ppid = static_cast<pid_t>(ppid);
+  e.pgrp = static_cast<pid_t>(pgrp);
+  e.session = static_cast<pid_t>(session);
+  return true;
+}
+
+} // namespace
+
+std::vector<process_entry> process_table() {
+  std::vector<process_entry> table;
   DIR* dir = ::opendir("/proc");
   if (dir == nullptr)
-    return;
+    return table;
   while (auto* ent = ::readdir(dir)) {
     char* end = nullptr;
     long pid = std::strtol(ent->d_name, &end, 10);
@@ -188,33 +233,99 @@ void for_each_process(F f) {
       continue;
     std::ifstream stat{std::string{"/proc/"} + ent->d_name + "/stat"};
     std::string content;
-    if (!std::getline(stat, content))
-      continue;
-    // Fields after the command (which may contain spaces) start after the last ')'.
-    auto close = content.rfind(')');
-    if (close == std::string::npos)
-      continue;
-    std::istringstream rest{content.substr(close + 2)};
-    char state = 0;
-    long ppid = 0;
-    long pgrp = 0;
-    rest >> state >> ppid >> pgrp;
-    if (state == 'Z')
-      continue;
-    f(static_cast<pid_t>(pid), static_cast<pid_t>(pgrp));
+    process_entry e;
+    e.pid = static_cast<pid_t>(pid);
+    if (std::getline(stat, content) && parse_stat(content, e))
+      table.push_back(e);
   }
   ::closedir(dir);
+  return table;
 }
-
-} // namespace
 
 std::vector<pid_t> group_members(pid_t pgid) {
   std::vector<pid_t> result;
-  for_each_process([&](pid_t pid, pid_t pgrp) {
-    if (pgrp == pgid)
-      result.push_back(pid);
-  });
+  for (const auto& e : process_table())
+    if (e.pgrp == pgid && e.state != 'Z')
+      result.push_back(e.pid);
   return result;
+}
+
+pid_t reap_child(pid_t pid, int& status, int flags) {
+  pid_t got;
+  do {
+    got = ::waitpid(pid, &status, flags);
+  } while (got < 0 && errno == EINTR);
+  if (got == pid || (got < 0 && errno == ECHILD)) {
+    auto& r = registry();
+    std::lock_guard<std::mutex> lock{r.mutex};
+    r.own_children.erase(pid);
+  }
+  return got;
+}
+
+bool become_subreaper() {
+  static const bool set = ::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0;
+  return set;
+}
+
+std::size_t reap_adopted_zombies(const std::vector<process_entry>& table) {
+  const pid_t self = ::getpid();
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock{r.mutex};
+  std::size_t reaped = 0;
+  for (const auto& e : table) {
+    if (e.state != 'Z' || e.ppid != self || r.own_children.count(e.pid) != 0)
+      continue;
+    int status = 0;
+    if (::waitpid(e.pid, &status, WNOHANG) == e.pid)
+      ++reaped;
+  }
+  return reaped;
+}
+
+bool environ_has(pid_t pid, const std::string& key_value) {
+  std::ifstream in{"/proc/" + std::to_string(pid) + "/environ", std::ios::binary};
+  if (!in)
+    return false;
+  for (std::string entry; std::getline(in, entry, '\0');)
+    if (entry == key_value)
+      return true;
+  return false;
+}
+
+std::vector<pid_t> cgroup_members(const std::string& dir) {
+  std::vector<pid_t> pids;
+  std::ifstream in{dir + "/cgroup.procs"};
+  for (long pid = 0; in >> pid;)
+    if (pid > 0)
+      pids.push_back(static_cast<pid_t>(pid));
+  return pids;
+}
+
+std::size_t signal_cgroup(const std::string& dir, int sig) {
+  auto pids = cgroup_members(dir);
+  if (pids.empty())
+    return 0;
+  if (sig == SIGKILL) {
+    std::ofstream kill_file{dir + "/cgroup.kill"};
+    if (kill_file && (kill_file << "1").flush())
+      return pids.size();
+  }
+  for (auto pid : pids)
+    ::kill(pid, sig); // ESRCH: it ended meanwhile
+  return pids.size();
+}
+
+void register_cgroup(const std::string& dir) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock{r.mutex};
+  r.cgroups.insert(dir);
+}
+
+void unregister_cgroup(const std::string& dir) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock{r.mutex};
+  r.cgroups.erase(dir);
 }
 
 std::uint64_t group_rss_bytes(pid_t pgid) {
@@ -249,6 +360,8 @@ std::size_t signal_all_groups(int sig) {
       ++it; // EPERM/EINVAL: not ours to judge; the launcher still owns it
     }
   }
+  for (const auto& dir : r.cgroups)
+    signal_cgroup(dir, sig); // not counted: the groups are the count callers report
   return signalled;
 }
 

@@ -10,9 +10,11 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "adapters/classify.hpp"
+#include "adapters/descendants.hpp"
 #include "adapters/environment.hpp"
 #include "adapters/process.hpp"
 #include "messages/errc.hpp"
@@ -131,9 +133,12 @@ struct supervisor {
   /// Seconds since launch at which each parsed step's metrics line was read (index-aligned
   /// with parser.steps()).
   std::vector<double> observed_at;
+  /// Every process of the trial, also those that left their rank's group or session.
+  trial_descendants tree;
 
   supervisor(const trial_request& r, double timeout, std::uint64_t memory_cap)
-    : req(r), task(*r.task), timeout_s(timeout), cap(memory_cap), parser(r.task->metrics) {}
+    : req(r), task(*r.task), timeout_s(timeout), cap(memory_cap), parser(r.task->metrics),
+      tree(r.allow_cgroup) {}
 
   double now_s() const {
     return std::chrono::duration<double>(clock_type::now() - start).count();
@@ -149,9 +154,20 @@ struct supervisor {
     stopping = true;
     stop_time = clock_type::now();
     obs.stop_began_at_s = now_s();
+    std::set<pid_t> signalled;
     for (auto& r : ranks)
-      if (r.running)
+      if (r.running) {
         signal_group(r.pid, SIGTERM);
+        signalled.insert(r.pid);
+      }
+    tree.signal_all(SIGTERM, signalled); // the rest: other groups and sessions, once each
+  }
+
+  bool seen_cause(trial_cause::kind_t kind, int rank) const {
+    for (const auto& c : obs.causes)
+      if (c.kind == kind && c.rank == rank)
+        return true;
+    return false;
   }
 
   void on_line(stream_state& s, std::string_view line) {
@@ -168,12 +184,17 @@ struct supervisor {
       }
     }
     if (const auto* pattern = find_oom_pattern(task.metrics, line)) {
-      bool seen = false;
-      for (const auto& c : obs.causes)
-        seen = seen || (c.kind == trial_cause::kind_t::oom_text && c.rank == s.rank);
-      if (!seen)
+      if (!seen_cause(trial_cause::kind_t::oom_text, s.rank)) {
         add_cause(trial_cause::kind_t::oom_text, s.rank, 0,
                   "out of memory ('" + *pattern + "'): " + std::string{line.substr(0, 300)});
+        // The OOM is the cause, whatever the rank does next (exit, or hang in a collective):
+        // the trial ends now, not at its wall-clock limit.
+        begin_stop();
+      }
+    } else if (const auto* collective = find_collective_pattern(line)) {
+      if (!seen_cause(trial_cause::kind_t::collective_text, s.rank))
+        add_cause(trial_cause::kind_t::collective_text, s.rank, 0,
+                  std::string{collective->what} + ": " + std::string{line.substr(0, 300)});
     }
   }
 
@@ -183,7 +204,9 @@ struct supervisor {
     for (;;) {
       auto n = ::read(s.fd, buf, sizeof buf);
       if (n > 0) {
+        // Written as read, so a trial killed with the harness (kill -9) keeps its evidence.
         s.log.write(buf, n);
+        s.log.flush();
         s.partial.append(buf, static_cast<std::size_t>(n));
         std::size_t begin = 0;
         for (auto nl = s.partial.find('\n'); nl != std::string::npos;
@@ -217,12 +240,19 @@ struct supervisor {
       if (!r.running)
         continue;
       int status = 0;
-      auto got = ::waitpid(r.pid, &status, WNOHANG);
+      auto got = reap_child(r.pid, status, WNOHANG);
       if (got != r.pid)
         continue;
       r.running = false;
       r.wait_status = status;
       int rank = static_cast<int>(i);
+      // What the rank wrote before it ended is read first: its last lines (an OOM message, a
+      // collective error) happened before its exit.
+      for (auto& s : streams)
+        if (s.rank == rank && s.fd >= 0 && !drain(s)) {
+          ::close(s.fd);
+          s.fd = -1;
+        }
       if (WIFEXITED(status) && WEXITSTATUS(status) != 0) {
         add_cause(trial_cause::kind_t::exit_nonzero, rank, WEXITSTATUS(status),
                   "exited with status " + std::to_string(WEXITSTATUS(status)));
@@ -241,12 +271,21 @@ struct supervisor {
     // Processes the rank left behind in its group (e.g. a data-loader worker) are stopped too.
   }
 
-  void sample_memory() {
+  void sample_memory(const std::vector<process_entry>& table) {
+    static const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
     for (std::size_t i = 0; i < ranks.size(); ++i) {
       auto& r = ranks[i];
       if (!r.running)
         continue;
-      auto rss = group_rss_bytes(r.pid);
+      std::uint64_t rss = 0; // the rank's process group, from one table for all ranks
+      for (const auto& e : table)
+        if (e.pgrp == r.pid && e.state != 'Z') {
+          std::ifstream statm{"/proc/" + std::to_string(e.pid) + "/statm"};
+          std::uint64_t size = 0;
+          std::uint64_t resident = 0;
+          if (statm >> size >> resident)
+            rss += resident * page;
+        }
       r.peak_rss = std::max(r.peak_rss, rss);
       if (cap > 0 && rss > cap && !stopping) {
         add_cause(trial_cause::kind_t::memory_cap, static_cast<int>(i), 0,
@@ -290,7 +329,10 @@ struct supervisor {
       reap();
       auto now = clock_type::now();
       if (now - last_sample >= std::chrono::milliseconds(100)) {
-        sample_memory();
+        auto table = process_table(); // one walk of /proc for everything sampled
+        tree.observe(table);
+        sample_memory(table);
+        reap_adopted_zombies(table);
         last_sample = now;
       }
       if (!stopping && now_s() > timeout_s) {
@@ -306,37 +348,51 @@ struct supervisor {
           && std::chrono::duration<double>(now - stop_time).count() >= task.limits.kill_grace_s) {
         for (auto& r : ranks)
           signal_group(r.pid, SIGKILL);
+        tree.signal_all(SIGKILL);
         sent_kill = true;
       }
-      // Output pipes may be held open by a grandchild; once every rank has exited and the
-      // trial is over, give the stragglers the same treatment.
+      // Once every rank has exited, the outcome is decided by their exits; what is left of the
+      // trial (a data-loader worker, a `setsid` child holding stdout open) is stopped like a
+      // rank (SIGTERM, SIGKILL after kill_grace_s), and once none is left what the pipes hold
+      // is read without waiting for an EOF that a process outside the trial could withhold.
       if (!any_running()) {
-        for (auto& r : ranks)
-          if (!group_members(r.pid).empty()) {
-            begin_stop();
-            if (sent_kill)
-              signal_group(r.pid, SIGKILL);
-          }
-        bool open = false;
-        for (const auto& s : streams)
-          open = open || s.fd >= 0;
-        if (open && sent_kill
-            && std::chrono::duration<double>(clock_type::now() - stop_time).count()
-                 > task.limits.kill_grace_s + 5.0) {
+        auto table = process_table();
+        tree.observe(table);
+        reap_adopted_zombies(table);
+        // A process that outlives SIGKILL by 5 s (uninterruptible in a driver call) is left to
+        // the final sweep below rather than holding the trial open for ever.
+        bool unkillable = sent_kill
+                          && std::chrono::duration<double>(now - stop_time).count()
+                               > task.limits.kill_grace_s + 5.0;
+        if (!unkillable && !tree.live(table).empty()) {
+          begin_stop();
+          if (sent_kill)
+            tree.signal_all(SIGKILL);
+        } else {
           for (auto& s : streams)
             if (s.fd >= 0) {
+              drain(s);
+              if (!s.partial.empty())
+                on_line(s, s.partial);
+              s.partial.clear();
               ::close(s.fd);
               s.fd = -1;
             }
+          break;
         }
       }
     }
-    // Nothing of the trial may survive it.
-    for (auto& r : ranks)
-      for (int attempt = 0; attempt < 50 && !group_members(r.pid).empty(); ++attempt) {
-        signal_group(r.pid, SIGKILL);
-        ::usleep(20'000);
-      }
+    // Nothing of the trial may survive it (a descendant that closed its output is found here).
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      auto table = process_table();
+      tree.observe(table);
+      reap_adopted_zombies(table);
+      if (tree.live(table).empty())
+        break;
+      tree.signal_all(SIGKILL);
+      ::usleep(20'000);
+    }
+    reap_adopted_zombies(process_table()); // the descendants just killed, adopted by us
     // Every leader is reaped here; a group with no member left leaves the registry of live
     // trial groups (one that still has an unkillable member stays until it is gone).
     for (auto& r : ranks)
@@ -378,7 +434,7 @@ bool git_apply(const std::string& patch_file, const std::string& dir, bool check
   ::close(child->stdout_fd);
   ::close(child->stderr_fd);
   int status = 0;
-  ::waitpid(child->pid, &status, 0);
+  reap_child(child->pid, status, 0);
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
@@ -629,6 +685,8 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
     sreq.env["INFRARSI_TRIAL_ID"] = std::to_string(req.trial_id);
     sreq.env["INFRARSI_ATTEMPT"] = std::to_string(req.attempt);
     sreq.env["INFRARSI_TRIAL_DIR"] = trial_dir;
+    sreq.env[trial_descendants::marker_name] = sup.tree.marker_value();
+    sreq.cgroup_procs = sup.tree.cgroup_procs_file();
     if (cap > 0)
       sreq.env["INFRARSI_MEMORY_CAP_BYTES"] = std::to_string(cap);
     // A relative program path ("../../build/bin/x", ".bin/x") means relative to the task's
@@ -651,6 +709,7 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
       return std::move(child.error());
     }
     sup.ranks.push_back({child->pid, true, 0, 0});
+    sup.tree.add_rank(child->pid);
     for (bool is_out : {true, false}) {
       stream_state s;
       s.fd = is_out ? child->stdout_fd : child->stderr_fd;
@@ -663,6 +722,9 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
     }
   }
   sup.loop();
+  report.descendants = sup.tree.description();
+  // How to tell which mechanism ended this trial's descendants (docs/node-runner.md).
+  std::ofstream{trial_dir + "/descendants.txt"} << report.descendants << '\n';
 
   bool all_zero = !sup.ranks.empty();
   for (const auto& r : sup.ranks)

@@ -4,8 +4,10 @@
 /// assignment into argv and environment exactly as the task says, starts the ranks (each in its
 /// own process group, torchrun environment contract, a free rendezvous port per trial) or the
 /// user's own command, caps per-rank memory, enforces the wall-clock limit, stops every rank as
-/// soon as one fails, keeps each rank's stdout/stderr in the trial directory, reads the metrics,
-/// and classifies the outcome (classify.hpp). Reference: docs/node-runner.md.
+/// soon as one fails or prints an OOM pattern, ends every descendant of the trial with it
+/// (descendants.hpp: cgroup v2 or a /proc walk, as a child subreaper), writes each rank's
+/// stdout/stderr to the trial directory as it is read, reads the metrics, and classifies the
+/// outcome (classify.hpp). Reference: docs/node-runner.md.
 
 #include <atomic>
 #include <cstdint>
@@ -48,6 +50,9 @@ struct trial_request {
   const std::atomic<bool>* stop = nullptr;
   /// Called for every metrics step as it is read (progress display); may be empty.
   std::function<void(const step_sample&)> on_step;
+  /// Whether the trial's processes may be tracked by a cgroup v2 (where this process can
+  /// create one); false: always the /proc walk (descendants.hpp). Default true.
+  bool allow_cgroup = true;
 };
 
 /// What happened, for the caller and the user.
@@ -62,8 +67,11 @@ struct trial_report {
   std::string workdir;
   /// Number of ranks (or devices of a command).
   int world_size = 1;
-  /// Per-rank log files: rank-N.stdout, rank-N.stderr.
+  /// Per-rank log files: rank-N.stdout, rank-N.stderr (written as they are read).
   std::vector<std::string> log_files;
+  /// How the trial's descendants were found and ended: "cgroup v2 DIR" or "/proc walk (cgroup
+  /// v2 not used: WHY)" (trial_descendants::description); empty when nothing was launched.
+  std::string descendants;
 };
 
 /// Pairs of the named patches that cannot be applied together: for each patch A (in order), a

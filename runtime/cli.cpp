@@ -296,6 +296,7 @@ int cmd_trial_run(const trial_run_options& o, std::ostream& out, std::ostream& e
                         {"knobs", knobs},
                         {"patches", req.patches},
                         {"logs", report->log_files},
+                        {"descendants", report->descendants},
                         {"result", result}};
   std::ofstream{std::filesystem::path{req.trial_dir} / "result.json"} << doc.dump(2) << '\n';
   out << doc.dump(2) << '\n';
@@ -355,8 +356,9 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   trial_run_options tr;
   auto* trial_run = trial->add_subcommand(
     "run", "Run one trial of TASK and print its result as JSON (stdout).\n"
-           "Progress (one line per step) and the outcome go to stderr. Rank logs and "
-           "result.json are kept in the trial directory.\n"
+           "Progress (one line per step) and the outcome go to stderr. Rank logs (written "
+           "as read), result.json and descendants.txt (how the trial's descendants were "
+           "tracked: cgroup v2 or /proc walk) are kept in the trial directory.\n"
            "Exit status 0 whatever the trial's outcome (ok, oom, crash, timeout, launch_error, "
            "preempted, contract_violation: a constraint broken or a scope breach, never "
            "launched); non-zero only when infrarsi itself could not run it.");

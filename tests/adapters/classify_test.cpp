@@ -98,5 +98,81 @@ TEST(Classify, SignalDeathIsCrashWithNegativeExitCode) {
   EXPECT_EQ(v.exit_code, -11);
 }
 
+TEST(Classify, CollectiveFailureBeforeOomTextIsCrashNamingTheCollective) {
+  auto o = base();
+  o.first_metrics_at_s = 1.0;
+  // Rank 0: NCCL watchdog at 20 s, CUDA OOM text at 20.3 s, exit 1 at 20.4 s.
+  o.causes = {{kind::collective_text, 20.0, 0, 0, "NCCL watchdog: collective timed out: ..."},
+              {kind::oom_text, 20.3, 0, 0, "out of memory ('CUDA out of memory'): ..."},
+              {kind::exit_nonzero, 20.4, 0, 1, "exited with status 1"}};
+  o.stop_began_at_s = 20.3;
+  auto v = classify(o);
+  EXPECT_EQ(v.outcome, wire::Outcome::Crash);
+  EXPECT_EQ(v.detail, "collective communication failed: rank 0: NCCL watchdog: collective timed "
+                      "out: ...");
+  EXPECT_EQ(v.exit_code, 1); // the rank's exit is the evidence, although it came after the stop
+  // The same text after the OOM: the OOM decides.
+  o.causes[0].at_s = 20.35;
+  EXPECT_EQ(classify(o).outcome, wire::Outcome::Oom);
+}
+
+TEST(Classify, CollectiveTextAloneDecidesNothing) {
+  auto o = base();
+  o.first_metrics_at_s = 0.5;
+  o.all_exited_zero = true;
+  o.final_line_required = true;
+  o.final_line_seen = true;
+  o.causes = {{kind::collective_text, 4.0, 1, 0, "connection reset by peer: ..."}};
+  auto v = classify(o);
+  EXPECT_EQ(v.outcome, wire::Outcome::Ok);
+  EXPECT_EQ(v.detail, "completed");
+  // With a failure after it, it is the cause; with a timeout after it too (a hung collective).
+  o.all_exited_zero = false;
+  o.causes.push_back({kind::timeout, 60.0, -1, 0, "limit"});
+  v = classify(o);
+  EXPECT_EQ(v.outcome, wire::Outcome::Crash);
+  EXPECT_EQ(v.detail.rfind("collective communication failed: rank 1: ", 0), 0u) << v.detail;
+}
+
+TEST(Classify, CollectiveFailureAtStartIsLaunchError) {
+  auto o = base(); // launch window 3 s
+  o.causes = {{kind::collective_text, 1.0, 0, 0, "distributed network error: ..."},
+              {kind::exit_nonzero, 1.1, 0, 1, "exited with status 1"}};
+  auto v = classify(o);
+  EXPECT_EQ(v.outcome, wire::Outcome::LaunchError);
+  EXPECT_EQ(v.exit_code, 1);
+  EXPECT_EQ(v.detail.rfind("collective communication failed: ", 0), 0u) << v.detail;
+}
+
+TEST(CollectivePatterns, EachMatchesItsOwnTextAndBenignWarningsMatchNone) {
+  const auto& patterns = collective_failure_patterns();
+  ASSERT_GE(patterns.size(), 10u);
+  for (const auto& p : patterns) {
+    auto line = std::string{"[rank3]: prefix "} + p.text + " suffix";
+    const auto* found = find_collective_pattern(line);
+    ASSERT_NE(found, nullptr) << p.text;
+    EXPECT_STREQ(found->what, p.what) << p.text; // no earlier pattern shadows it
+  }
+  // Real messages of failed collectives.
+  EXPECT_STREQ(find_collective_pattern("[E ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught "
+                                       "collective operation timeout: WorkNCCL(SeqNum=5)")
+                 ->what,
+               "NCCL watchdog: collective timed out");
+  EXPECT_STREQ(find_collective_pattern("RuntimeError: [../third_party/gloo/gloo/transport/tcp/"
+                                       "pair.cc:534] Connection closed by peer [127.0.0.1]:1234")
+                 ->what,
+               "gloo: connection closed by peer");
+  EXPECT_STREQ(find_collective_pattern("torch.distributed.DistBackendError: NCCL error in: "
+                                       "ProcessGroupNCCL.cpp:1970, unhandled system error")
+                 ->what,
+               "NCCL error");
+  // PyTorch's warnings on a clean exit name ProcessGroupNCCL but report no failure.
+  EXPECT_EQ(find_collective_pattern("[W ProcessGroupNCCL.cpp:1250] Warning: WARNING: process "
+                                    "group has NOT been destroyed before we destruct "
+                                    "ProcessGroupNCCL."),
+            nullptr);
+  EXPECT_EQ(find_collective_pattern("NCCL INFO Bootstrap : Using eth0:10.0.0.2<0>"), nullptr);
+}
+
 } // namespace
 } // namespace infrarsi::adapters
