@@ -178,7 +178,7 @@ TEST(ClockLoad, HonestTrialsPassUnderACpuHogAndEveryTimerCheatIsCaught) {
     ASSERT_NE(t, nullptr);
     auto c = tuning::step_clock_check(r.task().contract, t->steps);
     EXPECT_TRUE(c.made) << c.why;
-    EXPECT_GE(c.compared, 9u); // steps 2..11, each with the line before it
+    EXPECT_GE(c.compared, 5u); // steps 2..7, each with the line before it
     disagreements.push_back(c.disagreement());
     tuning::clock_options legacy;
     legacy.rule = tuning::clock_rule::window_sum;
