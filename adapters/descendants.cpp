@@ -69,7 +69,9 @@ std::size_t sweep_stale_trial_cgroups() {
   std::size_t removed = 0;
   std::error_code ec;
   const std::string prefix = "infrarsi-trial-";
-  for (const auto& entry : std::filesystem::directory_iterator{own, ec}) {
+  // Error codes throughout: a cgroup file system that misbehaves skips the sweep, never throws.
+  for (std::filesystem::directory_iterator it{own, ec}, end; !ec && it != end; it.increment(ec)) {
+    const auto& entry = *it;
     auto name = entry.path().filename().string();
     if (name.rfind(prefix, 0) != 0 || !entry.is_directory(ec))
       continue;
