@@ -45,8 +45,8 @@ bool reflink(const fs::path& from, const fs::path& to, mode_t mode, bool& unsupp
   if (rc == 0)
     return true;
   ::unlink(to.c_str());
-  unsupported = err == EOPNOTSUPP || err == ENOTTY || err == EINVAL || err == EXDEV
-                || err == ENOSYS;
+  unsupported =
+      err == EOPNOTSUPP || err == ENOTTY || err == EINVAL || err == EXDEV || err == ENOSYS;
   return false;
 #else
   (void)from;
@@ -85,7 +85,7 @@ caf::expected<workload_copy> copy_workload(const std::string& src, const std::st
     if (ec)
       return io_error("trial copy: cannot read", it->path().string(), ec.message());
     const auto& from = it->path();
-    const auto rel = fs::relative(from, root).string();
+    const auto rel = from.lexically_relative(root).string(); // never through a link
     const auto to = fs::path{dest} / rel;
     // The repository's metadata is no part of a trial (a `.git` file is a worktree's link).
     if (from.filename() == ".git") {
@@ -111,7 +111,8 @@ caf::expected<workload_copy> copy_workload(const std::string& src, const std::st
       fs::create_directory(to, ec);
       if (ec)
         return io_error("trial copy: cannot create", to.string(), ec.message());
-      ::chmod(to.c_str(), st.st_mode & 07777);
+      // The original's permission bits, plus what it takes to fill it (a read-only directory).
+      ::chmod(to.c_str(), (st.st_mode & 07777) | S_IRWXU);
       continue;
     }
     if (S_ISLNK(st.st_mode)) {
@@ -170,12 +171,12 @@ std::string written_through(const workload_copy& copy, const std::string& dest) 
     auto size = static_cast<std::uint64_t>(st.st_size);
     if (size == f.size && mtime_ns(st) == f.mtime_ns)
       continue;
-    std::string change = size != f.size ? "size " + std::to_string(f.size) + " -> "
-                                            + std::to_string(size) + " bytes"
-                                        : "modification time changed";
-    return "workload file '" + f.path + "' changed while the trial ran (" + change
-           + "); it is a hard link to the original, so the original changed too: list it under "
-             "workload.writable";
+    std::string change =
+        size != f.size ? "size " + std::to_string(f.size) + " -> " + std::to_string(size) + " bytes"
+                       : "modification time changed";
+    return "workload file '" + f.path + "' changed while the trial ran (" + change +
+           "); it is a hard link to the original, so the original changed too: list it under "
+           "workload.writable";
   }
   return {};
 }
@@ -184,9 +185,9 @@ std::string trial_dir_name(std::uint64_t trial_id, std::uint32_t attempt) {
   return "trial-" + std::to_string(trial_id) + "-" + std::to_string(attempt);
 }
 
-removed_copies remove_trial_copies(
-  const std::string& trials_dir,
-  const std::vector<std::pair<std::uint64_t, std::uint32_t>>& attempts) {
+removed_copies
+remove_trial_copies(const std::string& trials_dir,
+                    const std::vector<std::pair<std::uint64_t, std::uint32_t>>& attempts) {
   removed_copies out;
   for (const auto& [id, attempt] : attempts) {
     auto dir = fs::path{trials_dir} / trial_dir_name(id, attempt) / "workdir";

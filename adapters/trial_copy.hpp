@@ -93,7 +93,8 @@ struct removed_copies {
 /// Removes the copy of the workload (`trials_dir`/trial-<id>-<attempt>/workdir) of each attempt;
 /// the attempt's logs and result beside it stay. An absent copy is skipped. Never throws; a
 /// failure is reported in `error` and the rest are still tried.
-removed_copies remove_trial_copies(const std::string& trials_dir,
-                                   const std::vector<std::pair<std::uint64_t, std::uint32_t>>& attempts);
+removed_copies
+remove_trial_copies(const std::string& trials_dir,
+                    const std::vector<std::pair<std::uint64_t, std::uint32_t>>& attempts);
 
 } // namespace infrarsi::adapters

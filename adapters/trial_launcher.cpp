@@ -401,7 +401,8 @@ std::string check_lock(const std::map<std::string, std::string>& lock, const std
 /// `failure`; errors are the tool's own (copy failed).
 /// The copy rules of a trial of `task` that applies the patches `patches` (names): own bytes
 /// for the editable scope, workload.writable and every path the patches name (trial_copy.hpp).
-copy_rules trial_copy_rules(const tuning::task_spec& task, const std::vector<std::string>& patches) {
+copy_rules trial_copy_rules(const tuning::task_spec& task,
+                            const std::vector<std::string>& patches) {
   copy_rules rules;
   rules.own_globs = task.scope.editable;
   rules.own_globs.insert(rules.own_globs.end(), task.workload.writable.begin(),
@@ -699,9 +700,10 @@ patch_conflicts(const tuning::task_spec& task, const std::vector<std::string>& n
       return make_error(errc::invalid_argument, "no patch '" + names[i] + "'");
     auto dest = scratch_dir + "/" + std::to_string(i);
     std::error_code ec;
-    // Own bytes for every path any of the patches names: each is applied to this copy.
-    if (auto copied = copy_workload(task.workload.workdir, dest,
-                                    trial_copy_rules(task, {names.begin() + i, names.end()}));
+    // Own bytes for every path these patches name: each is applied to this copy.
+    const std::vector<std::string> these{names.begin() + static_cast<std::ptrdiff_t>(i),
+                                           names.end()};
+    if (auto copied = copy_workload(task.workload.workdir, dest, trial_copy_rules(task, these));
         !copied)
       return std::move(copied.error());
     std::string err_text;

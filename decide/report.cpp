@@ -206,7 +206,8 @@ nlohmann::json make_report(const tuning::task_spec& task, const store::run_state
           {"promotion_decision", run.promotion ? *run.promotion : nlohmann::json{}},
           {"failed_trials_cost", failed},
           {"device_seconds_total", spend.total_s},
-          {"device_seconds_lost", {{"attempts", spend.lost_attempts}, {"device_seconds", spend.lost_s}}},
+          {"device_seconds_lost",
+           {{"attempts", spend.lost_attempts}, {"device_seconds", spend.lost_s}}},
           {"mfu", mfu},
           {"prior_revision", prior_revision}};
 }

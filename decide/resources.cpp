@@ -19,13 +19,13 @@ double charged_device_seconds(const tuning::task_spec& task, const tuning::trial
   for (const auto& [name, value] : t.config.knobs)
     knobs[name] = value;
   std::string why;
-  auto ws = tuning::world_size_of(task, knobs,
-                                  {{"trial_id", std::to_string(t.trial_id)},
-                                   {"attempt", std::to_string(t.attempt)},
-                                   {"trial_dir", "."},
-                                   {"memory_cap_bytes",
-                                    std::to_string(task.limits.memory_cap_bytes)}},
-                                  why);
+  auto ws =
+      tuning::world_size_of(task, knobs,
+                            {{"trial_id", std::to_string(t.trial_id)},
+                             {"attempt", std::to_string(t.attempt)},
+                             {"trial_dir", "."},
+                             {"memory_cap_bytes", std::to_string(task.limits.memory_cap_bytes)}},
+                            why);
   return t.wall_time_s * ws.value_or(1);
 }
 
@@ -59,8 +59,8 @@ std::vector<attempt_id> removable_trial_copies(const tuning::task_spec& task,
     kept_trials.insert(id);
   for (const auto& r : run.reverifications)
     kept_trials.insert(r.candidate_trial);
-  if (run.promotion && run.promotion->is_object() && run.promotion->contains("candidate_trial")
-      && (*run.promotion)["candidate_trial"].is_number_unsigned())
+  if (run.promotion && run.promotion->is_object() && run.promotion->contains("candidate_trial") &&
+      (*run.promotion)["candidate_trial"].is_number_unsigned())
     kept_trials.insert((*run.promotion)["candidate_trial"].get<std::uint64_t>());
   std::set<attempt_id> kept;
   for (const auto* t : run.latest_attempts())

@@ -99,8 +99,9 @@ TEST_F(TrialCopyTest, DefaultRulesShareEveryUnchangedFile) {
   ASSERT_TRUE(made) << describe(made.error());
   EXPECT_EQ(made->files_copied, 0u);
   EXPECT_EQ(made->files_linked + made->files_reflinked, 4u);
-  if (made->files_reflinked == 0)
+  if (made->files_reflinked == 0) {
     EXPECT_EQ(stat_of(dest + "/data/tokens.bin").st_ino, stat_of(work + "/data/tokens.bin").st_ino);
+  }
 }
 
 TEST_F(TrialCopyTest, AStoreInsideTheWorkloadIsLeftOut) {
@@ -130,7 +131,7 @@ TEST_F(TrialCopyTest, AWriteThroughALinkIsCaughtAndARenameIsNot) {
   auto why = written_through(*made, dest);
   EXPECT_NE(why.find("'out/last.log' changed while the trial ran (size 4 -> 8 bytes)"),
             std::string::npos)
-    << why;
+      << why;
   EXPECT_NE(why.find("workload.writable"), std::string::npos) << why;
 }
 
@@ -190,8 +191,9 @@ TEST_F(TrialCopyTest, APatchedFileIsACopyAndTheOriginalIsUnchanged) {
   EXPECT_EQ(text_of(work + "/lib/model.py"), "layers = 2\n");
   // Files the patch does not touch and the scope does not make editable: links (or clones).
   auto data = stat_of(copy + "/data/tokens.bin");
-  if (data.st_ino == stat_of(work + "/data/tokens.bin").st_ino)
+  if (data.st_ino == stat_of(work + "/data/tokens.bin").st_ino) {
     EXPECT_GE(data.st_nlink, 2u);
+  }
   EXPECT_FALSE(fs::exists(copy + "/.git"));
 }
 
@@ -221,8 +223,8 @@ TEST_F(TrialCopyTest, AWorkloadWritingInPlaceMustDeclareTheFile) {
   req.trial_dir = dir.sub("undeclared");
   auto caught = run_trial(req);
   ASSERT_TRUE(caught) << describe(caught.error());
-  if (stat_of(dir.sub("undeclared/workdir/out/last.log")).st_ino
-      != stat_of(work + "/out/last.log").st_ino) {
+  if (stat_of(dir.sub("undeclared/workdir/out/last.log")).st_ino !=
+      stat_of(work + "/out/last.log").st_ino) {
     // A filesystem with copy-on-write clones: the copy was a clone, the original is safe.
     EXPECT_EQ(text_of(work + "/out/last.log"), "old\n");
     return;
@@ -231,7 +233,7 @@ TEST_F(TrialCopyTest, AWorkloadWritingInPlaceMustDeclareTheFile) {
   EXPECT_EQ(caught->result->outcome(), wire::Outcome::ContractViolation);
   EXPECT_NE(caught->result->detail()->str().find("'out/last.log' changed while the trial ran"),
             std::string::npos)
-    << caught->result->detail()->str();
+      << caught->result->detail()->str();
 }
 
 } // namespace

@@ -110,7 +110,10 @@ TEST(LostAttemptCharge, FromDispatchToTheLossTimesTheWorldSize) {
   // The lost attempt does not spend a search trial: it is the same trial, re-queued.
   EXPECT_EQ(search_trials(run), 1u);
 
-  // The report shows it, per trial, as the cost of lost trials and in the total.
+  // The report shows it, per trial, as the cost of lost trials and in the total. (The markdown
+  // needs the doctor's and the promotion's documents, which every finished run has.)
+  run.doctor_doc = nlohmann::json{{"noise", {{"runs", 1}, {"cv", 0.01}}}};
+  run.promotion = nlohmann::json{{"promoted", false}, {"reason", "nothing to promote"}};
   auto report = make_report(task, run);
   EXPECT_DOUBLE_EQ(report["trials"][0]["device_seconds"].get<double>(), 1048.0);
   EXPECT_DOUBLE_EQ(report["trials"][0]["wall_time_s"].get<double>(), 131.0);
@@ -120,7 +123,7 @@ TEST(LostAttemptCharge, FromDispatchToTheLossTimesTheWorldSize) {
   auto md = render_markdown(report);
   EXPECT_NE(md.find("Total: 1128.0 device-seconds, of which 1048.0 on 1 lost attempt(s)"),
             std::string::npos)
-    << md;
+      << md;
 }
 
 TEST(LostAttemptCharge, AnInterruptedAttemptEndsAtTheInterruption) {
@@ -130,9 +133,9 @@ TEST(LostAttemptCharge, AnInterruptedAttemptEndsAtTheInterruption) {
   log.spec(wire::EventKind::TrialDispatched, 0, 0, t0, 4);
   log.spec(wire::EventKind::TrialProposed, 1, 0, t0, 4);
   log.spec(wire::EventKind::TrialDispatched, 1, 0, t0 + 10 * s, 4);
-  log.interrupted(nlohmann::json::array({nlohmann::json::array({0, 0}),
-                                         nlohmann::json::array({1, 0})}),
-                  t0 + 30 * s);
+  log.interrupted(
+      nlohmann::json::array({nlohmann::json::array({0, 0}), nlohmann::json::array({1, 0})}),
+      t0 + 30 * s);
   // Resumed an hour later: the earlier life had stopped both at the interruption.
   log.spec(wire::EventKind::TrialLost, 0, 0, t0 + 3630 * s, 4);
   log.spec(wire::EventKind::TrialLost, 1, 0, t0 + 3630 * s, 4);

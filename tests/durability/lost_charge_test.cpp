@@ -49,12 +49,12 @@ bool wait_dispatched(pid_t pid, const std::string& trace) {
 TEST(LostCharge, AnAttemptKilledWithTheHarnessIsChargedTheTimeItRan) {
   test::temp_dir dir;
   // The first trial sleeps 6 s while the flag exists (the kill comes 3 s in); later ones do not.
-  std::string script =
-    "if [ -e " + dir.sub("slow") + " ]; then rm -f " + dir.sub("slow") + "; sleep 6; fi; "
-    "exec \"$0\" \"$@\"";
+  std::string script = "if [ -e " + dir.sub("slow") + " ]; then rm -f " + dir.sub("slow") +
+                       "; sleep 6; fi; "
+                       "exec \"$0\" \"$@\"";
   auto text = test::small_sim_task_text(
-    dir, script,
-    "\n[budget]\ntrials = 1\nbaseline_repeats = 1\nverify_top = 1\nverify_repeats = 1\n");
+      dir, script,
+      "\n[budget]\ntrials = 1\nbaseline_repeats = 1\nverify_top = 1\nverify_repeats = 1\n");
   const auto task = dir.sub("sim-lost.toml");
   std::ofstream{task} << text;
   std::ofstream{dir.sub("slow")} << "1\n";
@@ -74,9 +74,8 @@ TEST(LostCharge, AnAttemptKilledWithTheHarnessIsChargedTheTimeItRan) {
   auto before = test::read_logged_run(store);
   ASSERT_TRUE(before) << test::file_text(output);
   EXPECT_EQ(test::run_cli({"tune", task, "--store", store, "--run", before->run_id}, output), 0)
-    << test::file_text(output);
-  const double until_resume_ended =
-    std::chrono::duration<double>(clock_type::now() - seen).count();
+      << test::file_text(output);
+  const double until_resume_ended = std::chrono::duration<double>(clock_type::now() - seen).count();
 
   auto after = test::read_logged_run(store, before->run_id);
   ASSERT_TRUE(after);

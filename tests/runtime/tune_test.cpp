@@ -165,8 +165,9 @@ TEST_F(TuneEndToEnd, OldTrialCopiesAreRemovedTheirLogsKept) {
     ASSERT_EQ(::stat(dir_->sub("workloads/regex_train.py").c_str(), &original), 0);
     ASSERT_EQ(::stat((d + "/workdir/fake_train.py").c_str(), &editable), 0);
     EXPECT_EQ(editable.st_nlink, 1u) << d; // the editable file: its own bytes
-    if (frozen.st_ino == original.st_ino)
+    if (frozen.st_ino == original.st_ino) {
       EXPECT_GE(frozen.st_nlink, 2u) << d; // a hard link, not a copy
+    }
   }
   EXPECT_GE(kept, 1u + decide::default_keep_trial_copies); // the first baseline and the last K
 }
