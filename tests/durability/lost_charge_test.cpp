@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <iostream>
 #include <string>
 #include <thread>
 
@@ -97,6 +98,8 @@ TEST(LostCharge, AnAttemptKilledWithTheHarnessIsChargedTheTimeItRan) {
   EXPECT_LE(wall, until_resume_ended + 0.05);
   EXPECT_LE(wall, 30.0); // the task's timeout_s
   const double charged = (*entry)["device_seconds"].get<double>();
+  std::cout << "lost attempt: killed " << ran_at_least << " s after its dispatch was seen; wall "
+            << wall << " s, charged " << charged << " device-seconds\n";
   EXPECT_DOUBLE_EQ(charged, wall * 8); // world_size = "8"
   EXPECT_DOUBLE_EQ(report["failed_trials_cost"]["lost"]["device_seconds"].get<double>(), charged);
   EXPECT_EQ(report["device_seconds_lost"]["attempts"], 1);
