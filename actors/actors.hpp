@@ -15,6 +15,7 @@
 
 #include "decide/decisions.hpp"
 #include "decide/next_step.hpp"
+#include "decide/resources.hpp"
 #include "actors/interfaces.hpp"
 #include "store/event_log.hpp"
 #include "store/experience_bank.hpp"
@@ -85,6 +86,12 @@ struct supervisor_options {
   std::string run_id;
   /// Directory for the run's files (report, applied changes).
   std::string run_dir;
+  /// Where the local node slots keep their trial directories (run_dir/trials; "" when the
+  /// supervisor does not manage them): the copies of the workload there are pruned by
+  /// decide::removable_trial_copies after every verdict and when the run ends.
+  std::string trials_dir;
+  /// Ended attempts that keep their copy besides the kept trials (`tune --keep-trial-copies`).
+  std::uint32_t keep_trial_copies = decide::default_keep_trial_copies;
   std::string knowledge_dir;
   std::uint64_t seed = 0;
   /// Search trials of a new run (logged at init; a resume keeps the logged budget).

@@ -14,11 +14,13 @@
 #include "adapters/launch_config.hpp"
 #include "adapters/run_files.hpp"
 #include "adapters/scope.hpp"
+#include "adapters/trial_copy.hpp"
 #include "adapters/trial_launcher.hpp"
 #include "decide/decisions.hpp"
 #include "decide/next_step.hpp"
 #include "decide/patch_exclusion.hpp"
 #include "decide/report.hpp"
+#include "decide/resources.hpp"
 #include "store/run_projection.hpp"
 #include "tuning/contract_check.hpp"
 
@@ -40,12 +42,25 @@ const store::run_state& run(self_ptr self) {
   return self->state.fold->state();
 }
 
+/// Removes the workload copies the retention rule no longer keeps (decide::removable_trial_copies;
+/// their logs stay) from the local node slots' trials directory.
+void prune_copies(self_ptr self) {
+  const auto& o = self->state.o;
+  if (o.trials_dir.empty())
+    return;
+  auto removed = adapters::remove_trial_copies(
+    o.trials_dir, decide::removable_trial_copies(*o.task, run(self), o.keep_trial_copies));
+  if (!removed.error.empty())
+    progress(self) << "trial copies: not removed: " << removed.error << '\n';
+}
+
 /// Ends the run: sends (summary, status) to reply_to once and quits.
 void end_run(self_ptr self, std::string summary, int status) {
   auto& st = self->state;
   if (st.ended)
     return;
   st.ended = true;
+  prune_copies(self);
   if (st.o.reply_to)
     caf::anon_send(st.o.reply_to, std::move(summary), status);
   for (const auto& n : st.nodes)
@@ -295,6 +310,7 @@ void do_verify(self_ptr self, const std::vector<decide::attempt_id>& attempts) {
             return;
           if (auto err = append_doc(self, wire::EventKind::TrialVerified, "verdict/1", verdict))
             return fail(self, "verify", err);
+          prune_copies(self);
           if (const auto* t = run(self).find(a.first, a.second);
               t != nullptr && t->kind != purpose_kind::baseline)
             progress(self) << trial_line(self, *t) << '\n';
@@ -502,11 +518,12 @@ void do_apply(self_ptr self) {
 std::string summary(self_ptr self) {
   const auto& r = run(self);
   std::ostringstream os;
-  double device_s = 0;
-  for (const auto& t : r.trials)
-    device_s += t.device_seconds;
+  const auto spend = decide::device_seconds_spent(*self->state.o.task, r);
   os << "run " << self->state.o.run_id << ": " << r.trials.size() << " trials, "
-     << std::setprecision(4) << device_s << " device-seconds. ";
+     << std::setprecision(4) << spend.total_s << " device-seconds";
+  if (spend.lost_attempts > 0)
+    os << " (" << spend.lost_s << " on " << spend.lost_attempts << " lost attempt(s))";
+  os << ". ";
   if (r.promotion && r.promotion->value("promoted", false))
     os << "Promoted " << r.promotion->value("change", "") << ": verified speedup "
        << r.promotion->value("speedup", 1.0) << "x [" << r.promotion->value("ci_low", 0.0)

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "adapters/disk_space.hpp"
+#include "adapters/trial_copy.hpp"
 #include "adapters/trial_launcher.hpp"
 #include "messages/errc.hpp"
 #include "store/run_projection.hpp"
@@ -75,8 +76,7 @@ messages::trial_result_msg node_server::run_one(const messages::trial_spec_msg& 
   req.attempt = spec->attempt();
   req.timeout_s = spec->timeout_s();
   req.memory_cap_bytes = spec->memory_cap_bytes();
-  req.trial_dir = trials_root_ + "/trial-" + std::to_string(req.trial_id) + "-"
-                  + std::to_string(req.attempt);
+  req.trial_dir = trials_root_ + "/" + trial_dir_name(req.trial_id, req.attempt);
   req.stop = &stop_;
   wire::TrialResultT r;
   r.trial_id = req.trial_id;

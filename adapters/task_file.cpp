@@ -469,7 +469,7 @@ tuning::task_spec parse_task(const reader& r, const toml::table& root) {
   r.string(root, "description", "", false);
 
   const auto& w = r.table(root, "workload", "", true);
-  r.only_keys(w, "workload", {"workdir", "launcher", "argv", "env", "world_size"});
+  r.only_keys(w, "workload", {"workdir", "launcher", "argv", "env", "world_size", "writable"});
   task.workload.workdir = r.resolve(r.string(w, "workdir", "workload", false).value_or("."));
   if (auto l = r.string(w, "launcher", "workload", false)) {
     if (*l == "ranks")
@@ -480,6 +480,7 @@ tuning::task_spec parse_task(const reader& r, const toml::table& root) {
       r.expected(*w.get("launcher"), "workload.launcher", "\"ranks\" or \"command\"");
   }
   task.workload.argv = r.strings(w, "argv", "workload", true);
+  task.workload.writable = r.strings(w, "writable", "workload", false);
   if (task.workload.argv.empty())
     r.fail(w.get("argv"), "workload.argv", "expected at least the program to run, got []");
   if (const auto* ws = w.get("world_size")) {

@@ -17,6 +17,7 @@
 #include "adapters/descendants.hpp"
 #include "adapters/environment.hpp"
 #include "adapters/process.hpp"
+#include "adapters/trial_copy.hpp"
 #include "messages/errc.hpp"
 #include "tuning/planner.hpp"
 
@@ -451,22 +452,35 @@ std::string check_lock(const std::map<std::string, std::string>& lock, const std
   return {};
 }
 
+/// The copy rules of a trial of `task` that applies the patches `patches` (names): own bytes
+/// for the editable scope, workload.writable and every path the patches name (trial_copy.hpp).
+copy_rules trial_copy_rules(const tuning::task_spec& task,
+                            const std::vector<std::string>& patches) {
+  copy_rules rules;
+  rules.own_globs = task.scope.editable;
+  rules.own_globs.insert(rules.own_globs.end(), task.workload.writable.begin(),
+                         task.workload.writable.end());
+  std::vector<std::string> files;
+  for (const auto& name : patches)
+    if (const auto* p = task.find_patch(name))
+      files.push_back(p->file);
+  rules.own_paths = paths_of_patch_files(files);
+  return rules;
+}
+
 /// Copies the workload to `dest`, checks it against the scope lock, applies the patches and
 /// checks what they changed. A scope breach sets `violation`; a patch that does not apply sets
-/// `failure`; errors are the tool's own (copy failed).
+/// `failure`; errors are the tool's own (copy failed; a partial copy is removed).
 caf::error copy_and_patch(const tuning::task_spec& task, const std::vector<std::string>& patches,
                           const std::map<std::string, std::string>& lock, const std::string& dest,
-                          std::string& failure, std::string& violation) {
-  std::error_code ec;
-  fs::remove_all(dest, ec);
-  fs::copy(task.workload.workdir, dest,
-           fs::copy_options::recursive | fs::copy_options::copy_symlinks, ec);
-  if (ec) {
+                          std::string& failure, std::string& violation, workload_copy& made) {
+  auto copied = copy_workload(task.workload.workdir, dest, trial_copy_rules(task, patches));
+  if (!copied) {
     std::error_code ignored; // a partial copy (e.g. ENOSPC) would keep the disk full
     fs::remove_all(dest, ignored);
-    return make_error(errc::io_error, "copy workload '" + task.workload.workdir + "' to '" + dest
-                                        + "': " + ec.message());
+    return std::move(copied.error());
   }
+  made = std::move(*copied);
   // Before any patch: the copy is what was locked at init (nobody edited the workload since).
   violation = check_lock(lock, dest);
   if (!violation.empty())
@@ -586,15 +600,11 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
                                               {"attempt", std::to_string(req.attempt)},
                                               {"trial_dir", trial_dir},
                                               {"memory_cap_bytes", std::to_string(cap)}};
+  auto ws = tuning::world_size_of(task, *knobs, builtins, why);
+  if (!ws)
+    return make_error(errc::invalid_argument, why);
+  const long world_size = *ws;
   auto vars = tuning::template_vars(task, *knobs, builtins);
-  auto ws_text = tuning::render_template(task.workload.world_size, vars, why);
-  if (!ws_text)
-    return make_error(errc::invalid_argument, "workload.world_size: " + why);
-  char* end = nullptr;
-  long world_size = std::strtol(ws_text->c_str(), &end, 10);
-  if (ws_text->empty() || *end != '\0' || world_size < 1 || world_size > 4096)
-    return make_error(errc::invalid_argument, "workload.world_size renders to '" + *ws_text
-                                                + "', expected an integer in 1..4096");
   vars.emplace("world_size", std::to_string(world_size));
   bool ranks_launcher = task.workload.launcher == tuning::launcher_kind::ranks;
   int processes = ranks_launcher ? static_cast<int>(world_size) : 1;
@@ -630,11 +640,13 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
       return finish({wire::Outcome::ContractViolation, 0,
                      "constraint: " + v.substr(std::string{"constraint "}.size())});
   }
+  workload_copy copy; // the trial's copy of the workload, when it runs in one
   if (!req.patches.empty() || !req.scope_lock.empty()) {
     std::string failure;
     std::string violation;
     auto dest = trial_dir + "/workdir";
-    if (auto err = copy_and_patch(task, req.patches, req.scope_lock, dest, failure, violation))
+    if (auto err =
+          copy_and_patch(task, req.patches, req.scope_lock, dest, failure, violation, copy))
       return err;
     if (!violation.empty())
       return finish({wire::Outcome::ContractViolation, 0, violation});
@@ -736,7 +748,11 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
     auto st = f.find("status");
     sup.obs.final_line_ok = st == f.end() || (st->is_string() && st->get<std::string>() == "ok");
   }
-  return finish(classify(sup.obs));
+  auto verdict = classify(sup.obs);
+  // A file the workload wrote in place through a hard link of its copy changed the original.
+  if (auto through = written_through(copy, report.workdir); !through.empty())
+    verdict = {wire::Outcome::ContractViolation, verdict.exit_code, "scope: " + through};
+  return finish(verdict);
 }
 
 caf::expected<std::vector<std::pair<std::string, std::string>>>
@@ -749,13 +765,12 @@ patch_conflicts(const tuning::task_spec& task, const std::vector<std::string>& n
       return make_error(errc::invalid_argument, "no patch '" + names[i] + "'");
     auto dest = scratch_dir + "/" + std::to_string(i);
     std::error_code ec;
-    fs::remove_all(dest, ec);
-    fs::create_directories(scratch_dir, ec);
-    fs::copy(task.workload.workdir, dest,
-             fs::copy_options::recursive | fs::copy_options::copy_symlinks, ec);
-    if (ec)
-      return make_error(errc::io_error, "copy workload '" + task.workload.workdir + "' to '"
-                                          + dest + "': " + ec.message());
+    // Own bytes for every path these patches name: each is applied to this copy.
+    const std::vector<std::string> these{names.begin() + static_cast<std::ptrdiff_t>(i),
+                                           names.end()};
+    if (auto copied = copy_workload(task.workload.workdir, dest, trial_copy_rules(task, these));
+        !copied)
+      return std::move(copied.error());
     std::string err_text;
     bool applied = git_apply(first->file, dest, false, err_text);
     if (!applied && not_alone != nullptr)

@@ -8,6 +8,7 @@
 
 #include "adapters/environment.hpp"
 #include "decide/patch_exclusion.hpp"
+#include "decide/resources.hpp"
 #include "tuning/contract_check.hpp"
 #include "tuning/planner.hpp"
 #include "tuning/prior_revision.hpp"
@@ -69,12 +70,12 @@ nlohmann::json make_report(const tuning::task_spec& task, const store::run_state
   nlohmann::json trials = nlohmann::json::array();
   std::map<std::string, double> failed_cost;
   std::map<std::string, int> failed_count;
-  double device_seconds = 0;
+  const auto spend = device_seconds_spent(task, run);
   for (const auto& t : run.trials) {
-    device_seconds += t.device_seconds;
+    const double charged = charged_device_seconds(task, t); // lost attempts included
     if (t.finished && !t.usable()) {
       auto o = tuning::to_string(t.outcome);
-      failed_cost[o] += t.device_seconds;
+      failed_cost[o] += charged;
       failed_count[o] += 1;
     }
     trials.push_back(
@@ -90,7 +91,7 @@ nlohmann::json make_report(const tuning::task_spec& task, const store::run_state
        {"violations", t.violations},
        {"detail", t.detail},
        {"wall_time_s", t.wall_time_s},
-       {"device_seconds", t.device_seconds},
+       {"device_seconds", charged},
        {"peak_memory_bytes", t.peak_memory_bytes}});
   }
   nlohmann::json failed = nlohmann::json::object();
@@ -224,7 +225,9 @@ nlohmann::json make_report(const tuning::task_spec& task, const store::run_state
           {"promoted", promoted},
           {"promotion_decision", run.promotion ? *run.promotion : nlohmann::json{}},
           {"failed_trials_cost", failed},
-          {"device_seconds_total", device_seconds},
+          {"device_seconds_total", spend.total_s},
+          {"device_seconds_lost",
+           {{"attempts", spend.lost_attempts}, {"device_seconds", spend.lost_s}}},
           {"mfu", mfu},
           {"prior_revision", prior_revision}};
 }
@@ -343,7 +346,13 @@ std::string render_markdown(const nlohmann::json& r) {
   for (const auto& [o, c] : r["failed_trials_cost"].items())
     md << "- " << o << ": " << c.value("trials", 0) << " trial(s), "
        << fixed(c.value("device_seconds", 0.0), 1) << " device-seconds\n";
-  md << "\nTotal: " << fixed(r.value("device_seconds_total", 0.0), 1) << " device-seconds.\n";
+  md << "\nTotal: " << fixed(r.value("device_seconds_total", 0.0), 1) << " device-seconds";
+  if (r.contains("device_seconds_lost") && r["device_seconds_lost"].value("attempts", 0) > 0)
+    md << ", of which " << fixed(r["device_seconds_lost"].value("device_seconds", 0.0), 1)
+       << " on " << r["device_seconds_lost"].value("attempts", 0)
+       << " lost attempt(s) (charged from dispatch to the loss or interruption, at most the "
+          "trial timeout)";
+  md << ".\n";
   if (r.contains("prior_revision") && r["prior_revision"].is_object()) {
     const auto& pr = r["prior_revision"];
     auto rho = [](const nlohmann::json& v) {

@@ -428,6 +428,12 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
                        "Offline priors directory (default: config/knowledge beside the task's "
                        "directory)");
   tune_cmd->add_flag("--quiet", tune.quiet, "No progress lines");
+  tune_cmd->add_option("--keep-trial-copies", tune.keep_trial_copies,
+                       "Ended trials that keep their copy of the workload besides the first "
+                       "baseline, the candidates and the promoted trial; older copies are removed "
+                       "after every verdict, their logs kept (docs/tune.md \"Trial directories\")")
+    ->check(CLI::Range(0, 1000000))
+    ->capture_default_str();
   tune_cmd->add_option("--trace-appends", tune.trace_appends,
                        "Append 'SEQUENCE KIND' to this file after every event the log acknowledged "
                        "(an audit aid: the crash test checks that each survives a kill -9)");

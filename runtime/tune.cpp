@@ -405,6 +405,8 @@ int run_tune(const tune_options& o, std::ostream& out, std::ostream& err) {
     so.node_endpoints = endpoints;
     so.run_id = run_id;
     so.run_dir = run_dir;
+    so.trials_dir = run_dir + "/trials"; // the local node slots' trial directories (above)
+    so.keep_trial_copies = o.keep_trial_copies;
     so.knowledge_dir = o.knowledge_dir.empty() ? default_knowledge_dir(task->source)
                                                : o.knowledge_dir;
     so.seed = seed;

@@ -45,6 +45,10 @@ struct tune_options {
   /// When set, a line "SEQUENCE KIND" is appended (and flushed) to this file after every event
   /// the event log acknowledged (sync_writes: on disk).
   std::string trace_appends;
+  /// Ended attempts that keep their copy of the workload (runs/<run>/trials/trial-*/workdir)
+  /// besides the first baseline, the candidates and the promoted trial; older copies are removed
+  /// after every verdict, their logs kept (decide::removable_trial_copies). Default 4.
+  std::uint32_t keep_trial_copies = 4;
 };
 
 /// Runs (or continues) a tuning run. Returns an exit status (0: the run finished, whatever it

@@ -58,7 +58,8 @@ struct recorded_event {
   std::uint64_t sequence = 0;
   /// Position in the log's global order, from 0.
   std::uint64_t global_position = 0;
-  /// Wall-clock time of the append in ns since the Unix epoch (display only, never decisions).
+  /// Wall-clock time of the append in ns since the Unix epoch. Never an input to a decision;
+  /// display, and the wall time a lost attempt is charged (store::run_state::in_flight).
   std::int64_t recorded_at_ns = 0;
   /// Payload bytes (verified against the kind's schema when the kind is known).
   messages::byte_buffer payload;

@@ -1,6 +1,7 @@
 #include "store/run_projection.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 
@@ -272,6 +273,24 @@ tuning::declared_work declared_work_of(const std::string& final_json) {
   return d;
 }
 
+/// The wall time a lost attempt is known to have held its node, seconds: from its TrialDispatched
+/// to the RunInterrupted that listed it (that life stopped its processes then), else to the
+/// TrialLost `lost` (a node-runner that failed: now; an earlier life found on resume: the
+/// trial's processes outlive a harness killed with -9, so until the resume, an upper bound), at
+/// most `timeout_s` (its wall-clock limit; 0: none). 0 when its dispatch was not seen. Only
+/// recorded times enter, so replay and every reader compute the same.
+double lost_wall_time_s(const run_state& s, const tuning::trial_record& t,
+                        const recorded_event& lost, double timeout_s) {
+  auto it = s.in_flight.find({t.trial_id, t.attempt});
+  if (it == s.in_flight.end() || it->second.dispatched_at_ns <= 0)
+    return 0.0;
+  auto end = it->second.interrupted_at_ns > 0 ? it->second.interrupted_at_ns : lost.recorded_at_ns;
+  double wall = std::max<double>(0.0, static_cast<double>(end - it->second.dispatched_at_ns) / 1e9);
+  if (timeout_s > 0 && std::isfinite(timeout_s))
+    wall = std::min(wall, timeout_s);
+  return wall;
+}
+
 } // namespace
 
 void run_projection::apply(const recorded_event& ev) {
@@ -386,6 +405,7 @@ void run_projection::apply(const recorded_event& ev) {
           for (const auto& [name, sum_count] : phases)
             t->phase_s[name] = sum_count.first / sum_count.second;
         }
+        s.in_flight.erase({t->trial_id, t->attempt});
         t->wall_time_s = (*m)->wall_time_s();
         t->device_seconds = (*m)->device_seconds();
         t->peak_memory_bytes = (*m)->peak_memory_bytes();
@@ -396,8 +416,12 @@ void run_projection::apply(const recorded_event& ev) {
       break;
     case wire::EventKind::TrialDispatched:
       if (auto m = messages::trial_spec_msg::decode(ev.payload))
-        if (auto* t = s.find((*m)->trial_id(), (*m)->attempt()))
+        if (auto* t = s.find((*m)->trial_id(), (*m)->attempt())) {
           t->dispatched = true;
+          if (!t->finished)
+            s.in_flight.try_emplace({t->trial_id, t->attempt},
+                                    attempt_clock{ev.recorded_at_ns, 0});
+        }
       break;
     case wire::EventKind::TrialResultStale: ++s.stale_results; break;
     case wire::EventKind::TrialLost:
@@ -406,6 +430,8 @@ void run_projection::apply(const recorded_event& ev) {
         if (t != nullptr && !t->finished) {
           t->finished = true;
           t->outcome = tuning::trial_outcome::lost;
+          t->wall_time_s = lost_wall_time_s(s, *t, ev, (*m)->timeout_s());
+          s.in_flight.erase({t->trial_id, t->attempt});
         }
       }
       break;
@@ -461,7 +487,17 @@ void run_projection::apply(const recorded_event& ev) {
       if (!s.search_stopped)
         s.search_stopped = document_json(ev);
       break;
-    case wire::EventKind::RunInterrupted: ++s.interruptions; break;
+    case wire::EventKind::RunInterrupted:
+      ++s.interruptions;
+      if (auto j = document_json(ev); j && j->contains("in_flight") && (*j)["in_flight"].is_array())
+        for (const auto& a : (*j)["in_flight"])
+          if (a.is_array() && a.size() == 2 && a[0].is_number_unsigned()
+              && a[1].is_number_unsigned()) {
+            auto it = s.in_flight.find({a[0].get<std::uint64_t>(), a[1].get<std::uint32_t>()});
+            if (it != s.in_flight.end() && it->second.interrupted_at_ns == 0)
+              it->second.interrupted_at_ns = ev.recorded_at_ns;
+          }
+      break;
     case wire::EventKind::ApplyStarted: s.apply_intent = document_json(ev); break;
     case wire::EventKind::ReportWritten: s.report = document_json(ev); break;
     case wire::EventKind::ChangesApplied: s.applied = document_json(ev); break;

@@ -4,9 +4,11 @@
 /// and does no I/O). Everything the planner, the verifier, the report and replay need is here;
 /// nothing else holds run state.
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -50,6 +52,16 @@ struct reverification {
   bool remeasure = false;
 };
 
+/// When an attempt in flight started and was stopped, as the log recorded it (the events'
+/// recorded_at_ns, ns since the Unix epoch): what a lost attempt's wall time is computed from.
+struct attempt_clock {
+  /// recorded_at_ns of the attempt's TrialDispatched.
+  std::int64_t dispatched_at_ns = 0;
+  /// recorded_at_ns of a RunInterrupted that listed the attempt in flight (0: none): that life
+  /// stopped the attempt's processes then.
+  std::int64_t interrupted_at_ns = 0;
+};
+
 /// The state of one run.
 struct run_state {
   std::string run_id;
@@ -72,6 +84,11 @@ struct run_state {
   /// Every trial attempt in order of proposal.
   std::vector<tuning::trial_record> trials;
   std::vector<reverification> reverifications;
+  /// Attempts dispatched and not yet ended (trial id, attempt), with their clock. A TrialLost
+  /// sets the attempt's wall_time_s from it: from its dispatch to the RunInterrupted that listed
+  /// it, else to the TrialLost itself, at most the attempt's timeout_s (docs/event-log.md "What
+  /// a lost attempt is charged"). The entry leaves when the attempt ends.
+  std::map<std::pair<std::uint64_t, std::uint32_t>, attempt_clock> in_flight;
   /// Results that arrived for attempts already marked lost (TrialResultStale): recorded, never
   /// counted.
   std::uint64_t stale_results = 0;
@@ -132,7 +149,7 @@ private:
 /// Format tag of the run_state snapshots this build writes and trusts. Any change to what the
 /// fold computes or to the JSON layout below bumps the number; snapshots of another format are
 /// ignored (the stream is folded from the start instead), never migrated or trusted.
-inline constexpr const char* run_state_format = "infrarsi-run-state/2";
+inline constexpr const char* run_state_format = "infrarsi-run-state/3";
 
 /// A run_state as canonical JSON text (compact, keys sorted, every field the fold fills).
 /// Doubles are written shortest round-trip and read back bit-exactly; non-finite doubles, which

@@ -18,7 +18,7 @@ using nlohmann::json;
 // state_from_json), bump run_state_format, then update the size here. (Sizes of x86-64
 // libstdc++; other platforms skip the check.)
 #if defined(__x86_64__) && defined(__GLIBCXX__)
-static_assert(sizeof(run_state) == 672, "run_state changed: update run_snapshot.cpp");
+static_assert(sizeof(run_state) == 720, "run_state changed: update run_snapshot.cpp");
 static_assert(sizeof(tuning::trial_record) == 392, "trial_record changed: update run_snapshot.cpp");
 static_assert(sizeof(reverification) == 224, "reverification changed: update run_snapshot.cpp");
 static_assert(sizeof(tuning::step_point) == 48, "step_point changed: update run_snapshot.cpp");
@@ -264,6 +264,10 @@ json state_json(const run_state& s) {
     j["last_proposals"] = *s.last_proposals;
   j["interruptions"] = s.interruptions;
   j["proposals_taken"] = s.proposals_taken;
+  json in_flight = json::array();
+  for (const auto& [a, c] : s.in_flight)
+    in_flight.push_back(json::array({a.first, a.second, c.dispatched_at_ns, c.interrupted_at_ns}));
+  j["in_flight"] = in_flight;
   return j;
 }
 
@@ -306,6 +310,12 @@ std::uint32_t as_u32(const json& v, const std::string& where) {
   if (x > std::numeric_limits<std::uint32_t>::max())
     fail(where, "out of range for 32 bits");
   return static_cast<std::uint32_t>(x);
+}
+
+std::int64_t as_i64(const json& v, const std::string& where) {
+  if (!v.is_number_integer())
+    fail(where, "expected an integer");
+  return v.get<std::int64_t>();
 }
 
 bool as_bool(const json& v, const std::string& where) {
@@ -604,6 +614,15 @@ run_state state_from_json(const json& j) {
   s.last_proposals = opt_doc(j, "last_proposals");
   s.interruptions = as_u64(f("interruptions"), "interruptions");
   s.proposals_taken = as_u64(f("proposals_taken"), "proposals_taken");
+  const auto& in_flight = as_array(f("in_flight"), "in_flight");
+  for (std::size_t i = 0; i < in_flight.size(); ++i) {
+    auto where = idx("in_flight", i);
+    const auto& e = as_array(in_flight[i], where, 4);
+    attempt_clock c;
+    c.dispatched_at_ns = as_i64(e[2], where);
+    c.interrupted_at_ns = as_i64(e[3], where);
+    s.in_flight[{as_u64(e[0], where), as_u32(e[1], where)}] = c;
+  }
   s.stages_started = as_texts(f("stages_started"), "stages_started");
   s.stages_completed = as_texts(f("stages_completed"), "stages_completed");
   s.events = as_u64(f("events"), "events");

@@ -196,4 +196,23 @@ std::map<std::string, std::string> template_vars(const task_spec& task,
   return vars;
 }
 
+std::optional<int> world_size_of(const task_spec& task, const knob_assignment& assignment,
+                                 const std::map<std::string, std::string>& builtins,
+                                 std::string& why) {
+  auto vars = template_vars(task, assignment, builtins);
+  std::string render_why;
+  auto text = render_template(task.workload.world_size, vars, render_why);
+  if (!text) {
+    why = "workload.world_size: " + render_why;
+    return std::nullopt;
+  }
+  char* end = nullptr;
+  long n = std::strtol(text->c_str(), &end, 10);
+  if (text->empty() || *end != '\0' || n < 1 || n > 4096) {
+    why = "workload.world_size renders to '" + *text + "', expected an integer in 1..4096";
+    return std::nullopt;
+  }
+  return static_cast<int>(n);
+}
+
 } // namespace infrarsi::tuning

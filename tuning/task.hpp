@@ -69,6 +69,12 @@ struct workload_spec {
   /// Number of ranks (ranks launcher) or devices a command uses (command launcher): a template,
   /// e.g. "{world_size}" or "2".
   std::string world_size = "1";
+  /// Files the workload writes in its own directory at run time (checkpoints, caches, outputs it
+  /// overwrites in place): globs relative to the workload directory, match_scope rules
+  /// (adapters/environment.hpp). A trial's copy gives them, like the editable files, their own
+  /// bytes; every other file may be a hard link to the original (docs/node-runner.md "The
+  /// trial's copy of the workload"). Default: none.
+  std::vector<std::string> writable;
 };
 
 /// How to read per-step metrics from the workload's output.
@@ -235,5 +241,14 @@ std::optional<std::string> render_template(const std::string& tmpl,
 std::map<std::string, std::string> template_vars(const task_spec& task,
                                                  const knob_assignment& assignment,
                                                  std::map<std::string, std::string> builtins);
+
+/// Ranks (ranks launcher) or devices (command launcher) of a trial: task.workload.world_size
+/// rendered with template_vars(task, assignment, builtins), an integer in 1..4096. The trial
+/// launcher starts that many ranks and charges wall time times this in device-seconds; a lost
+/// attempt is charged with it too (decide/resources.hpp). Returns nullopt and sets `why` (e.g.
+/// "workload.world_size renders to 'x', expected an integer in 1..4096") when it does not render.
+std::optional<int> world_size_of(const task_spec& task, const knob_assignment& assignment,
+                                 const std::map<std::string, std::string>& builtins,
+                                 std::string& why);
 
 } // namespace infrarsi::tuning

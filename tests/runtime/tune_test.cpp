@@ -5,6 +5,8 @@
 
 #include "runtime/tune.hpp"
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -14,6 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/actors.hpp"
+#include "adapters/trial_copy.hpp"
+#include "decide/resources.hpp"
 #include "decide/report.hpp"
 #include "adapters/task_file.hpp"
 #include "store/memory_event_log.hpp"
@@ -130,6 +134,42 @@ TEST_F(TuneEndToEnd, FinishesWithAVerifiedPromotionInTheReport) {
   // One progress line per search trial.
   EXPECT_NE(err_.find("trial 2 (explore) "), std::string::npos) << err_;
   EXPECT_NE(err_.find("  [1/5] "), std::string::npos) << err_;
+}
+
+/// The retention rule on the finished run: exactly the copies decide::removable_trial_copies
+/// names are gone, every trial keeps its logs, and a kept copy shares its unchanged files with
+/// the workload (hard links, or clones) while its editable file is its own.
+TEST_F(TuneEndToEnd, OldTrialCopiesAreRemovedTheirLogsKept) {
+  ASSERT_EQ(status_, 0) << err_;
+  auto task = load_task_file(dir_->sub("tasks/fake_tune.toml"));
+  ASSERT_TRUE(task) << describe(task.error());
+  auto state = store::load_run(*open_log(), run_id());
+  ASSERT_TRUE(state) << describe(state.error());
+  auto removable = decide::removable_trial_copies(*task, *state, decide::default_keep_trial_copies);
+  ASSERT_GE(removable.size(), 3u); // 2 baselines, 5 search trials, 4 re-verification runs
+  const auto trials = dir_->sub("store/runs/" + run_id() + "/trials");
+  std::set<std::pair<std::uint64_t, std::uint32_t>> gone{removable.begin(), removable.end()};
+  std::size_t kept = 0;
+  for (const auto& t : state->trials) {
+    auto d = trials + "/" + adapters::trial_dir_name(t.trial_id, t.attempt);
+    if (!fs::exists(d + "/rank-0.stdout"))
+      continue; // never launched (refused before launch)
+    EXPECT_TRUE(fs::exists(d + "/rank-0.stderr")) << d;
+    bool copy = fs::exists(d + "/workdir");
+    EXPECT_EQ(copy, gone.count({t.trial_id, t.attempt}) == 0) << d;
+    if (!copy)
+      continue;
+    ++kept;
+    struct stat frozen {}, original {}, editable {};
+    ASSERT_EQ(::stat((d + "/workdir/regex_train.py").c_str(), &frozen), 0);
+    ASSERT_EQ(::stat(dir_->sub("workloads/regex_train.py").c_str(), &original), 0);
+    ASSERT_EQ(::stat((d + "/workdir/fake_train.py").c_str(), &editable), 0);
+    EXPECT_EQ(editable.st_nlink, 1u) << d; // the editable file: its own bytes
+    if (frozen.st_ino == original.st_ino) {
+      EXPECT_GE(frozen.st_nlink, 2u) << d; // a hard link, not a copy
+    }
+  }
+  EXPECT_GE(kept, 1u + decide::default_keep_trial_copies); // the first baseline and the last K
 }
 
 TEST_F(TuneEndToEnd, EveryTrialHasExactlyOneTerminalEvent) {
