@@ -18,14 +18,22 @@ namespace {
 
 knob_value value_of(std::uint8_t selector, std::int64_t raw) {
   switch (selector % 8) {
-    case 0: return raw;
-    case 1: return std::numeric_limits<std::int64_t>::max() - (raw & 3);
-    case 2: return std::numeric_limits<std::int64_t>::min() + (raw & 3);
-    case 3: return static_cast<double>(raw) / 7.0;
-    case 4: return (raw & 1) != 0;
-    case 5: return std::string(static_cast<std::size_t>(raw & 7), 'x');
-    case 6: return std::numeric_limits<double>::infinity();
-    default: return std::int64_t{-1};
+  case 0:
+    return raw;
+  case 1:
+    return std::numeric_limits<std::int64_t>::max() - (raw & 3);
+  case 2:
+    return std::numeric_limits<std::int64_t>::min() + (raw & 3);
+  case 3:
+    return static_cast<double>(raw) / 7.0;
+  case 4:
+    return (raw & 1) != 0;
+  case 5:
+    return std::string(static_cast<std::size_t>(raw & 7), 'x');
+  case 6:
+    return std::numeric_limits<double>::infinity();
+  default:
+    return std::int64_t{-1};
   }
 }
 

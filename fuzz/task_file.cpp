@@ -31,8 +31,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   (void)tuning::enumerate_candidates(*task, 1, 64);
   // Templates rendered with the defaults, as the launcher renders argv and env.
   auto vars = tuning::template_vars(*task, base.knobs,
-                                    {{"trial_id", "1"}, {"attempt", "0"}, {"trial_dir", "/t"},
-                                     {"rank", "0"}, {"world_size", "1"},
+                                    {{"trial_id", "1"},
+                                     {"attempt", "0"},
+                                     {"trial_dir", "/t"},
+                                     {"rank", "0"},
+                                     {"world_size", "1"},
                                      {"memory_cap_bytes", "0"}});
   std::string why;
   for (const auto& a : task->workload.argv)

@@ -64,8 +64,8 @@ TEST_F(PatchExclusionTest, APatchThatDoesNotApplyAloneIsExcludedWithGitsReason) 
 
   // From the logged ContractLocked document: the planner never proposes it, alone or paired.
   store::run_state run;
-  run.contract_doc = nlohmann::json{{"patches", patches},
-                                    {"patch_conflicts", (*lock)["patch_conflicts"]}};
+  run.contract_doc =
+      nlohmann::json{{"patches", patches}, {"patch_conflicts", (*lock)["patch_conflicts"]}};
   auto in = planner_input_for(t, run);
   EXPECT_EQ(in.excluded_patches, std::vector<std::string>{"stale"});
   auto policy = tuning::make_policy(tuning::default_policy_name);

@@ -125,6 +125,42 @@ TEST(Spearman, RanksWithTiesAndNoSpread) {
   EXPECT_TRUE(std::isnan(spearman({1, 2}, {1, 2})));
 }
 
+// Issue 20: the dense D x D covariance must not follow a hostile task to 40 GB. Interactions are
+// kept while D = 1 + F + pairs stays within max_dimension; beyond, the additive model (D = 1 + F).
+TEST(TimeModel, DimensionIsCappedByDroppingInteractions) {
+  task_spec small;
+  small.knobs = {int_knob("a", {1, 2}, 1), int_knob("b", {1, 2}, 1), bool_knob("c")};
+  feature_space fs_small{small, nullptr};
+  ASSERT_EQ(fs_small.model_size(), 3u);
+  EXPECT_EQ(time_model{fs_small}.dimension(), 1u + 3u + 3u); // three pairs of different knobs
+
+  task_spec wide; // 60 knobs of 3 values: F = 120 one-hot features, 60 ordinal
+  for (int k = 0; k < 60; ++k)
+    wide.knobs.push_back(int_knob("k" + std::to_string(k), {1, 2, 4}, 1));
+  feature_space fs_wide{wide, nullptr};
+  ASSERT_EQ(fs_wide.model_size(), 180u);
+  time_model capped{fs_wide};
+  EXPECT_EQ(capped.dimension(), 1u + 180u); // ~15,900 pairs would exceed 2,048
+  // The cap decides: 25 two-valued knobs have 300 pairs (D = 326) and keep them unless capped.
+  task_spec medium;
+  for (int k = 0; k < 25; ++k)
+    medium.knobs.push_back(int_knob("m" + std::to_string(k), {1, 2}, 1));
+  feature_space fs_medium{medium, nullptr};
+  EXPECT_EQ(time_model{fs_medium}.dimension(), 1u + 25u + 300u);
+  time_model_options tight;
+  tight.max_dimension = 325;
+  EXPECT_EQ(time_model(fs_medium, tight).dimension(), 1u + 25u);
+  // The capped model still fits and predicts: main effects only.
+  std::vector<std::pair<sparse_features, double>> data;
+  configuration c = baseline_configuration(wide);
+  c.knobs["k3"] = std::int64_t{4};
+  data.emplace_back(fs_wide.point(wide, c), std::log(0.5));
+  data.emplace_back(fs_wide.point(wide, baseline_configuration(wide)), 0.0);
+  capped.fit(data, 0.01);
+  EXPECT_EQ(capped.observations(), 2u);
+  EXPECT_LT(capped.predict(fs_wide.point(wide, c)).mean, -0.3);
+}
+
 TEST(TimeModel, LearnsMainEffectsTrendAndInteraction) {
   auto task = toy_task();
   feature_space fs{task, nullptr};
