@@ -1,11 +1,13 @@
 // Issue 20, item 4: a disk that fills up. `infrarsi tune` with its store on a small tmpfs stops
 // with status 1 and a message naming the directory, its free bytes and the reserve (never an
 // abort, never a half-written trial charged to the budget): first below the reserve before a
-// trial is dispatched, then with a trial whose workload copy does not fit (logged lost, not
-// counted); once space is freed the resumed run finishes with every trial of its budget, and the
+// trial is dispatched, then with the disk entirely full and the check off, then with a trial
+// whose workload copy does not fit (logged lost, not counted); once space is freed the resumed run finishes with every trial of its budget, and the
 // replay reproduces every decision.
 
+#include <fcntl.h>
 #include <sys/mount.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -87,8 +89,8 @@ TEST(DiskFull, ATuneRunStopsNamingFreeSpaceChargesNoTrialAndFinishesAfterSpaceIs
   }
   const std::string store = fs_dir + "/store";
   const std::string out = dir.sub("tune.out");
-  auto tune = [&](const std::string& run) {
-    std::vector<std::string> args{"tune", task, "--store", store, "--disk-reserve", "512KiB"};
+  auto tune = [&](const std::string& run, const std::string& reserve = "512KiB") {
+    std::vector<std::string> args{"tune", task, "--store", store, "--disk-reserve", reserve};
     if (!run.empty())
       args.insert(args.end(), {"--run", run});
     fs::remove(out);
@@ -111,6 +113,23 @@ TEST(DiskFull, ATuneRunStopsNamingFreeSpaceChargesNoTrialAndFinishesAfterSpaceIs
   const std::string run_id = after1->run_id;
   EXPECT_EQ(after1->of(wire::EventKind::TrialDispatched).size(), 1u)
     << "only trial 0 ran; nothing was dispatched below the reserve";
+
+  // 1b. The disk entirely full and the check turned off: RocksDB's own writes (its info log,
+  // the memtable it flushes on open) fail, and the run ends with status 1 naming the error,
+  // never an abort (SIGABRT, status 134).
+  {
+    int fd = ::open(filler.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    ASSERT_GE(fd, 0) << filler << ": " << std::strerror(errno);
+    std::string block(64 * 1024, 'x');
+    for (std::size_t n : {block.size(), std::size_t{4096}, std::size_t{1}})
+      while (::write(fd, block.data(), n) == static_cast<ssize_t>(n)) {
+      }
+    ::close(fd);
+  }
+  auto [rc1b, out1b] = tune(run_id, "0");
+  EXPECT_EQ(rc1b, 1) << out1b;
+  EXPECT_NE(out1b.find("io_error"), std::string::npos) << out1b;
+  EXPECT_NE(out1b.find("No space left on device"), std::string::npos) << out1b;
 
   // 2. Space freed; baseline trial 1 leaves 1.5 MiB: above the reserve, too little for the next
   // trial's 2 MiB workload copy. That trial (the first search trial) cannot be prepared: it is
