@@ -11,21 +11,6 @@
 
 namespace infrarsi::test {
 
-/// True in a sanitizer build (CMake INFRARSI_SANITIZE=ON defines INFRARSI_SANITIZED), where every
-/// process runs about 2-4x slower under ASan/UBSan (measured: docs/testing.md).
-#ifdef INFRARSI_SANITIZED
-inline constexpr bool sanitized_build = true;
-#else
-inline constexpr bool sanitized_build = false;
-#endif
-
-/// The amount of repeated work (kills, whole runs) a long test does: `normal` in a plain build,
-/// `sanitized` in a sanitizer build, so the sanitizer suite keeps within its per-test timeout
-/// (tests/CMakeLists.txt: 300 s, 900 s under sanitizers).
-constexpr int scaled_work(int normal, int sanitized) {
-  return sanitized_build ? sanitized : normal;
-}
-
 /// A fresh directory under $TMPDIR (or /tmp), removed with everything in it on destruction.
 class temp_dir {
 public:

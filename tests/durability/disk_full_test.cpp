@@ -141,7 +141,7 @@ TEST(DiskFull, ATuneRunStopsNamingFreeSpaceChargesNoTrialAndFinishesAfterSpaceIs
   EXPECT_NE(out2.find("could not be prepared"), std::string::npos) << out2;
   // The copy's own error (ENOSPC, or EIO where libstdc++'s sendfile copy comes up short) and
   // the free space that explains it.
-  EXPECT_NE(out2.find("not prepared: io_error: copy workload"), std::string::npos) << out2;
+  EXPECT_NE(out2.find("not prepared: io_error: trial copy: cannot copy"), std::string::npos) << out2;
   EXPECT_NE(out2.find("bytes free, reserve 524288 bytes"), std::string::npos) << out2;
   EXPECT_NE(out2.find("it is not counted and is re-queued"), std::string::npos) << out2;
   std::uint64_t not_prepared = 0;
