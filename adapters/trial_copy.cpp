@@ -136,7 +136,8 @@ caf::expected<workload_copy> copy_workload(const std::string& src, const std::st
       if (unsupported)
         try_reflink = false; // this filesystem has no clones: stop asking
     }
-    if (!own && ::link(from.c_str(), to.c_str()) == 0) {
+    if (!own && static_cast<std::uint64_t>(st.st_size) >= rules.link_min_bytes
+        && ::link(from.c_str(), to.c_str()) == 0) {
       made.linked.push_back({rel, static_cast<std::uint64_t>(st.st_size), mtime_ns(st)});
       ++made.files_linked;
       continue;

@@ -8,8 +8,9 @@
 ///     the trial's patches name, and every file matching `workload.writable` (what the workload
 ///     writes in place at run time); a patched file is therefore never a link when the patch is
 ///     applied;
-///   - everything else is a reflink or, on filesystems without them, a hard link (a plain copy
-///     when linking fails: another filesystem, a link limit, a protected link);
+///   - everything else is a reflink or, on filesystems without them, a hard link when it has at
+///     least copy_rules::link_min_bytes (1 MiB), else a plain copy (also when linking fails:
+///     another filesystem, a link limit, a protected link);
 ///   - `.git` (directory or gitlink file) is left out, and so is the directory under the
 ///     workload that holds the copy itself (a store inside the workload);
 ///   - after the trial, every hard-linked file must still have the size and modification time it
@@ -56,6 +57,10 @@ struct copy_rules {
   std::set<std::string> own_paths;
   /// Try copy-on-write clones first (the default); false: hard links and copies only (tests).
   bool reflink = true;
+  /// Hard-link only files of at least this many bytes (default 1 MiB); smaller ones are copied.
+  /// Small files are the scripts, configs and logs a workload is likeliest to rewrite in place,
+  /// and they cost little to copy; the bytes worth sharing are in large files (data, weights).
+  std::uint64_t link_min_bytes = std::uint64_t{1} << 20;
 };
 
 /// Makes `dest` (removed first if present, then created) a copy of the workload directory `src`

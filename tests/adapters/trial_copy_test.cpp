@@ -44,11 +44,14 @@ void write(const std::string& path, const std::string& text) {
 /// out/last.log (written at run time), a .git directory and a link.
 class TrialCopyTest : public ::testing::Test {
 protected:
+  static constexpr std::size_t tokens_bytes = 1536 * 1024;
   void SetUp() override {
     work = dir.sub("work");
     write(work + "/train.py", "print('train')\n");
     write(work + "/lib/model.py", "layers = 2\n");
-    write(work + "/data/tokens.bin", std::string(100000, 't'));
+    // Above copy_rules::link_min_bytes (1 MiB): linked by default; the small files are copied
+    // unless a test sets link_min_bytes = 0.
+    write(work + "/data/tokens.bin", std::string(tokens_bytes, 't'));
     write(work + "/out/last.log", "old\n");
     write(work + "/.git/HEAD", "ref: refs/heads/main\n");
     write(work + "/.git/objects/ab/cdef", std::string(50000, 'g'));
@@ -62,6 +65,7 @@ TEST_F(TrialCopyTest, UnchangedFilesAreHardLinksOwnFilesAreCopies) {
   copy_rules rules;
   rules.own_globs = {"train.py", "out/*"}; // editable + writable
   rules.reflink = false;
+  rules.link_min_bytes = 0; // link the small files of this fixture
   auto dest = dir.sub("trial/workdir");
   auto made = copy_workload(work, dest, rules);
   ASSERT_TRUE(made) << describe(made.error());
@@ -92,10 +96,28 @@ TEST_F(TrialCopyTest, UnchangedFilesAreHardLinksOwnFilesAreCopies) {
   EXPECT_EQ(written_through(*made, dest), "");
 }
 
+TEST_F(TrialCopyTest, SmallFilesAreCopiedOnlyLargeOnesAreHardLinks) {
+  copy_rules rules; // link_min_bytes: 1 MiB
+  rules.reflink = false;
+  auto dest = dir.sub("trial/workdir");
+  auto made = copy_workload(work, dest, rules);
+  ASSERT_TRUE(made) << describe(made.error());
+  // The 1.5 MiB data file is shared; the 11-byte module is the copy's own.
+  EXPECT_EQ(stat_of(dest + "/data/tokens.bin").st_ino, stat_of(work + "/data/tokens.bin").st_ino);
+  EXPECT_NE(stat_of(dest + "/lib/model.py").st_ino, stat_of(work + "/lib/model.py").st_ino);
+  EXPECT_EQ(stat_of(dest + "/lib/model.py").st_nlink, 1u);
+  EXPECT_EQ(made->files_linked, 1u);
+  EXPECT_EQ(made->files_copied, 3u); // train.py, lib/model.py, out/last.log
+  ASSERT_EQ(made->linked.size(), 1u);
+  EXPECT_EQ(made->linked[0].path, "data/tokens.bin");
+}
+
 TEST_F(TrialCopyTest, DefaultRulesShareEveryUnchangedFile) {
   // With reflinks allowed, a file is either cloned (another inode, copy-on-write) or linked.
   auto dest = dir.sub("trial/workdir");
-  auto made = copy_workload(work, dest, copy_rules{});
+  copy_rules rules;
+  rules.link_min_bytes = 0;
+  auto made = copy_workload(work, dest, rules);
   ASSERT_TRUE(made) << describe(made.error());
   EXPECT_EQ(made->files_copied, 0u);
   EXPECT_EQ(made->files_linked + made->files_reflinked, 4u);
@@ -116,6 +138,7 @@ TEST_F(TrialCopyTest, AStoreInsideTheWorkloadIsLeftOut) {
 TEST_F(TrialCopyTest, AWriteThroughALinkIsCaughtAndARenameIsNot) {
   copy_rules rules;
   rules.reflink = false;
+  rules.link_min_bytes = 0; // link the small files of this fixture
   auto dest = dir.sub("trial/workdir");
   auto made = copy_workload(work, dest, rules);
   ASSERT_TRUE(made) << describe(made.error());
@@ -144,6 +167,7 @@ TEST_F(TrialCopyTest, RemovingOldCopiesKeepsTheLogs) {
     copy_rules rules;
     rules.own_globs = {"train.py"};
     rules.reflink = false;
+    rules.link_min_bytes = 0; // link the small files of this fixture
     ASSERT_TRUE(copy_workload(work, t + "/workdir", rules));
   }
   auto removed = remove_trial_copies(trials, {{0, 0}, {2, 0}, {7, 0}}); // 7: no such trial
@@ -159,7 +183,7 @@ TEST_F(TrialCopyTest, RemovingOldCopiesKeepsTheLogs) {
   EXPECT_TRUE(fs::exists(trials + "/trial-1-0/workdir/lib/model.py"));
   // The originals of the removed links are intact.
   EXPECT_EQ(text_of(work + "/lib/model.py"), "layers = 2\n");
-  EXPECT_EQ(stat_of(work + "/data/tokens.bin").st_size, 100000);
+  EXPECT_EQ(stat_of(work + "/data/tokens.bin").st_size, static_cast<off_t>(tokens_bytes));
 }
 
 /// Through the launcher: a patched file is a separate copy with the patch applied, the original
@@ -201,6 +225,9 @@ TEST_F(TrialCopyTest, APatchedFileIsACopyAndTheOriginalIsUnchanged) {
 /// write reaches the original through the link and the trial ends as contract_violation naming
 /// the file; declared in workload.writable, the trial has its own copy and the original stays.
 TEST_F(TrialCopyTest, AWorkloadWritingInPlaceMustDeclareTheFile) {
+  // A log of 2 MiB (over link_min_bytes, so linked unless declared) that the job appends to.
+  const std::string old_log = "old\n" + std::string(2 << 20, '.') + "\n";
+  write(work + "/out/last.log", old_log);
   tuning::task_spec task;
   task.name = "writer";
   task.workload.workdir = work;
@@ -215,8 +242,8 @@ TEST_F(TrialCopyTest, AWorkloadWritingInPlaceMustDeclareTheFile) {
   task.workload.writable = {"out/*"};
   auto ok = run_trial(req);
   ASSERT_TRUE(ok) << describe(ok.error());
-  EXPECT_EQ(text_of(work + "/out/last.log"), "old\n");
-  EXPECT_EQ(text_of(dir.sub("declared/workdir/out/last.log")), "old\nrun\n");
+  EXPECT_EQ(text_of(work + "/out/last.log"), old_log);
+  EXPECT_EQ(text_of(dir.sub("declared/workdir/out/last.log")), old_log + "run\n");
   EXPECT_EQ(ok->result->detail()->str().find("changed while the trial ran"), std::string::npos);
 
   task.workload.writable.clear();
@@ -226,10 +253,10 @@ TEST_F(TrialCopyTest, AWorkloadWritingInPlaceMustDeclareTheFile) {
   if (stat_of(dir.sub("undeclared/workdir/out/last.log")).st_ino !=
       stat_of(work + "/out/last.log").st_ino) {
     // A filesystem with copy-on-write clones: the copy was a clone, the original is safe.
-    EXPECT_EQ(text_of(work + "/out/last.log"), "old\n");
+    EXPECT_EQ(text_of(work + "/out/last.log"), old_log);
     return;
   }
-  EXPECT_EQ(text_of(work + "/out/last.log"), "old\nrun\n");
+  EXPECT_EQ(text_of(work + "/out/last.log"), old_log + "run\n");
   EXPECT_EQ(caught->result->outcome(), wire::Outcome::ContractViolation);
   EXPECT_NE(caught->result->detail()->str().find("'out/last.log' changed while the trial ran"),
             std::string::npos)
