@@ -63,9 +63,8 @@ TEST(DiskFull, ATuneRunStopsNamingFreeSpaceChargesNoTrialAndFinishesAfterSpaceIs
   test::temp_dir dir; // declared first: destroyed after the tmpfs is unmounted
   const std::string fs_dir = dir.sub("small-fs");
   tmpfs_mount tmpfs{fs_dir, 60 * mib};
-  if (!tmpfs.mounted())
-    GTEST_SKIP() << "cannot mount a tmpfs on " << fs_dir << " (" << tmpfs.error()
-                 << "): this test needs root or CAP_SYS_ADMIN";
+  ASSERT_TRUE(tmpfs.mounted()) << "cannot mount a tmpfs on " << fs_dir << " (" << tmpfs.error()
+                               << "): this test needs root or CAP_SYS_ADMIN";
 
   // The disk fills up while the run is going, at a moment the test picks: a trial that finds the
   // file `fill` takes it and fills the tmpfs until only the number of bytes it names is left (the
