@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <sstream>
 
 #include "tuning/stats.hpp"
@@ -15,6 +16,23 @@ std::string num(double v) {
   os.precision(6);
   os << v;
   return os.str();
+}
+
+/// Why the harness-clock check does not apply to `contract` (simulated time, or waived), if so.
+std::optional<std::string> clock_not_checked(const contract_spec& contract) {
+  if (contract.simulated_time)
+    return std::string{"step times are simulated (contract.simulated_time)"};
+  if (!contract.clock_check)
+    return std::string{"waived by the task (contract.clock_check = false)"};
+  return std::nullopt;
+}
+
+/// The step `step` of `steps` if the harness saw its line arrive (observed_at_s >= 0).
+const step_point* observed_step(const std::vector<step_point>& steps, std::uint32_t step) {
+  for (const auto& s : steps)
+    if (s.step == step && s.observed_at_s >= 0)
+      return &s;
+  return nullptr;
 }
 
 } // namespace
@@ -68,20 +86,11 @@ std::string violation_code(const std::string& message) {
 
 clock_check_result clock_check(const contract_spec& contract, const std::vector<step_point>& steps) {
   clock_check_result r;
-  if (contract.simulated_time) {
-    r.why = "step times are simulated (contract.simulated_time)";
+  if (auto why = clock_not_checked(contract)) {
+    r.why = *why;
     return r;
   }
-  if (!contract.clock_check) {
-    r.why = "waived by the task (contract.clock_check = false)";
-    return r;
-  }
-  auto observed = [&steps](std::uint32_t step) -> const step_point* {
-    for (const auto& s : steps)
-      if (s.step == step && s.observed_at_s >= 0)
-        return &s;
-    return nullptr;
-  };
+  auto observed = [&steps](std::uint32_t step) { return observed_step(steps, step); };
   const step_point* a = contract.timed_first > 0 ? observed(contract.timed_first - 1) : nullptr;
   std::uint32_t first = contract.timed_first;
   if (a == nullptr) { // no observed step before the window: start at its first step
@@ -127,20 +136,11 @@ std::optional<clock_rule> parse_clock_rule(const std::string& name) {
 step_clock_result step_clock_check(const contract_spec& contract,
                                    const std::vector<step_point>& steps) {
   step_clock_result r;
-  if (contract.simulated_time) {
-    r.why = "step times are simulated (contract.simulated_time)";
+  if (auto why = clock_not_checked(contract)) {
+    r.why = *why;
     return r;
   }
-  if (!contract.clock_check) {
-    r.why = "waived by the task (contract.clock_check = false)";
-    return r;
-  }
-  auto observed = [&steps](std::uint32_t step) -> const step_point* {
-    for (const auto& s : steps)
-      if (s.step == step && s.observed_at_s >= 0)
-        return &s;
-    return nullptr;
-  };
+  auto observed = [&steps](std::uint32_t step) { return observed_step(steps, step); };
   std::vector<double> differences;
   std::vector<double> intervals;
   double reported = 0;

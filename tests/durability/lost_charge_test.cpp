@@ -29,24 +29,6 @@ namespace {
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 
-/// Waits until the trace file shows a TrialDispatched; false if `pid` exited or 60 s passed.
-bool wait_dispatched(pid_t pid, const std::string& trace) {
-  auto deadline = clock_type::now() + 60s;
-  while (clock_type::now() < deadline) {
-    std::ifstream in{trace};
-    std::uint64_t seq = 0;
-    unsigned kind = 0;
-    while (in >> seq >> kind)
-      if (kind == static_cast<unsigned>(wire::EventKind::TrialDispatched))
-        return true;
-    int status = 0;
-    if (::waitpid(pid, &status, WNOHANG) == pid)
-      return false;
-    std::this_thread::sleep_for(5ms);
-  }
-  return false;
-}
-
 TEST(LostCharge, AnAttemptKilledWithTheHarnessIsChargedTheTimeItRan) {
   test::temp_dir dir;
   // The first trial sleeps 6 s while the flag exists (the kill comes 3 s in); later ones do not.
@@ -65,7 +47,7 @@ TEST(LostCharge, AnAttemptKilledWithTheHarnessIsChargedTheTimeItRan) {
 
   pid_t pid = test::start_cli({"tune", task, "--store", store, "--trace-appends", trace}, output);
   ASSERT_GT(pid, 0);
-  ASSERT_TRUE(wait_dispatched(pid, trace)) << test::file_text(output);
+  ASSERT_TRUE(test::wait_dispatched(pid, trace)) << test::file_text(output);
   const auto seen = clock_type::now();
   std::this_thread::sleep_for(3s);
   ::kill(-pid, SIGKILL);

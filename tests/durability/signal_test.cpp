@@ -48,24 +48,6 @@ std::string write_task(const test::temp_dir& dir, bool ignore_term, int kill_gra
   return path;
 }
 
-/// Waits until the trace file shows a TrialDispatched; false if `pid` exited or 60 s passed.
-bool wait_dispatched(pid_t pid, const std::string& trace) {
-  auto deadline = clock_type::now() + 60s;
-  while (clock_type::now() < deadline) {
-    std::ifstream in{trace};
-    std::uint64_t seq = 0;
-    unsigned kind = 0;
-    while (in >> seq >> kind)
-      if (kind == static_cast<unsigned>(wire::EventKind::TrialDispatched))
-        return true;
-    int status = 0;
-    if (::waitpid(pid, &status, WNOHANG) == pid)
-      return false;
-    std::this_thread::sleep_for(5ms);
-  }
-  return false;
-}
-
 using attempt = std::pair<std::uint64_t, std::uint32_t>;
 
 /// Interrupts a run with `signals` (sent to the tune process only, `gap` apart) once a trial is
@@ -88,7 +70,7 @@ interrupted interrupt_run(const test::temp_dir& dir, const std::string& task,
                                "--trace-appends", trace},
                               output);
   EXPECT_GT(pid, 0);
-  if (!wait_dispatched(pid, trace)) {
+  if (!test::wait_dispatched(pid, trace)) {
     ADD_FAILURE() << "no trial was dispatched; output:\n" << test::file_text(output);
     ::kill(-pid, SIGKILL);
     ::waitpid(pid, nullptr, 0);

@@ -27,6 +27,25 @@
 
 namespace infrarsi::test {
 
+/// Waits until the trace file (tune --trace-appends) shows a TrialDispatched; false if `pid`
+/// exited or 60 s passed.
+inline bool wait_dispatched(pid_t pid, const std::string& trace) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{60};
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::ifstream in{trace};
+    std::uint64_t seq = 0;
+    unsigned kind = 0;
+    while (in >> seq >> kind)
+      if (kind == static_cast<unsigned>(wire::EventKind::TrialDispatched))
+        return true;
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid)
+      return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds{5});
+  }
+  return false;
+}
+
 /// Starts `infrarsi ARGS...` in its own process group (so the whole tree can be SIGKILLed), stdout
 /// and stderr appended to `output`; returns its pid.
 inline pid_t start_cli(const std::vector<std::string>& args, const std::string& output) {
