@@ -131,6 +131,10 @@ struct supervisor {
   bool stopping = false;
   clock_type::time_point stop_time;
   bool sent_kill = false;
+  /// Harness-clock second at which a rank that printed OOM text is stopped; -1: none printed.
+  double oom_stop_at_s = -1;
+  /// How long a rank that printed OOM text may take to exit by itself before it is stopped (s).
+  static constexpr double oom_exit_grace_s = 2.0;
   /// Seconds since launch at which each parsed step's metrics line was read (index-aligned
   /// with parser.steps()).
   std::vector<double> observed_at;
@@ -189,8 +193,10 @@ struct supervisor {
         add_cause(trial_cause::kind_t::oom_text, s.rank, 0,
                   "out of memory ('" + *pattern + "'): " + std::string{line.substr(0, 300)});
         // The OOM is the cause, whatever the rank does next (exit, or hang in a collective):
-        // the trial ends now, not at its wall-clock limit.
-        begin_stop();
+        // the trial ends soon, not at its wall-clock limit. The rank gets oom_exit_grace_s to
+        // exit on its own first, so its exit status (a workload's OOM exit code) is recorded.
+        if (oom_stop_at_s < 0)
+          oom_stop_at_s = now_s() + oom_exit_grace_s;
       }
     } else if (const auto* collective = find_collective_pattern(line)) {
       if (!seen_cause(trial_cause::kind_t::collective_text, s.rank))
@@ -341,6 +347,8 @@ struct supervisor {
                   "wall-clock limit of " + std::to_string(timeout_s) + " s passed");
         begin_stop();
       }
+      if (!stopping && oom_stop_at_s >= 0 && now_s() >= oom_stop_at_s)
+        begin_stop(); // the OOM text is already the cause
       if (!stopping && req.stop != nullptr && req.stop->load()) {
         add_cause(trial_cause::kind_t::stop_requested, -1, 0, "stop requested (preempted)");
         begin_stop();
