@@ -97,6 +97,19 @@ unsigned last_kind(const std::string& file) {
   return kind;
 }
 
+/// Lines of kind `kind` in a --trace-appends file after its first `skip` lines.
+std::size_t count_kind_after(const std::string& file, std::size_t skip, unsigned kind) {
+  std::ifstream in{file};
+  std::size_t line = 0;
+  std::size_t n = 0;
+  std::uint64_t seq = 0;
+  unsigned k = 0;
+  while (in >> seq >> k)
+    if (line++ >= skip && k == kind)
+      ++n;
+  return n;
+}
+
 struct run_summary {
   std::string run_id;
   /// (trial id, purpose, configuration key) of every first-attempt TrialProposed, in order.
@@ -188,9 +201,13 @@ TEST(CrashResume, KilledTwentyTimesLosesNothingAndProposesWhatAnUninterruptedRun
       ASSERT_GT(pid, 0);
       // Kill at a random point: most launches die somewhere in the run, some before the first
       // append (start-up), some never (the run ends first). Every other launch is killed while
-      // a trial is in flight: right after the log acknowledged a TrialDispatched.
+      // a trial is in flight: right after the log acknowledged this launch's first, second or
+      // third TrialDispatched (in turn). The first dispatch after a restart is the re-queued
+      // attempt of the trial the previous kill lost; killing always there would lose that one
+      // trial max_attempts times, which a run interrupted at random points does not do.
       std::uniform_int_distribution<int> delay_ms{5, 400};
       bool in_flight = launch % 2 == 1;
+      std::size_t nth_dispatch = 1 + static_cast<std::size_t>(launch / 2) % 3;
       auto deadline = std::chrono::steady_clock::now()
                       + std::chrono::milliseconds(in_flight ? 5000 : delay_ms(rng));
       auto trace_lines_before = count_lines(trace);
@@ -201,7 +218,10 @@ TEST(CrashResume, KilledTwentyTimesLosesNothingAndProposesWhatAnUninterruptedRun
           exited = true;
           break;
         }
-        if (in_flight && count_lines(trace) > trace_lines_before
+        if (in_flight
+            && count_kind_after(trace, trace_lines_before,
+                                static_cast<unsigned>(wire::EventKind::TrialDispatched))
+                 >= nth_dispatch
             && last_kind(trace) == static_cast<unsigned>(wire::EventKind::TrialDispatched)) {
           std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(rng) % 20));
           break;
