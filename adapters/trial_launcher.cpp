@@ -778,9 +778,10 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
     }
   }
   sup.loop();
-  for (const auto& name : unset)
-    if (std::find(report.env_unset.begin(), report.env_unset.end(), name)
-        == report.env_unset.end())
+  for (const auto& name : unset) // a variable the task's own env sets again is not removed
+    if (report.env.count(name) == 0
+        && std::find(report.env_unset.begin(), report.env_unset.end(), name)
+             == report.env_unset.end())
       report.env_unset.push_back(name);
   std::sort(report.env_unset.begin(), report.env_unset.end());
   report.descendants = sup.tree.description();
