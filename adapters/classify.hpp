@@ -10,8 +10,9 @@
 ///     the trial are consequences, not causes:
 ///     memory cap exceeded -> oom; an OOM pattern in any rank's output -> oom;
 ///     a collective-communication failure in any rank's output (collective_failure_patterns():
-///     NCCL watchdog, NCCL error, gloo timeout, connection closed by peer) -> crash, the detail
-///     starting "collective communication failed"; an exit status listed as OOM -> oom;
+///     NCCL watchdog, NCCL error, gloo timeout, connection closed by peer) -> crash (at start-up:
+///     launch_error, below), the detail starting "collective communication failed"; an exit
+///     status listed as OOM -> oom;
 ///     the wall-clock limit -> timeout; a stop request (preemption, cancel) -> preempted;
 ///     a rank exiting non-zero or by a signal, or a collective failure -> by its phase, never by
 ///     the clock: launch_error when it happened before the reporting rank's first metrics line

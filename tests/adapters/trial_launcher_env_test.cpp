@@ -140,7 +140,7 @@ TEST_F(TrialLauncherEnvTest, MultiRankOptionRunsWorldSizeOneAsAPlainProcess) {
   EXPECT_EQ(env["MASTER_ADDR"], "127.0.0.1");
   EXPECT_NE(env["MASTER_PORT"], "29999"); // the trial's own free port
   EXPECT_GT(std::stoi(env["MASTER_PORT"]), 0);
-  EXPECT_TRUE(def.env_unset.empty());
+  EXPECT_EQ(def.env_unset, std::vector<std::string>{"NCCL_ALGO"}); // the knob's default "unset"
 
   // multi_rank at world size 1: none of them, the inherited RANK and MASTER_PORT included.
   task.workload.distributed_env = tuning::distributed_env_kind::multi_rank;
