@@ -396,7 +396,7 @@ TEST(CheckCli, ABrokenTaskExitsOneNamingFileLineAndKey) {
   int status = ::pclose(pipe);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 1) << out;
-  EXPECT_EQ(out, "infrarsi check: " + path
+  EXPECT_EQ(out, "infrarsi check: invalid_argument: " + path
                    + ":24:13: limits.timeout_s: expected a number, got string \"soon\"\n");
   auto help = run({"check", "--help"});
   EXPECT_EQ(help.status, exit_ok);
