@@ -13,6 +13,20 @@ std::string rank_text(int rank) {
   return rank < 0 ? std::string{} : "rank " + std::to_string(rank) + ": ";
 }
 
+/// The start-up phase: before the reporting rank's first metrics line. Phase, not the clock: a
+/// start-up that takes 2 s on an idle machine and 6 s on a loaded one fails the same way.
+bool at_start(const trial_cause& c, const trial_observation& obs) {
+  return obs.first_metrics_at_s < 0 || obs.first_metrics_at_s > c.at_s;
+}
+
+/// "; stderr: ..." quoting the tail of `rank`'s stderr, or "" when there is none.
+std::string stderr_quote(const trial_observation& obs, int rank) {
+  if (rank < 0 || static_cast<std::size_t>(rank) >= obs.stderr_tails.size()
+      || obs.stderr_tails[static_cast<std::size_t>(rank)].empty())
+    return {};
+  return "; stderr: " + obs.stderr_tails[static_cast<std::size_t>(rank)];
+}
+
 trial_verdict verdict_for(const trial_cause& c, const trial_observation& obs) {
   trial_verdict v;
   v.detail = rank_text(c.rank) + c.detail;
@@ -23,10 +37,8 @@ trial_verdict verdict_for(const trial_cause& c, const trial_observation& obs) {
     case kind::timeout: v.outcome = wire::Outcome::Timeout; break;
     case kind::collective_text: {
       // A failed collective is a crash of the job (not of one setting's memory), named as such;
-      // within the launch window and before any metrics it is a failed start (rendezvous).
-      bool early = c.at_s <= obs.launch_window_s
-                   && (obs.first_metrics_at_s < 0 || obs.first_metrics_at_s > c.at_s);
-      v.outcome = early ? wire::Outcome::LaunchError : wire::Outcome::Crash;
+      // before the first metrics line it is a failed start (rendezvous).
+      v.outcome = at_start(c, obs) ? wire::Outcome::LaunchError : wire::Outcome::Crash;
       v.detail = "collective communication failed: " + v.detail;
       break;
     }
@@ -37,17 +49,19 @@ trial_verdict verdict_for(const trial_cause& c, const trial_observation& obs) {
       bool oom_code = c.kind == kind::exit_nonzero
                       && std::find(obs.oom_exit_codes.begin(), obs.oom_exit_codes.end(), c.code)
                            != obs.oom_exit_codes.end();
-      bool early = c.at_s <= obs.launch_window_s
-                   && (obs.first_metrics_at_s < 0 || obs.first_metrics_at_s > c.at_s);
       if (oom_code)
         v.outcome = wire::Outcome::Oom;
-      else if (early)
+      else if (at_start(c, obs))
         v.outcome = wire::Outcome::LaunchError;
       else
         v.outcome = wire::Outcome::Crash;
       break;
     }
   }
+  // Why the rank failed, in its own words (a Python traceback's last lines); an OOM's detail
+  // already quotes its line.
+  if (v.outcome == wire::Outcome::LaunchError || v.outcome == wire::Outcome::Crash)
+    v.detail += stderr_quote(obs, c.rank);
   return v;
 }
 
@@ -135,6 +149,33 @@ const collective_pattern* find_collective_pattern(std::string_view line) {
     if (line.find(p.text) != std::string_view::npos)
       return &p;
   return nullptr;
+}
+
+void stderr_tail::add(std::string_view line) {
+  if (!line.empty() && line.back() == '\r')
+    line.remove_suffix(1);
+  auto begin = line.find_first_not_of(" \t");
+  if (begin == std::string_view::npos)
+    return; // blank
+  line.remove_prefix(begin);
+  if (lines_.size() == max_lines)
+    lines_.erase(lines_.begin());
+  lines_.emplace_back(line.substr(0, max_chars));
+}
+
+std::string stderr_tail::text() const {
+  // The newest lines that fit in max_chars (the exception line is the last one); each line was
+  // cut to max_chars when added, so the newest always fits.
+  std::size_t first = lines_.size();
+  std::size_t chars = 0;
+  while (first > 0 && chars + lines_[first - 1].size() <= max_chars) {
+    chars += lines_[first - 1].size();
+    --first;
+  }
+  std::string out;
+  for (std::size_t i = first; i < lines_.size(); ++i)
+    out += (out.empty() ? "" : " | ") + lines_[i];
+  return out;
 }
 
 } // namespace infrarsi::adapters

@@ -10,13 +10,17 @@
 ///     the trial are consequences, not causes:
 ///     memory cap exceeded -> oom; an OOM pattern in any rank's output -> oom;
 ///     a collective-communication failure in any rank's output (collective_failure_patterns():
-///     NCCL watchdog, NCCL error, gloo timeout, connection closed by peer) -> crash, the detail
-///     starting "collective communication failed"; an exit status listed as OOM -> oom;
+///     NCCL watchdog, NCCL error, gloo timeout, connection closed by peer) -> crash (at start-up:
+///     launch_error, below), the detail starting "collective communication failed"; an exit
+///     status listed as OOM -> oom;
 ///     the wall-clock limit -> timeout; a stop request (preemption, cancel) -> preempted;
-///     a rank exiting non-zero or by a signal -> launch_error if it happened within the launch
-///     window and before any metrics line, else crash.
+///     a rank exiting non-zero or by a signal, or a collective failure -> by its phase, never by
+///     the clock: launch_error when it happened before the reporting rank's first metrics line
+///     (start-up: a bad argument, an import error, a failed rendezvous), else crash.
 ///     Collective text is evidence of a failure, not a failure by itself: when the only causes
 ///     before the stop are collective text (every rank exited 0), rule 3 decides.
+///     A launch_error or crash of a rank quotes the tail of that rank's stderr (stderr_tail):
+///     "; stderr: LINE | LINE | ... | EXCEPTION LINE".
 ///  3. No cause: every rank exited 0. ok, unless a final metrics line was required and missing
 ///     (crash: "exited 0 without the final metrics line").
 
@@ -65,8 +69,11 @@ struct trial_observation {
   bool final_line_seen = false;
   /// The final line said status "ok" (when seen).
   bool final_line_ok = true;
-  /// Launch window of the task (seconds).
+  /// Launch window of the task (seconds). Kept for callers; the outcome no longer depends on it.
   double launch_window_s = 3.0;
+  /// The tail of each rank's stderr (stderr_tail::text()), indexed by rank; a rank beyond the
+  /// vector, or an empty text, quotes nothing.
+  std::vector<std::string> stderr_tails;
   /// Exit statuses that mean OOM.
   std::vector<int> oom_exit_codes;
 };
@@ -76,6 +83,27 @@ struct trial_verdict {
   wire::Outcome outcome = wire::Outcome::Unset;
   int exit_code = 0;
   std::string detail;
+};
+
+/// The last lines of one rank's stderr, kept as they are read, for the detail of a failed
+/// trial: a Python traceback's last lines, ending in the exception line. Blank lines are skipped;
+/// each line has its leading whitespace and trailing carriage return removed.
+class stderr_tail {
+public:
+  /// At most this many lines are quoted.
+  static constexpr std::size_t max_lines = 8;
+  /// At most this many characters of them are quoted (the earliest lines are dropped first;
+  /// a last line longer than this keeps its first max_chars characters).
+  static constexpr std::size_t max_chars = 1000;
+
+  /// Adds one line (without its newline).
+  void add(std::string_view line);
+  /// The quoted tail: the kept lines joined by " | " ("" when none), at most max_chars
+  /// characters plus the separators.
+  [[nodiscard]] std::string text() const;
+
+private:
+  std::vector<std::string> lines_; // the last max_lines non-blank lines, oldest first
 };
 
 /// Applies the rules above.

@@ -26,16 +26,26 @@ nlohmann::json launch_config(const tuning::task_spec& task, const tuning::config
   for (const auto& a : task.workload.argv)
     argv.push_back(tuning::render_template(a, vars, why).value_or(a));
   nlohmann::json env = nlohmann::json::object();
-  for (const auto& [k, v] : task.workload.env)
-    env[k] = tuning::render_template(v, vars, why).value_or(v);
+  nlohmann::json env_unset = nlohmann::json::array();
+  for (const auto& [k, v] : task.workload.env) {
+    auto rendered = tuning::render_template(v, vars, why).value_or(v);
+    const auto* knob = tuning::sole_knob_of(task, v);
+    if (knob != nullptr && tuning::may_be_unset(*knob) && rendered == tuning::unset_env_value)
+      env_unset.push_back(k); // the trial ran without it
+    else
+      env[k] = rendered;
+  }
   auto ws = vars.find("world_size");
-  return {{"config", store::to_json(config)},
-          {"workdir", task.workload.workdir},
-          {"argv", argv},
-          {"env", env},
-          {"world_size", ws != vars.end() ? ws->second : std::string{"1"}},
-          {"speedup", speedup},
-          {"ci_low", ci_low}};
+  nlohmann::json doc = {{"config", store::to_json(config)},
+                        {"workdir", task.workload.workdir},
+                        {"argv", argv},
+                        {"env", env},
+                        {"world_size", ws != vars.end() ? ws->second : std::string{"1"}},
+                        {"speedup", speedup},
+                        {"ci_low", ci_low}};
+  if (!env_unset.empty())
+    doc["env_unset"] = env_unset;
+  return doc;
 }
 
 patch_paths_report promoted_patch_paths(const tuning::task_spec& task,

@@ -18,7 +18,9 @@ namespace infrarsi::adapters {
 /// attempt = 0, trial_dir = ".", rank = 0, memory_cap_bytes = the task's cap, world_size as the
 /// task's world_size template renders): {"config": store::to_json(config), "workdir",
 /// "argv": [...], "env": {...}, "world_size": text ("1" when the template does not render),
-/// "speedup", "ci_low"}. `speedup` and `ci_low` are the verified speedup (x, baseline time over
+/// "speedup", "ci_low"}, and "env_unset": [names] when a workload.env knob of the configuration is
+/// "unset" (tuning::unset_env_value: the variable is left out of "env" and must not be set when
+/// launching). `speedup` and `ci_low` are the verified speedup (x, baseline time over
 /// candidate time) and the lower end of its 95% interval. A template that does not render (an
 /// unknown placeholder, an unbalanced brace) is kept as written; never fails. This is the content
 /// of promoted/launch.json (written as dump(2) plus a newline).

@@ -469,7 +469,8 @@ tuning::task_spec parse_task(const reader& r, const toml::table& root) {
   r.string(root, "description", "", false);
 
   const auto& w = r.table(root, "workload", "", true);
-  r.only_keys(w, "workload", {"workdir", "launcher", "argv", "env", "world_size", "writable"});
+  r.only_keys(w, "workload", {"workdir", "launcher", "argv", "env", "world_size", "writable",
+                              "distributed_env"});
   task.workload.workdir = r.resolve(r.string(w, "workdir", "workload", false).value_or("."));
   if (auto l = r.string(w, "launcher", "workload", false)) {
     if (*l == "ranks")
@@ -478,6 +479,16 @@ tuning::task_spec parse_task(const reader& r, const toml::table& root) {
       task.workload.launcher = tuning::launcher_kind::command;
     else
       r.expected(*w.get("launcher"), "workload.launcher", "\"ranks\" or \"command\"");
+  }
+  if (auto d = r.string(w, "distributed_env", "workload", false)) {
+    if (*d == "always")
+      task.workload.distributed_env = tuning::distributed_env_kind::always;
+    else if (*d == "multi_rank")
+      task.workload.distributed_env = tuning::distributed_env_kind::multi_rank;
+    else
+      r.expected(*w.get("distributed_env"), "workload.distributed_env",
+                 "\"always\" (every rank gets RANK, WORLD_SIZE, MASTER_ADDR, ...) or "
+                 "\"multi_rank\" (only when world_size > 1)");
   }
   task.workload.argv = r.strings(w, "argv", "workload", true);
   task.workload.writable = r.strings(w, "writable", "workload", false);
@@ -511,6 +522,20 @@ tuning::task_spec parse_task(const reader& r, const toml::table& root) {
         r.fail(&k, where + ".name", "duplicate knob '" + spec.name + "'");
       task.knobs.push_back(std::move(spec));
     }
+  }
+
+  // An env knob that may be "unset" removes its variable: its template must be the knob alone,
+  // or "unset" would be pasted into a longer value.
+  for (const auto& [k, v] : env) {
+    const auto& tmpl = task.workload.env.at(std::string{k.str()});
+    if (tuning::sole_knob_of(task, tmpl) != nullptr)
+      continue;
+    for (const auto& knob : task.knobs)
+      if (tuning::may_be_unset(knob) && tmpl.find("{" + knob.name + "}") != std::string::npos)
+        r.fail(&v, "workload.env." + std::string{k.str()},
+               "knob '" + knob.name + "' may be \"" + tuning::unset_env_value
+                 + "\" (which removes the variable), so the template must be exactly \"{"
+                 + knob.name + "}\", got \"" + tmpl + "\"");
   }
 
   const auto& m = r.table(root, "metrics", "", false);

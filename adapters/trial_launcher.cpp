@@ -140,6 +140,8 @@ struct supervisor {
   std::vector<double> observed_at;
   /// Every process of the trial, also those that left their rank's group or session.
   trial_descendants tree;
+  /// The last lines of each rank's stderr, for the detail of a failure (index: rank).
+  std::vector<stderr_tail> tails;
 
   supervisor(const trial_request& r, double timeout, std::uint64_t memory_cap)
     : req(r), task(*r.task), timeout_s(timeout), cap(memory_cap), parser(r.task->metrics),
@@ -176,6 +178,11 @@ struct supervisor {
   }
 
   void on_line(stream_state& s, std::string_view line) {
+    if (!s.is_stdout) {
+      if (tails.size() <= static_cast<std::size_t>(s.rank))
+        tails.resize(static_cast<std::size_t>(s.rank) + 1);
+      tails[static_cast<std::size_t>(s.rank)].add(line);
+    }
     if (s.is_stdout && s.rank == task.metrics.reporting_rank) {
       auto before = parser.steps().size();
       parser.feed(line);
@@ -576,6 +583,13 @@ messages::trial_result_msg make_result(const trial_request& req, const trial_ver
 
 } // namespace
 
+const std::vector<std::string>& torchrun_env_names() {
+  static const std::vector<std::string> names = {"RANK",           "LOCAL_RANK",
+                                                 "WORLD_SIZE",     "LOCAL_WORLD_SIZE",
+                                                 "MASTER_ADDR",    "MASTER_PORT"};
+  return names;
+}
+
 caf::expected<trial_report> run_trial(const trial_request& req) {
   if (req.task == nullptr)
     return make_error(errc::invalid_argument, "run_trial: no task");
@@ -663,14 +677,24 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
     report.workdir = dest;
   }
 
+  // The torchrun environment contract: every rank, or (distributed_env = multi_rank) only a
+  // trial of more than one rank; a plain process gets none of it, inherited variables included.
+  const bool distributed =
+    ranks_launcher && (task.workload.distributed_env == tuning::distributed_env_kind::always
+                       || world_size > 1);
+  std::set<std::string> unset;
+  if (ranks_launcher && !distributed)
+    unset.insert(torchrun_env_names().begin(), torchrun_env_names().end());
   int port = 0;
-  if (ranks_launcher) {
+  if (distributed) {
     auto p = free_tcp_port();
     if (!p)
       return std::move(p.error());
     port = *p;
   }
   auto base_env = current_environment();
+  for (const auto& name : unset)
+    base_env.erase(name);
   base_env.emplace("PYTHONUNBUFFERED", "1"); // line-timely output from Python workloads
   for (int rank = 0; rank < processes; ++rank) {
     auto rank_vars = vars;
@@ -687,6 +711,18 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
     }
     sreq.env = base_env;
     for (const auto& [k, v] : task.workload.env) {
+      // An env knob set to "unset": the variable is left out, also when inherited.
+      if (const auto* knob = tuning::sole_knob_of(task, v);
+          knob != nullptr && tuning::may_be_unset(*knob)) {
+        const auto* text = std::get_if<std::string>(&knobs->at(knob->name));
+        if (text != nullptr && *text == tuning::unset_env_value) {
+          sreq.env.erase(k);
+          if (rank == 0 && std::find(report.env_unset.begin(), report.env_unset.end(), k)
+                             == report.env_unset.end())
+            report.env_unset.push_back(k);
+          continue;
+        }
+      }
       auto rendered = tuning::render_template(v, rank_vars, why);
       if (!rendered)
         return make_error(errc::invalid_argument, "workload.env." + k + ": " + why);
@@ -694,7 +730,7 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
       if (rank == 0)
         report.env[k] = *rendered;
     }
-    if (ranks_launcher) {
+    if (distributed) {
       sreq.env["RANK"] = std::to_string(rank);
       sreq.env["LOCAL_RANK"] = std::to_string(rank);
       sreq.env["WORLD_SIZE"] = std::to_string(world_size);
@@ -742,6 +778,12 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
     }
   }
   sup.loop();
+  for (const auto& name : unset) // a variable the task's own env sets again is not removed
+    if (report.env.count(name) == 0
+        && std::find(report.env_unset.begin(), report.env_unset.end(), name)
+             == report.env_unset.end())
+      report.env_unset.push_back(name);
+  std::sort(report.env_unset.begin(), report.env_unset.end());
   report.descendants = sup.tree.description();
   // How to tell which mechanism ended this trial's descendants (docs/node-runner.md).
   std::ofstream{trial_dir + "/descendants.txt"} << report.descendants << '\n';
@@ -756,6 +798,8 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
     auto st = f.find("status");
     sup.obs.final_line_ok = st == f.end() || (st->is_string() && st->get<std::string>() == "ok");
   }
+  for (const auto& t : sup.tails)
+    sup.obs.stderr_tails.push_back(t.text());
   auto verdict = classify(sup.obs);
   // A file the workload wrote in place through a hard link of its copy changed the original.
   if (auto through = written_through(copy, report.workdir); !through.empty())

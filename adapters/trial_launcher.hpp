@@ -63,6 +63,10 @@ struct trial_report {
   /// entries (inherited variables not included).
   std::vector<std::string> argv;
   std::map<std::string, std::string> env;
+  /// Variables removed from every rank's environment: workload.env entries whose knob is
+  /// "unset" (tuning::unset_env_value), and at world size 1 with workload.distributed_env =
+  /// "multi_rank" the torchrun variables (torchrun_env_names()); sorted, each once.
+  std::vector<std::string> env_unset;
   /// Working directory the trial ran in (a patched copy when patches were applied).
   std::string workdir;
   /// Number of ranks (or devices of a command).
@@ -91,6 +95,10 @@ patch_conflicts(const tuning::task_spec& task, const std::vector<std::string>& n
 /// knob, the value and what was expected.
 [[nodiscard]] caf::expected<tuning::knob_assignment>
 complete_assignment(const tuning::task_spec& task, const tuning::knob_assignment& knobs);
+
+/// The variables of the torchrun environment contract the ranks launcher sets: RANK,
+/// LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT.
+const std::vector<std::string>& torchrun_env_names();
 
 /// Runs the trial to its end. Every trial outcome (ok, oom, crash, timeout, launch_error,
 /// preempted) is a successful return; errors mean the tool itself could not run it:

@@ -10,6 +10,7 @@
 #include "decide/patch_exclusion.hpp"
 #include "decide/resources.hpp"
 #include "tuning/contract_check.hpp"
+#include "tuning/contract_coverage.hpp"
 #include "tuning/planner.hpp"
 #include "tuning/prior_revision.hpp"
 
@@ -60,6 +61,16 @@ std::string clock_note(const tuning::task_spec& task, const store::run_state& ru
   os << "step times of the timed window checked against the harness clock (tolerance "
      << 100.0 * c.clock_tolerance << "%) and against wall time";
   return os.str();
+}
+
+/// The contract checks a trial's output cannot fail (or cannot pass) and what enforces the work
+/// instead (tuning/contract_coverage.hpp).
+nlohmann::json coverage_of(const tuning::task_spec& task) {
+  nlohmann::json vacuous = nlohmann::json::array();
+  for (const auto& c : tuning::vacuous_checks(task))
+    vacuous.push_back(
+      {{"code", c.code}, {"status", tuning::to_string(c.status)}, {"evidence", c.evidence}});
+  return {{"vacuous", vacuous}, {"work_enforced_by", tuning::work_enforced_by(task)}};
 }
 
 } // namespace
@@ -222,6 +233,7 @@ nlohmann::json make_report(const tuning::task_spec& task, const store::run_state
           {"reverifications", reverifications},
           {"rejected", rejected},
           {"clock_check", clock_note(task, run)},
+          {"contract_coverage", coverage_of(task)},
           {"promoted", promoted},
           {"promotion_decision", run.promotion ? *run.promotion : nlohmann::json{}},
           {"failed_trials_cost", failed},
@@ -315,6 +327,22 @@ std::string render_markdown(const nlohmann::json& r) {
   }
   md << "\n## Rejected, and why\n\n";
   md << "Contract: " << r.value("clock_check", "") << "\n\n";
+  if (r.contains("contract_coverage") && !r["contract_coverage"]["vacuous"].empty()) {
+    const auto& cov = r["contract_coverage"];
+    md << "Checks this task's output cannot decide (`infrarsi check TASK`):\n\n";
+    for (const auto& c : cov["vacuous"])
+      md << "- " << c.value("code", "") << " (" << c.value("status", "") << "): "
+         << c.value("evidence", "") << "\n";
+    md << "\nThe work is enforced instead by ";
+    if (cov["work_enforced_by"].empty())
+      md << "nothing: the task has no constraints and no constants.\n\n";
+    else {
+      md << "the task:\n\n";
+      for (const auto& e : cov["work_enforced_by"])
+        md << "- " << e.get<std::string>() << "\n";
+      md << "\n";
+    }
+  }
   for (const auto& x : r["rejected"]) {
     if (x.contains("patch"))
       md << "- patch " << x.value("patch", "") << ": ";

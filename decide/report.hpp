@@ -16,7 +16,9 @@ namespace infrarsi::decide {
 /// trial (configuration, outcome, timed step time, speedup vs baseline, violations, evidence,
 /// wall time, device-seconds, peak memory), re-verifications, the promoted configuration with
 /// its verified speedup and 95% interval and the source paths its patches touch, device-seconds
-/// spent on failed trials by outcome, and MFU where the workload's FLOPs per step are known
+/// spent on failed trials by outcome, "contract_coverage" (the checks the task's output cannot
+/// decide, tuning::vacuous_checks, and what enforces the work instead, tuning::work_enforced_by),
+/// and MFU where the workload's FLOPs per step are known
 /// (task constant `flops_per_step` and `peak_flops`; otherwise null with the reason).
 nlohmann::json make_report(const tuning::task_spec& task, const store::run_state& run);
 

@@ -23,6 +23,7 @@
 #include "runtime/store_paths.hpp"
 #include "runtime/tune.hpp"
 #include "store/rocksdb_event_log.hpp"
+#include "tuning/contract_coverage.hpp"
 
 namespace infrarsi::runtime {
 
@@ -293,6 +294,7 @@ int cmd_trial_run(const trial_run_options& o, std::ostream& out, std::ostream& e
                         {"world_size", report->world_size},
                         {"argv", report->argv},
                         {"env", report->env},
+                        {"env_unset", report->env_unset},
                         {"knobs", knobs},
                         {"patches", req.patches},
                         {"logs", report->log_files},
@@ -304,6 +306,55 @@ int cmd_trial_run(const trial_run_options& o, std::ostream& out, std::ostream& e
     err << "outcome " << result["outcome"].get<std::string>() << ": "
         << result["detail"].get<std::string>() << " (" << result["wall_time_s"].get<double>()
         << " s wall)\n";
+  return exit_ok;
+}
+
+// -- infrarsi check ------------------------------------------------------------------------------
+
+int cmd_check(const std::string& path, std::ostream& out, std::ostream& err) {
+  auto task = load_task_file(path);
+  if (!task) {
+    err << "infrarsi check: " << describe(task.error()) << '\n';
+    return exit_failure;
+  }
+  out << "task '" << task->name << "' (" << task->source << ") loads: " << task->knobs.size()
+      << " knob(s), " << task->patches.size() << " patch(es), metrics format "
+      << (task->metrics.format == tuning::metrics_spec::format_kind::regex ? "regex"
+                                                                          : "json_lines")
+      << "\n";
+  auto coverage = tuning::contract_coverage(*task);
+  auto section = [&](const char* title, auto keep) {
+    bool any = false;
+    for (const auto& c : coverage)
+      if (keep(c.status)) {
+        if (!any)
+          out << '\n' << title << '\n';
+        any = true;
+        out << "  " << c.code;
+        if (c.status != tuning::check_status::observed && c.status != tuning::check_status::off)
+          out << " [" << tuning::to_string(c.status) << "]";
+        out << ": " << c.evidence << '\n';
+      }
+    return any;
+  };
+  using tuning::check_status;
+  section("observed (a trial's output can fail them):",
+          [](check_status st) { return st == check_status::observed; });
+  bool vacuous = section("cannot be decided by the output (vacuous: cannot fail; partial: only "
+                         "part observed; fails_always: cannot pass):",
+                         [](check_status st) {
+                           return st == check_status::vacuous || st == check_status::partial
+                                  || st == check_status::fails_always;
+                         });
+  section("not checked (the contract does not ask, or the task waives it):",
+          [](check_status st) { return st == check_status::off; });
+  auto enforced = tuning::work_enforced_by(*task);
+  out << "\nthe contracted work is enforced by the task's constraints and constants"
+      << (vacuous ? " (where the output cannot show it):" : ":") << '\n';
+  if (enforced.empty())
+    out << "  nothing: the task has no constraints and no constants\n";
+  for (const auto& e : enforced)
+    out << "  " << e << '\n';
   return exit_ok;
 }
 
@@ -454,6 +505,20 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
                          "Task file, only for runs logged before the task text was (default: the "
                          "task logged at init; for older runs the path the run recorded)");
 
+  std::string check_task;
+  auto* check_cmd = app.add_subcommand(
+    "check", "Load TASK and say which contract checks its output can decide.\n"
+             "Prints each check of the verifier (steps, tokens, global_batch, params, layers, "
+             "loss, timed_window, step_times, clock) as observed (a trial's output can fail "
+             "it), vacuous (the contract names it but the output cannot fail it, e.g. tokens "
+             "from a regex without a tokens field: the task's tokens_per_step compared with "
+             "itself), partial, fails_always (no trial can pass it) or not checked, and what "
+             "enforces the work instead: the task's constraints and constants "
+             "(docs/task-contract.md \"What a task's output can show\"). Runs nothing.\n"
+             "Exit status: 0 the task loads, 1 it does not (the error names FILE:LINE:COLUMN, "
+             "the key and the value), 2 bad command line.");
+  check_cmd->add_option("TASK", check_task, "Task file (TOML; docs/task-contract.md)")->required();
+
   std::string status_store = ".infrarsi";
   auto* status_cmd = app.add_subcommand(
     "status", "Show every run of a store with its stage and promotion (from the run's snapshot "
@@ -494,6 +559,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     }
     if (status_cmd->parsed())
       return run_status(status_store, out, err);
+    if (check_cmd->parsed())
+      return cmd_check(check_task, out, err);
     if (replay_cmd->parsed())
       return run_replay(replay, out, err);
   } catch (const std::exception& e) {

@@ -215,4 +215,22 @@ std::optional<int> world_size_of(const task_spec& task, const knob_assignment& a
   return static_cast<int>(n);
 }
 
+bool may_be_unset(const knob_spec& knob) {
+  if (knob.type != knob_type::choice)
+    return false;
+  for (const auto& v : knob.values)
+    if (const auto* text = std::get_if<std::string>(&v); text != nullptr && *text == unset_env_value)
+      return true;
+  return false;
+}
+
+const knob_spec* sole_knob_of(const task_spec& task, const std::string& tmpl) {
+  if (tmpl.size() < 3 || tmpl.front() != '{' || tmpl.back() != '}' || tmpl[1] == '{')
+    return nullptr;
+  auto name = tmpl.substr(1, tmpl.size() - 2);
+  if (name.find_first_of("{}") != std::string::npos)
+    return nullptr;
+  return task.find_knob(name);
+}
+
 } // namespace infrarsi::tuning

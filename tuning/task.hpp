@@ -55,6 +55,23 @@ enum class launcher_kind : std::uint8_t {
   command,
 };
 
+/// When the ranks launcher gives a rank the torchrun environment contract (RANK, LOCAL_RANK,
+/// WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT). Task key `workload.distributed_env`.
+enum class distributed_env_kind : std::uint8_t {
+  /// Every rank, also at world size 1 ("always"; the default, the behaviour before the key).
+  always,
+  /// Only when the trial has more than one rank ("multi_rank"): at world size 1 the process runs
+  /// as the plain process a user starts by hand, with none of these variables in its
+  /// environment (inherited ones removed too), so a script that switches to its distributed path
+  /// when they exist runs its single-process path.
+  multi_rank,
+};
+
+/// The knob value that means "leave this environment variable unset": an entry of
+/// workload.env whose template is exactly `{knob}` is removed from the child's environment
+/// (also when the harness's own environment has it) when the knob's value is this text.
+inline constexpr const char* unset_env_value = "unset";
+
 /// The workload and how to launch it. Templates may contain `{knob}` placeholders (and `{{`/`}}`
 /// for literal braces); built-in placeholders: {trial_id}, {attempt}, {trial_dir}, {rank} (ranks
 /// launcher only), {world_size}, {memory_cap_bytes}.
@@ -75,6 +92,8 @@ struct workload_spec {
   /// bytes; every other file may be a hard link to the original (docs/node-runner.md "The
   /// trial's copy of the workload"). Default: none.
   std::vector<std::string> writable;
+  /// Whether the ranks launcher sets the torchrun variables at world size 1. Default always.
+  distributed_env_kind distributed_env = distributed_env_kind::always;
 };
 
 /// How to read per-step metrics from the workload's output.
@@ -117,7 +136,10 @@ struct limits_spec {
   std::uint64_t device_memory_bytes = 0;
   /// Seconds between SIGTERM and SIGKILL when a trial is stopped. Default 3.
   double kill_grace_s = 3.0;
-  /// A non-zero exit within this many seconds, before any metrics, is a launch_error. Default 3.
+  /// Read from task files and kept (old task files and logged task texts still load), but no
+  /// longer decides the outcome: a start-up failure is a launch_error by its phase (before the
+  /// reporting rank's first metrics line), whatever the clock says (adapters/classify.hpp).
+  /// Seconds. Default 3.
   double launch_window_s = 3.0;
 };
 
@@ -250,5 +272,12 @@ std::map<std::string, std::string> template_vars(const task_spec& task,
 std::optional<int> world_size_of(const task_spec& task, const knob_assignment& assignment,
                                  const std::map<std::string, std::string>& builtins,
                                  std::string& why);
+
+/// Whether `knob` may take the value unset_env_value ("unset"): a choice knob that lists it.
+bool may_be_unset(const knob_spec& knob);
+
+/// The knob whose placeholder is the whole template (exactly "{name}"), or nullptr (text around
+/// it, several placeholders, a constant or a built-in).
+const knob_spec* sole_knob_of(const task_spec& task, const std::string& tmpl);
 
 } // namespace infrarsi::tuning

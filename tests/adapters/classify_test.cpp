@@ -69,15 +69,74 @@ TEST(Classify, EventsAfterTheLauncherBeganStoppingAreConsequences) {
   EXPECT_EQ(v.detail, "rank 1: RSS 3 GiB > cap");
 }
 
-TEST(Classify, EarlyExitBeforeMetricsIsLaunchErrorLaterIsCrash) {
-  auto o = base();
+TEST(Classify, ExitBeforeTheFirstMetricsLineIsLaunchErrorWhateverTheClockAfterItIsCrash) {
+  auto o = base(); // launch window 3 s: no longer part of the rule
   o.causes = {{kind::exit_nonzero, 0.4, 0, 2, "exited with status 2"}};
   EXPECT_EQ(classify(o).outcome, wire::Outcome::LaunchError);
-  o.causes[0].at_s = 3.5; // outside the launch window
-  EXPECT_EQ(classify(o).outcome, wire::Outcome::Crash);
-  o.causes[0].at_s = 0.4;
+  // The same start-up failure on a loaded machine, later than the old window: the same class.
+  o.causes[0].at_s = 3.5;
+  EXPECT_EQ(classify(o).outcome, wire::Outcome::LaunchError);
+  o.causes[0].at_s = 600.0;
+  EXPECT_EQ(classify(o).outcome, wire::Outcome::LaunchError);
+  o.causes[0].kind = kind::killed_by_signal;
+  o.causes[0].code = 11;
+  EXPECT_EQ(classify(o).outcome, wire::Outcome::LaunchError);
+  o.causes[0] = {kind::exit_nonzero, 0.4, 0, 2, "exited with status 2"};
   o.first_metrics_at_s = 0.2; // it had already trained
   EXPECT_EQ(classify(o).outcome, wire::Outcome::Crash);
+  o.first_metrics_at_s = 0.4; // its first line and its exit read in the same instant: trained
+  EXPECT_EQ(classify(o).outcome, wire::Outcome::Crash);
+}
+
+TEST(Classify, AFailedRankQuotesTheTailOfItsOwnStderr) {
+  auto o = base();
+  o.stderr_tails = {"rank 0's last words", "Traceback (most recent call last): | RuntimeError: "
+                                           "rendezvous failed"};
+  o.causes = {{kind::exit_nonzero, 5.0, 1, 1, "exited with status 1"},
+              {kind::killed_by_signal, 5.2, 0, 15, "killed by signal 15 (Terminated)"}};
+  o.stop_began_at_s = 5.0;
+  auto v = classify(o);
+  EXPECT_EQ(v.outcome, wire::Outcome::LaunchError);
+  EXPECT_EQ(v.detail, "rank 1: exited with status 1; stderr: Traceback (most recent call last): | "
+                      "RuntimeError: rendezvous failed");
+  o.first_metrics_at_s = 1.0;
+  v = classify(o);
+  EXPECT_EQ(v.outcome, wire::Outcome::Crash);
+  EXPECT_EQ(v.detail, "rank 1: exited with status 1; stderr: Traceback (most recent call last): | "
+                      "RuntimeError: rendezvous failed");
+  // A rank with nothing on stderr quotes nothing; an OOM or a timeout quotes nothing.
+  o.stderr_tails = {"x", ""};
+  EXPECT_EQ(classify(o).detail, "rank 1: exited with status 1");
+  o.stderr_tails = {"x", "MemoryError"};
+  o.causes[0] = {kind::oom_text, 5.0, 1, 0, "out of memory ('MemoryError'): MemoryError"};
+  EXPECT_EQ(classify(o).detail, "rank 1: out of memory ('MemoryError'): MemoryError");
+  o.causes[0] = {kind::timeout, 5.0, -1, 0, "limit"};
+  EXPECT_EQ(classify(o).detail, "limit");
+}
+
+TEST(StderrTail, KeepsTheLastEightLinesWithinAThousandCharactersEndingInTheException) {
+  stderr_tail tail;
+  EXPECT_EQ(tail.text(), "");
+  tail.add("Traceback (most recent call last):");
+  tail.add("  File \"train.py\", line 3, in <module>");
+  tail.add("");
+  tail.add("   \r");
+  tail.add("    dist.init_process_group()\r");
+  tail.add("RuntimeError: boom");
+  EXPECT_EQ(tail.text(), "Traceback (most recent call last): | File \"train.py\", line 3, in "
+                         "<module> | dist.init_process_group() | RuntimeError: boom");
+  for (int i = 0; i < 20; ++i)
+    tail.add("line " + std::to_string(i));
+  tail.add("ValueError: last");
+  EXPECT_EQ(tail.text(), "line 13 | line 14 | line 15 | line 16 | line 17 | line 18 | line 19 | "
+                         "ValueError: last");
+  // 1000 characters: the earliest lines go first; the exception line stays.
+  tail.add(std::string(600, 'a'));
+  tail.add(std::string(380, 'b'));
+  tail.add("KeyError: 'x'"); // 600 + 380 + 13 = 993 fit; "ValueError: last" (16) would not
+  EXPECT_EQ(tail.text(), std::string(600, 'a') + " | " + std::string(380, 'b') + " | KeyError: 'x'");
+  tail.add(std::string(1500, 'c')); // longer than the limit: its first 1000 characters
+  EXPECT_EQ(tail.text(), std::string(1000, 'c'));
 }
 
 TEST(Classify, OomExitStatusIsOom) {
@@ -135,13 +194,19 @@ TEST(Classify, CollectiveTextAloneDecidesNothing) {
 }
 
 TEST(Classify, CollectiveFailureAtStartIsLaunchError) {
-  auto o = base(); // launch window 3 s
+  auto o = base();
   o.causes = {{kind::collective_text, 1.0, 0, 0, "distributed network error: ..."},
               {kind::exit_nonzero, 1.1, 0, 1, "exited with status 1"}};
   auto v = classify(o);
   EXPECT_EQ(v.outcome, wire::Outcome::LaunchError);
   EXPECT_EQ(v.exit_code, 1);
   EXPECT_EQ(v.detail.rfind("collective communication failed: ", 0), 0u) << v.detail;
+  // A rendezvous that gives up after its own timeout (30 s) is still the start.
+  o.causes = {{kind::collective_text, 30.0, 0, 0, "rendezvous store error: ..."},
+              {kind::exit_nonzero, 30.1, 0, 1, "exited with status 1"}};
+  EXPECT_EQ(classify(o).outcome, wire::Outcome::LaunchError);
+  o.first_metrics_at_s = 2.0;
+  EXPECT_EQ(classify(o).outcome, wire::Outcome::Crash);
 }
 
 TEST(CollectivePatterns, EachMatchesItsOwnTextAndBenignWarningsMatchNone) {

@@ -47,8 +47,8 @@ bool alive(pid_t pid) {
 }
 
 /// A one-process trial ("command" launcher) running `/bin/sh -c SCRIPT` in `workdir`: no
-/// metrics needed, a 60 s limit, 1 s between SIGTERM and SIGKILL, no launch window (an early
-/// death is a crash).
+/// metrics needed (so every death is in the start-up phase, a launch_error), a 60 s limit, 1 s
+/// between SIGTERM and SIGKILL.
 tuning::task_spec shell_task(const std::string& workdir, const std::string& script) {
   tuning::task_spec task;
   task.name = "shell";
@@ -58,7 +58,6 @@ tuning::task_spec shell_task(const std::string& workdir, const std::string& scri
   task.metrics.require_final_line = false;
   task.limits.timeout_s = 60.0;
   task.limits.kill_grace_s = 1.0;
-  task.limits.launch_window_s = 0.0;
   return task;
 }
 
@@ -229,8 +228,9 @@ TEST_F(ProcessRegistryTest, SignalAllGroupsKillsEveryProcessOfARunningTrial) {
   EXPECT_TRUE(gone_at_once) << "signal_all_groups(SIGKILL) did not end every process at once";
   expect_running_trial(seen);
   const auto* result = report.result.get();
-  // The rank died from SIGKILL 0.5 s after launch (no launch window): a crash, exit -9.
-  EXPECT_EQ(result->outcome(), wire::Outcome::Crash) << result->detail()->str();
+  // The rank died from SIGKILL 0.5 s after launch, before any metrics line (this task prints
+  // none): the start-up phase, so launch_error, exit -9.
+  EXPECT_EQ(result->outcome(), wire::Outcome::LaunchError) << result->detail()->str();
   EXPECT_EQ(result->exit_code(), -SIGKILL);
   EXPECT_NE(result->detail()->str().find("killed by signal 9"), std::string::npos)
       << result->detail()->str();

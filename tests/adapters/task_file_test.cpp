@@ -231,6 +231,40 @@ TEST_F(TaskFileTest, NamesAndScopePathsStayInsideTheirDirectories) {
   EXPECT_NE(e.find("scope.frozen[0]: expected a glob relative"), std::string::npos) << e;
 }
 
+// Issue 19: workload.distributed_env and env knobs that may be "unset".
+TEST_F(TaskFileTest, DistributedEnvAndUnsetEnvKnobsAreReadAndCheckedNamingFileKeyAndValue) {
+  auto t = adapters::load_task_file(write(minimal));
+  ASSERT_TRUE(t) << describe(t.error());
+  EXPECT_EQ(t->workload.distributed_env, tuning::distributed_env_kind::always);
+  std::string with = minimal;
+  with.insert(with.find("argv"), "distributed_env = \"multi_rank\"\n");
+  t = adapters::load_task_file(write(with));
+  ASSERT_TRUE(t) << describe(t.error());
+  EXPECT_EQ(t->workload.distributed_env, tuning::distributed_env_kind::multi_rank);
+  std::string bad = minimal;
+  bad.insert(bad.find("argv"), "distributed_env = \"single\"\n");
+  auto e = error_of(bad);
+  EXPECT_NE(e.find("task.toml:3:19: workload.distributed_env: expected \"always\" (every rank "
+                   "gets RANK, WORLD_SIZE, MASTER_ADDR, ...) or \"multi_rank\" (only when "
+                   "world_size > 1), got string \"single\""),
+            std::string::npos)
+    << e;
+  const std::string algo = "[[knobs]]\nname = \"algo\"\ntype = \"choice\"\n"
+                           "values = [\"unset\", \"Ring\"]\ndefault = \"unset\"\n";
+  t = adapters::load_task_file(
+    write(std::string{minimal} + "[workload.env]\nNCCL_ALGO = \"{algo}\"\n" + algo));
+  ASSERT_TRUE(t) << describe(t.error());
+  ASSERT_NE(tuning::sole_knob_of(*t, t->workload.env.at("NCCL_ALGO")), nullptr);
+  EXPECT_TRUE(tuning::may_be_unset(*t->find_knob("algo")));
+  EXPECT_FALSE(tuning::may_be_unset(*t->find_knob("micro_batch")));
+  e = error_of(std::string{minimal} + "[workload.env]\nNCCL_ALGO = \"x{algo}\"\n" + algo);
+  EXPECT_NE(e.find("task.toml:10:13: workload.env.NCCL_ALGO: knob 'algo' may be \"unset\" "
+                   "(which removes the variable), so the template must be exactly \"{algo}\", "
+                   "got \"x{algo}\""),
+            std::string::npos)
+    << e;
+}
+
 TEST_F(TaskFileTest, FileLargerThanTheLimitIsRefusedBeforeParsing) {
   std::string big = std::string{minimal} + "# " + std::string(adapters::task_file_limits::max_file_bytes, 'x')
                     + "\n";

@@ -276,3 +276,134 @@ TEST(TrialRunCli, ATaskNameThatLeavesItsDirectoryIsRefused) {
 
 } // namespace
 } // namespace infrarsi::runtime
+
+// Issue 19: `infrarsi check TASK` says which contract checks a task's output can decide.
+namespace infrarsi::runtime {
+namespace {
+
+/// A regex-metrics task: its script prints step, loss and time, no tokens.
+const char* regex_task = R"(name = "regex_check"
+constraints = ["global_batch % micro_batch == 0"]
+[constants]
+global_batch = 16
+[workload]
+workdir = "."
+argv = ["python3", "train.py", "--mb", "{micro_batch}", "--gb", "{global_batch}"]
+[metrics]
+format = "regex"
+regex = 'iter (\d+): loss ([0-9.]+), time ([0-9.]+)ms'
+regex_fields = ["step", "loss", "step_time_ms"]
+tokens_per_step = 4096
+[contract]
+steps = 4
+tokens_per_step = 4096
+params = 1000
+timed_steps = [1, 3]
+[[knobs]]
+name = "micro_batch"
+type = "int"
+values = [1, 2, 4]
+default = 1
+)";
+
+/// The lines of `text` from the line starting with `title` to the next blank line.
+std::string section(const std::string& text, const std::string& title) {
+  auto at = text.find("\n" + title);
+  if (at == std::string::npos)
+    return {};
+  auto end = text.find("\n\n", at + 1);
+  return text.substr(at + 1, end == std::string::npos ? std::string::npos : end - at - 1);
+}
+
+TEST(CheckCli, ARegexTaskShowsTheTokensCheckIsVacuousAndWhatEnforcesTheWork) {
+  test::temp_dir dir;
+  auto path = dir.sub("regex.toml");
+  std::ofstream{path} << regex_task;
+  auto r = run({"check", path});
+  ASSERT_EQ(r.status, exit_ok) << r.err;
+  EXPECT_EQ(r.out.rfind("task 'regex_check' (" + path + ") loads: 1 knob(s), 0 patch(es), "
+                        "metrics format regex\n",
+                        0),
+            0u)
+    << r.out;
+  auto cannot = section(r.out, "cannot be decided by the output");
+  EXPECT_NE(cannot.find("  tokens [vacuous]: metrics.regex has no tokens field: every step is "
+                        "credited metrics.tokens_per_step = 4096, the task's own constant, so the "
+                        "check compares contract.tokens_per_step with itself and cannot fail\n"),
+            std::string::npos)
+    << r.out;
+  EXPECT_NE(cannot.find("  params [vacuous]: metrics.format = \"regex\" has no final line"),
+            std::string::npos)
+    << r.out;
+  EXPECT_NE(cannot.find("  timed_window [partial]: "), std::string::npos) << r.out;
+  auto observed = section(r.out, "observed");
+  EXPECT_NE(observed.find("  steps: the steps of the metrics lines against contract.steps = 4"),
+            std::string::npos)
+    << r.out;
+  EXPECT_NE(observed.find("  loss_drift: "), std::string::npos) << r.out;
+  EXPECT_EQ(observed.find("tokens"), std::string::npos) << r.out;
+  auto enforced = section(r.out, "the contracted work is enforced by");
+  EXPECT_NE(enforced.find("  constraint 'global_batch % micro_batch == 0' (checked before every "
+                          "launch"),
+            std::string::npos)
+    << r.out;
+  EXPECT_NE(enforced.find("  constant global_batch = 16 (fixed"), std::string::npos) << r.out;
+
+  // The same task with a tokens field: the tokens check is observed.
+  std::string with_tokens = regex_task;
+  auto rx = with_tokens.find("regex = '");
+  with_tokens.replace(rx, with_tokens.find('\n', rx) - rx,
+                      "regex = 'iter (\\d+): loss ([0-9.]+), time ([0-9.]+)ms, tokens (\\d+)'");
+  auto fields = with_tokens.find("regex_fields");
+  with_tokens.replace(fields, with_tokens.find('\n', fields) - fields,
+                      "regex_fields = [\"step\", \"loss\", \"step_time_ms\", \"tokens\"]");
+  std::ofstream{path} << with_tokens;
+  r = run({"check", path});
+  ASSERT_EQ(r.status, exit_ok) << r.err;
+  EXPECT_NE(section(r.out, "observed")
+              .find("  tokens: the regex's tokens field against contract.tokens_per_step = 4096"),
+            std::string::npos)
+    << r.out;
+  EXPECT_EQ(r.out.find("tokens [vacuous]"), std::string::npos) << r.out;
+}
+
+TEST(CheckCli, AJsonLinesTaskObservesTokensAndTheFinalLine) {
+  auto r = run({"check", std::string{INFRARSI_TEST_DATA_DIR} + "/../../config/tasks/"
+                                                               "torch_gpt_smoke.toml"});
+  ASSERT_EQ(r.status, exit_ok) << r.err;
+  auto observed = section(r.out, "observed");
+  EXPECT_NE(observed.find("  tokens: each metrics line's \"tokens\" against "
+                          "contract.tokens_per_step = 128"),
+            std::string::npos)
+    << r.out;
+  EXPECT_EQ(r.out.find("[vacuous]"), std::string::npos) << r.out;
+}
+
+// Through the real binary, as a user runs it: a broken task exits 1 naming file:line:column.
+TEST(CheckCli, ABrokenTaskExitsOneNamingFileLineAndKey) {
+  test::temp_dir dir;
+  auto path = dir.sub("broken.toml");
+  std::string text = regex_task;
+  text += "[limits]\ntimeout_s = \"soon\"\n";
+  std::ofstream{path} << text;
+  std::string cmd = std::string{INFRARSI_CLI_PATH} + " check '" + path + "' 2>&1";
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string out;
+  std::array<char, 4096> buf{};
+  for (std::size_t n; (n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0;)
+    out.append(buf.data(), n);
+  int status = ::pclose(pipe);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 1) << out;
+  EXPECT_EQ(out, "infrarsi check: invalid_argument: " + path
+                   + ":24:13: limits.timeout_s: expected a number, got string \"soon\"\n");
+  auto help = run({"check", "--help"});
+  EXPECT_EQ(help.status, exit_ok);
+  EXPECT_NE(help.out.find("Usage: infrarsi check"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("vacuous"), std::string::npos) << help.out;
+  EXPECT_EQ(run({"check"}).status, exit_usage);
+}
+
+} // namespace
+} // namespace infrarsi::runtime

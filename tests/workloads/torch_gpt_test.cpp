@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -196,6 +197,66 @@ TEST_F(TorchGpt, ShippedTasksDeclareTheWorkTrainPyDoes) {
     EXPECT_EQ(final_line["layers"].get<std::uint32_t>(), shipped->contract.layers);
     EXPECT_EQ(final_line["global_batch"].get<std::uint64_t>(), shipped->contract.global_batch);
     EXPECT_EQ(final_line["tokens_per_step"].get<std::uint64_t>(), shipped->contract.tokens_per_step);
+  }
+}
+
+/// The variables of /proc/PID/environ (NAME -> value).
+std::map<std::string, std::string> environ_of(pid_t pid) {
+  std::ifstream in{"/proc/" + std::to_string(pid) + "/environ"};
+  std::string all{std::istreambuf_iterator<char>{in}, {}};
+  std::map<std::string, std::string> env;
+  std::size_t begin = 0;
+  for (auto end = all.find('\0'); end != std::string::npos; end = all.find('\0', begin)) {
+    auto entry = all.substr(begin, end - begin);
+    auto eq = entry.find('=');
+    if (eq != std::string::npos)
+      env[entry.substr(0, eq)] = entry.substr(eq + 1);
+    begin = end + 1;
+  }
+  return env;
+}
+
+/// Runs the smoke task at world size 1 and reads the environment of every process of the trial
+/// from /proc while its first step is reported (the rank is alive, training).
+std::vector<std::map<std::string, std::string>> environments_at_first_step(
+  const tuning::task_spec& task, const std::string& dir, wire::Outcome& outcome) {
+  std::vector<std::map<std::string, std::string>> seen;
+  trial_request req;
+  req.task = &task;
+  req.knobs = {{"world_size", std::int64_t{1}}};
+  req.trial_dir = dir;
+  req.on_step = [&](const step_sample& s) {
+    if (s.step == 0)
+      for (pid_t pid : trial_processes(dir, -1))
+        seen.push_back(environ_of(pid));
+  };
+  auto rep = run_trial(req);
+  if (!rep)
+    throw std::runtime_error(describe(rep.error()));
+  outcome = rep->result.get()->outcome();
+  return seen;
+}
+
+// Issue 19: with workload.distributed_env = "multi_rank" the real workload at world size 1 runs
+// as the plain process its baseline is: none of the torchrun variables in its environment.
+TEST_F(TorchGpt, WorldSizeOneWithTheMultiRankOptionIsAPlainProcess) {
+  auto outcome = wire::Outcome::Unset;
+  auto always = environments_at_first_step(task, dir.sub("always"), outcome);
+  ASSERT_EQ(outcome, wire::Outcome::Ok);
+  ASSERT_GE(always.size(), 1u);
+  EXPECT_EQ(always[0]["RANK"], "0");
+  EXPECT_EQ(always[0]["WORLD_SIZE"], "1");
+  EXPECT_EQ(always[0]["MASTER_ADDR"], "127.0.0.1");
+
+  task.workload.distributed_env = tuning::distributed_env_kind::multi_rank;
+  auto plain = environments_at_first_step(task, dir.sub("plain"), outcome);
+  ASSERT_EQ(outcome, wire::Outcome::Ok);
+  ASSERT_GE(plain.size(), 1u);
+  for (const auto& env : plain) {
+    EXPECT_EQ(env.at("INFRARSI_TRIAL_DIR"), dir.sub("plain")); // the trial's own process
+    EXPECT_EQ(env.at("OMP_NUM_THREADS"), "1");                   // knob-rendered env still set
+    for (const auto& name : torchrun_env_names())
+      EXPECT_EQ(env.count(name), 0u) << name << " = " << env.at(name);
   }
 }
 
