@@ -50,7 +50,7 @@ struct step_point {
   /// The evaluation loss the workload reported with this step (metrics field `eval_loss`: loss on
   /// fixed held-out data, for contract.loss_mode eval); nullopt: none reported; NaN: reported
   /// but not a finite number.
-  std::optional<double> eval_loss;
+  std::optional<double> eval_loss = std::nullopt;
 };
 
 /// What the workload's final line declares (json_lines workloads; all unset for regex ones).
