@@ -617,15 +617,15 @@ run_state state_from_json(const json& j) {
   s.reference.spread = as_step_map(field(ref, "reference", "spread"), "reference.spread");
   const auto& windows = as_array(field(ref, "reference", "windows"), "reference.windows");
   for (std::size_t i = 0; i < windows.size(); ++i) {
-    auto w = idx("reference.windows", i);
-    const auto& x = as_array(windows[i], w, 6);
+    auto ww = idx("reference.windows", i);
+    const auto& x = as_array(windows[i], ww, 6);
     tuning::loss_window_reference r;
-    r.first = as_u32(x[0], w);
-    r.last = as_u32(x[1], w);
-    r.mean = as_num(x[2], w);
-    r.within_var = as_num(x[3], w);
-    r.between_var = as_num(x[4], w);
-    r.runs = as_u32(x[5], w);
+    r.first = as_u32(x[0], ww);
+    r.last = as_u32(x[1], ww);
+    r.mean = as_num(x[2], ww);
+    r.within_var = as_num(x[3], ww);
+    r.between_var = as_num(x[4], ww);
+    r.runs = as_u32(x[5], ww);
     s.reference.windows.push_back(r);
   }
   s.reference.eval_loss =

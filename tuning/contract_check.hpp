@@ -1,8 +1,10 @@
 #pragma once
 /// @file contract_check.hpp
 /// Checks one trial against the task contract: the same work (steps, tokens per step), the same
-/// numerics (loss within tolerance of the baseline's reference at each checkpoint; NaN/Inf never
-/// passes), the contracted timing window, and reported times that agree with wall time.
+/// numerics (by contract.loss_mode: the loss within tolerance of the baseline's reference at each
+/// checkpoint, the mean loss of each window of steps, or the eval loss at the eval steps; NaN/Inf
+/// never passes), the contracted timing window, and reported times that agree with wall time.
+/// The formulas and their sources: docs/task-contract.md "Loss invariants".
 
 #include <cmath>
 #include <limits>

@@ -814,8 +814,9 @@ TEST(RunStateJson, EveryDoubleComesBackBitExactIncludingNanInfinityAndNegativeZe
       EXPECT_TRUE(same_bits(a.steps[k].step_time_s, b.steps[k].step_time_s));
       EXPECT_TRUE(same_bits(a.steps[k].observed_at_s, b.steps[k].observed_at_s));
       ASSERT_EQ(a.steps[k].eval_loss.has_value(), b.steps[k].eval_loss.has_value());
-      if (a.steps[k].eval_loss)
+      if (a.steps[k].eval_loss) {
         EXPECT_TRUE(same_bits(*a.steps[k].eval_loss, *b.steps[k].eval_loss));
+      }
       EXPECT_EQ(a.steps[k].tokens, b.steps[k].tokens);
       EXPECT_EQ(a.steps[k].warmup, b.steps[k].warmup);
       EXPECT_EQ(a.steps[k].step, b.steps[k].step);
