@@ -44,10 +44,11 @@ TEST(ContractLossModes, PointwiseRejectsHonestBatchSplitsOfTheStochasticWorkload
   ASSERT_FALSE(doc.contains("error")) << doc.dump();
   EXPECT_FALSE(doc.contains("loss_windows"));
   EXPECT_FALSE(doc.contains("eval_reference"));
-  // The doctor's repeats are bit-identical: a spread of 0 at every step.
+  // The doctor's repeats are bit-identical: a spread of ~0 at every step (the rounding of their
+  // mean), so the calibrated tolerance is rtol x |reference|.
   ASSERT_EQ(doc["reference"].size(), 40u);
   for (const auto& r : doc["reference"])
-    EXPECT_EQ(r["spread"].get<double>(), 0.0) << r.dump();
+    EXPECT_LE(r["spread"].get<double>(), 1e-15 * r["loss"].get<double>() + 1e-300) << r.dump();
   EXPECT_TRUE(h.check(h.run({}, "explore")).at("violations").empty());
   for (std::int64_t mb : {32, 2}) {
     SCOPED_TRACE(mb);
@@ -68,7 +69,8 @@ void honest_pass_cheats_fail(const std::string& mode) {
     EXPECT_EQ(doc["loss_windows"][3]["first"], 30);
     EXPECT_EQ(doc["loss_windows"][3]["last"], 39);
     EXPECT_EQ(doc["loss_windows"][3]["runs"], 3);
-    EXPECT_EQ(doc["loss_windows"][3]["between_var"].get<double>(), 0.0);
+    // Bit-identical repeats: their window means differ by rounding only.
+    EXPECT_LE(doc["loss_windows"][3]["between_var"].get<double>(), 1e-30);
     EXPECT_GT(doc["loss_windows"][0]["within_var"].get<double>(), 0.0);
   } else {
     ASSERT_EQ(doc["eval_reference"].size(), 8u) << doc.dump();
