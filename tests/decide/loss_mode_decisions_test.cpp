@@ -30,7 +30,7 @@ tuning::task_spec task_with(tuning::loss_mode mode) {
   return t;
 }
 
-TEST(LossModeDecisions, PointwiseContractKeepsItsKeysAndHashInput) {
+TEST(DecideLossMode, PointwiseContractKeepsItsKeysAndHashInput) {
   auto j = contract_json(task_with(tuning::loss_mode::pointwise));
   std::vector<std::string> keys;
   for (auto it = j.begin(); it != j.end(); ++it)
@@ -44,7 +44,7 @@ TEST(LossModeDecisions, PointwiseContractKeepsItsKeysAndHashInput) {
   EXPECT_EQ(contract_changes(j, task_with(tuning::loss_mode::pointwise)), "");
 }
 
-TEST(LossModeDecisions, WindowAndEvalAreInTheContractAndAChangeIsNamedOnResume) {
+TEST(DecideLossMode, WindowAndEvalAreInTheContractAndAChangeIsNamedOnResume) {
   auto pointwise = contract_json(task_with(tuning::loss_mode::pointwise));
   auto window = contract_json(task_with(tuning::loss_mode::window));
   EXPECT_EQ(window.at("loss_mode"), "window");
@@ -84,7 +84,7 @@ store::run_state run_with_baselines() {
   return run;
 }
 
-TEST(LossModeDecisions, CalibrationAddsOnlyWhatTheModeCompares) {
+TEST(DecideLossMode, CalibrationAddsOnlyWhatTheModeCompares) {
   auto run = run_with_baselines();
   auto pointwise = nlohmann::json::parse(calibrate_doc(task_with(tuning::loss_mode::pointwise), run));
   EXPECT_FALSE(pointwise.contains("loss_windows"));

@@ -179,7 +179,7 @@ std::vector<std::string> codes(const std::vector<std::string>& violations) {
 
 const std::vector<int> honest_splits = {32, 16, 4, 2, 1};
 
-TEST(LossModes, HonestSplitsChangeEveryPerStepLossButNotTheWorkOrTheEvalLoss) {
+TEST(ContractCheckLossModes, HonestSplitsChangeEveryPerStepLossButNotTheWorkOrTheEvalLoss) {
   auto base = fake_run(baseline_micro_batch);
   for (int mb : honest_splits) {
     SCOPED_TRACE(mb);
@@ -201,7 +201,7 @@ TEST(LossModes, HonestSplitsChangeEveryPerStepLossButNotTheWorkOrTheEvalLoss) {
   }
 }
 
-TEST(LossModes, PointwiseRejectsHonestSplitsAsTheIssueDescribes) {
+TEST(ContractCheckLossModes, PointwiseRejectsHonestSplitsAsTheIssueDescribes) {
   auto c = contract_for(loss_mode::pointwise);
   auto ref = make_loss_reference(c, baselines());
   EXPECT_TRUE(ref.windows.empty());
@@ -218,7 +218,7 @@ TEST(LossModes, PointwiseRejectsHonestSplitsAsTheIssueDescribes) {
   }
 }
 
-TEST(LossModes, WindowReferenceHoldsTheBaselinesWindowStatistics) {
+TEST(ContractCheckLossModes, WindowReferenceHoldsTheBaselinesWindowStatistics) {
   auto c = contract_for(loss_mode::window);
   auto b = fake_run(baseline_micro_batch);
   auto ref = make_loss_reference(c, {b, b, b});
@@ -245,7 +245,7 @@ TEST(LossModes, WindowReferenceHoldsTheBaselinesWindowStatistics) {
   EXPECT_NEAR(two.windows[1].mean, (m1 + m2) / 2.0, 1e-15);
 }
 
-TEST(LossModes, WindowPassesEveryHonestSplit) {
+TEST(ContractCheckLossModes, WindowPassesEveryHonestSplit) {
   auto c = contract_for(loss_mode::window);
   auto ref = make_loss_reference(c, baselines());
   ASSERT_EQ(ref.windows.size(), 4u);
@@ -262,7 +262,7 @@ TEST(LossModes, WindowPassesEveryHonestSplit) {
   }
 }
 
-TEST(LossModes, WindowCatchesEveryPlantedCheatOnEverySplit) {
+TEST(ContractCheckLossModes, WindowCatchesEveryPlantedCheatOnEverySplit) {
   auto c = contract_for(loss_mode::window);
   auto ref = make_loss_reference(c, baselines());
   for (int mb : {baseline_micro_batch, 32, 2, 1}) {
@@ -281,7 +281,7 @@ TEST(LossModes, WindowCatchesEveryPlantedCheatOnEverySplit) {
   EXPECT_NE(v[0].find("4 x the standard error of the window means"), std::string::npos) << v[0];
 }
 
-TEST(LossModes, WindowToleranceFormula) {
+TEST(ContractCheckLossModes, WindowToleranceFormula) {
   contract_spec c;
   c.loss_atol = 1e-6;
   c.loss_rtol = 1e-4;
@@ -310,7 +310,7 @@ TEST(LossModes, WindowToleranceFormula) {
   EXPECT_DOUBLE_EQ(st.variance, 1.25);
 }
 
-TEST(LossModes, WindowMissingStepsAndNoWholeBaselineWindowAreViolations) {
+TEST(ContractCheckLossModes, WindowMissingStepsAndNoWholeBaselineWindowAreViolations) {
   auto c = contract_for(loss_mode::window);
   auto ref = make_loss_reference(c, baselines());
   auto t = fake_run(4);
@@ -325,7 +325,7 @@ TEST(LossModes, WindowMissingStepsAndNoWholeBaselineWindowAreViolations) {
   EXPECT_EQ(v[0], "loss_drift: no baseline reported a whole window of contract.loss_window = 10 steps");
 }
 
-TEST(LossModes, EvalPassesEveryHonestSplitAndCatchesEveryCheat) {
+TEST(ContractCheckLossModes, EvalPassesEveryHonestSplitAndCatchesEveryCheat) {
   auto c = contract_for(loss_mode::eval);
   auto ref = make_loss_reference(c, baselines());
   ASSERT_EQ(ref.eval_loss.size(), 8u);
@@ -350,7 +350,7 @@ TEST(LossModes, EvalPassesEveryHonestSplitAndCatchesEveryCheat) {
   EXPECT_EQ(v[0].rfind("loss_drift: step 4 eval loss ", 0), 0u) << v[0];
 }
 
-TEST(LossModes, EvalStepsMissingNonFiniteOrWithoutReferenceAreViolations) {
+TEST(ContractCheckLossModes, EvalStepsMissingNonFiniteOrWithoutReferenceAreViolations) {
   auto c = contract_for(loss_mode::eval);
   c.eval_steps = {9, 19, 39};
   auto ref = make_loss_reference(c, baselines());
