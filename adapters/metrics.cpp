@@ -81,6 +81,9 @@ void metrics_parser::feed_json(std::string_view body, std::string_view line) {
   s.communication_s = number_at(j, "communication_s");
   if (auto m = number_at(j, "peak_memory_bytes"); m && *m >= 0)
     s.peak_memory_bytes = static_cast<std::uint64_t>(*m);
+  // As the loss: a reported eval loss that is not a number is kept as NaN for the verifier.
+  if (auto e = j.find("eval_loss"); e != j.end())
+    s.eval_loss = e->is_number() ? e->get<double>() : std::nan("");
   if (auto w = j.find("warmup"); w != j.end() && w->is_boolean())
     s.warmup = w->get<bool>();
   steps_.push_back(s);
@@ -98,10 +101,13 @@ void metrics_parser::feed_regex(const std::string& line) {
     char* end = nullptr;
     double v = std::strtod(text.c_str(), &end);
     if (text.empty() || *end != '\0') {
-      if (field == "loss" && (text == "nan" || text == "inf" || text == "-inf")) {
-        s.loss = std::nan("");
+      if ((field == "loss" || field == "eval_loss")
+          && (text == "nan" || text == "inf" || text == "-inf")) {
+        (field == "loss" ? s.loss : s.eval_loss.emplace()) = std::nan("");
         continue;
       }
+      if (field == "eval_loss" && text.empty())
+        continue; // an optional group that did not take part: no eval loss on this line
       malformed(line, "field " + field + " is not a number ('" + text + "')");
       return;
     }
@@ -118,6 +124,8 @@ void metrics_parser::feed_regex(const std::string& line) {
       s.step_time_s = v / 1000.0;
     } else if (field == "peak_memory_bytes") {
       s.peak_memory_bytes = static_cast<std::uint64_t>(v);
+    } else if (field == "eval_loss") {
+      s.eval_loss = v;
     } else if (field == "peak_memory_mb") {
       s.peak_memory_bytes = static_cast<std::uint64_t>(v * 1048576.0);
     }

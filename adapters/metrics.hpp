@@ -32,6 +32,9 @@ struct step_sample {
   std::optional<std::uint64_t> peak_memory_bytes;
   /// A warm-up step (executed and reported, excluded from timing).
   bool warmup = false;
+  /// Evaluation loss on fixed held-out data reported with this step (JSON key `eval_loss`,
+  /// regex field `eval_loss`); NaN when reported as null, a string or nan/inf; unset: none.
+  std::optional<double> eval_loss;
 };
 
 /// Incremental parser for the reporting rank's stdout, one line at a time.

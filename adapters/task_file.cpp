@@ -364,7 +364,7 @@ void parse_contract_sections(const reader& r, const toml::table& root, tuning::t
   r.only_keys(c, "contract", {"steps", "tokens_per_step", "timed_steps", "loss_checkpoints",
                               "loss_rtol", "loss_atol", "wall_tolerance", "global_batch",
                               "params", "layers", "clock_tolerance", "clock_check",
-                              "simulated_time"});
+                              "simulated_time", "loss_mode", "loss_window", "eval_steps"});
   auto& k = task.contract;
   if (auto v = r.count(c, "steps", "contract", 0, 0xffffffffu))
     k.steps = static_cast<std::uint32_t>(*v);
@@ -399,6 +399,54 @@ void parse_contract_sections(const reader& r, const toml::table& root, tuning::t
       }
     } else {
       r.expected(*lc, "contract.loss_checkpoints", "an array of step numbers or \"all\"");
+    }
+  }
+  if (auto mode = r.string(c, "loss_mode", "contract", false)) {
+    auto m = tuning::parse_loss_mode(*mode);
+    if (!m)
+      r.expected(*c.get("loss_mode"), "contract.loss_mode",
+                 "\"pointwise\", \"window\" or \"eval\"");
+    k.loss_mode = *m;
+  }
+  // Each mode's own keys, and only those: a key another mode reads would be silently ignored.
+  auto mode_text = std::string{"\""} + tuning::to_string(k.loss_mode) + "\"";
+  if (const auto* lc = c.get("loss_checkpoints"); lc != nullptr && k.loss_mode != tuning::loss_mode::pointwise)
+    r.fail(lc, "contract.loss_checkpoints",
+           "only read with loss_mode = \"pointwise\" (loss_mode is " + mode_text + ")");
+  if (const auto* lw = c.get("loss_window")) {
+    if (k.loss_mode != tuning::loss_mode::window)
+      r.fail(lw, "contract.loss_window",
+             "only read with loss_mode = \"window\" (loss_mode is " + mode_text + ")");
+    auto most = k.steps > 0 ? std::uint64_t{k.steps} : std::uint64_t{0xffffffffu};
+    if (auto v = r.count(c, "loss_window", "contract", 2, std::max<std::uint64_t>(2, most)))
+      k.loss_window = static_cast<std::uint32_t>(*v);
+  } else if (k.loss_mode == tuning::loss_mode::window) {
+    r.fail(&c, "contract.loss_window",
+           "missing (loss_mode = \"window\" needs the steps per window, an integer >= 2)");
+  }
+  if (const auto* es = c.get("eval_steps")) {
+    if (k.loss_mode != tuning::loss_mode::eval)
+      r.fail(es, "contract.eval_steps",
+             "only read with loss_mode = \"eval\" (loss_mode is " + mode_text + ")");
+    if (es->is_string() && *es->value<std::string>() == "reported") {
+      k.eval_steps.clear();
+    } else if (es->is_array()) {
+      for (const auto& e : *es->as_array()) {
+        if (!e.is_integer() || *e.value<std::int64_t>() < 0
+            || *e.value<std::int64_t>() > 0xffffffffLL
+            || (k.steps > 0 && *e.value<std::int64_t>() >= k.steps))
+          r.expected(e, "contract.eval_steps[]", "a step number below contract.steps");
+        auto step = static_cast<std::uint32_t>(*e.value<std::int64_t>());
+        if (!k.eval_steps.empty() && step <= k.eval_steps.back())
+          r.fail(&e, "contract.eval_steps[]",
+                 "expected increasing step numbers, got " + std::to_string(step) + " after "
+                   + std::to_string(k.eval_steps.back()));
+        k.eval_steps.push_back(step);
+      }
+    } else {
+      r.expected(*es, "contract.eval_steps",
+                 "an array of step numbers or \"reported\" (every step the baselines report an "
+                 "eval loss at)");
     }
   }
   if (auto v = r.number(c, "loss_rtol", "contract", 0))
@@ -569,12 +617,12 @@ tuning::task_spec parse_task(const reader& r, const toml::table& root) {
   task.metrics.regex_fields = r.strings(m, "regex_fields", "metrics", false);
   static const std::set<std::string> fields{"step", "loss", "tokens", "step_time_s",
                                             "step_time_ms", "peak_memory_bytes",
-                                            "peak_memory_mb"};
+                                            "peak_memory_mb", "eval_loss"};
   for (std::size_t i = 0; i < task.metrics.regex_fields.size(); ++i)
     if (fields.count(task.metrics.regex_fields[i]) == 0)
       r.fail(m.get("regex_fields"), "metrics.regex_fields[" + std::to_string(i) + "]",
              "expected one of step, loss, tokens, step_time_s, step_time_ms, peak_memory_bytes, "
-             "peak_memory_mb, got \""
+             "peak_memory_mb, eval_loss, got \""
                + task.metrics.regex_fields[i] + "\"");
   if (task.metrics.format == tuning::metrics_spec::format_kind::regex) {
     if (task.metrics.regex.empty())

@@ -559,6 +559,8 @@ messages::trial_result_msg make_result(const trial_request& req, const trial_ver
       m->optimizer_s = *s.optimizer_s;
     if (s.communication_s)
       m->communication_s = *s.communication_s;
+    if (s.eval_loss)
+      m->eval_loss = *s.eval_loss;
     if (s.peak_memory_bytes) {
       m->peak_memory_bytes = *s.peak_memory_bytes;
       peak = std::max(peak, *s.peak_memory_bytes);

@@ -100,6 +100,8 @@ messages::trial_result_msg result_message(const tuning::trial_record& rec) {
     m->warmup = s.warmup;
     if (s.observed_at_s >= 0)
       m->observed_at_s = s.observed_at_s;
+    if (s.eval_loss)
+      m->eval_loss = *s.eval_loss;
     m->data_s = phase("data");
     m->forward_s = phase("forward");
     m->backward_s = phase("backward");

@@ -82,7 +82,7 @@ run_budget budget_of(const tuning::task_spec& task, const store::run_state& run)
 
 nlohmann::json contract_json(const tuning::task_spec& task) {
   const auto& c = task.contract;
-  return {{"steps", c.steps},
+  nlohmann::json j = {{"steps", c.steps},
           {"tokens_per_step", c.tokens_per_step},
           {"timed_steps", {c.timed_first, c.timed_last}},
           {"loss_checkpoints", c.loss_checkpoints},
@@ -96,6 +96,15 @@ nlohmann::json contract_json(const tuning::task_spec& task) {
           {"clock_check", c.clock_check},
           {"simulated_time", c.simulated_time},
           {"constraints", task.constraints}};
+  // The loss invariant: only when not the default, so that the contract (and its hash) of a
+  // pointwise task is the one it was before the key existed; an absent "loss_mode" is pointwise.
+  if (c.loss_mode != tuning::loss_mode::pointwise)
+    j["loss_mode"] = tuning::to_string(c.loss_mode);
+  if (c.loss_mode == tuning::loss_mode::window)
+    j["loss_window"] = c.loss_window;
+  if (c.loss_mode == tuning::loss_mode::eval)
+    j["eval_steps"] = c.eval_steps;
+  return j;
 }
 
 std::string contract_changes(const nlohmann::json& locked, const tuning::task_spec& task) {
@@ -225,7 +234,7 @@ std::string calibrate_doc(const tuning::task_spec& task, const store::run_state&
   for (auto& [name, s] : phases)
     s /= static_cast<double>(baselines.size());
   auto noise = tuning::estimate_noise(times);
-  auto ref = tuning::make_loss_reference(baselines);
+  auto ref = tuning::make_loss_reference(task.contract, baselines);
   nlohmann::json reference = nlohmann::json::array();
   for (const auto& [step, loss] : ref.loss)
     reference.push_back({{"step", step}, {"loss", loss}, {"spread", ref.spread.at(step)}});
@@ -239,6 +248,25 @@ std::string calibrate_doc(const tuning::task_spec& task, const store::run_state&
                         {"baseline_step_times_s", times},
                         {"phases_s", phases},
                         {"reference", reference}};
+  // What loss_mode window / eval compare (the keys do not exist in pointwise runs, so their
+  // documents are byte for byte what they were).
+  if (task.contract.loss_mode == tuning::loss_mode::window) {
+    nlohmann::json windows = nlohmann::json::array();
+    for (const auto& w : ref.windows)
+      windows.push_back({{"first", w.first},
+                         {"last", w.last},
+                         {"mean", w.mean},
+                         {"within_var", w.within_var},
+                         {"between_var", w.between_var},
+                         {"runs", w.runs}});
+    doc["loss_windows"] = windows;
+  }
+  if (task.contract.loss_mode == tuning::loss_mode::eval) {
+    nlohmann::json eval = nlohmann::json::array();
+    for (const auto& [step, loss] : ref.eval_loss)
+      eval.push_back({{"step", step}, {"loss", loss}, {"spread", ref.eval_spread.at(step)}});
+    doc["eval_reference"] = eval;
+  }
   // The harness clock's offset and skew on honest baselines (step_median runs; the key did not
   // exist before).
   if (auto rule = clock_options_of(run).rule; rule == tuning::clock_rule::step_median) {

@@ -361,6 +361,26 @@ void run_projection::apply(const recorded_event& ev) {
           s.reference.loss[step] = number_or(r, "loss", 0.0);
           s.reference.spread[step] = number_or(r, "spread", 0.0);
         }
+        // Contracts with loss_mode window / eval (absent in pointwise runs and older logs).
+        if (auto w = j->find("loss_windows"); w != j->end() && w->is_array()) {
+          s.reference.windows.clear();
+          for (const auto& r : *w) {
+            tuning::loss_window_reference x;
+            x.first = r.value("first", 0u);
+            x.last = r.value("last", 0u);
+            x.mean = number_or(r, "mean", 0.0);
+            x.within_var = number_or(r, "within_var", 0.0);
+            x.between_var = number_or(r, "between_var", 0.0);
+            x.runs = r.value("runs", 0u);
+            s.reference.windows.push_back(x);
+          }
+        }
+        if (auto e = j->find("eval_reference"); e != j->end() && e->is_array())
+          for (const auto& r : *e) {
+            auto step = r.value("step", 0u);
+            s.reference.eval_loss[step] = number_or(r, "loss", 0.0);
+            s.reference.eval_spread[step] = number_or(r, "spread", 0.0);
+          }
       }
       break;
     case wire::EventKind::TrialProposed:
@@ -395,6 +415,8 @@ void run_projection::apply(const recorded_event& ev) {
             tuning::step_point p{st->step(), st->loss(), st->tokens(), st->step_time_s()};
             p.warmup = st->warmup();
             p.observed_at_s = st->observed_at_s().has_value() ? *st->observed_at_s() : -1.0;
+            if (st->eval_loss().has_value())
+              p.eval_loss = *st->eval_loss();
             t->steps.push_back(p);
             add("data", st->data_s());
             add("forward", st->forward_s());

@@ -18,10 +18,14 @@ using nlohmann::json;
 // state_from_json), bump run_state_format, then update the size here. (Sizes of x86-64
 // libstdc++; other platforms skip the check.)
 #if defined(__x86_64__) && defined(__GLIBCXX__)
-static_assert(sizeof(run_state) == 720, "run_state changed: update run_snapshot.cpp");
+static_assert(sizeof(run_state) == 840, "run_state changed: update run_snapshot.cpp");
 static_assert(sizeof(tuning::trial_record) == 392, "trial_record changed: update run_snapshot.cpp");
 static_assert(sizeof(reverification) == 224, "reverification changed: update run_snapshot.cpp");
-static_assert(sizeof(tuning::step_point) == 48, "step_point changed: update run_snapshot.cpp");
+static_assert(sizeof(tuning::step_point) == 64, "step_point changed: update run_snapshot.cpp");
+static_assert(sizeof(tuning::loss_reference) == 216,
+              "loss_reference changed: update run_snapshot.cpp");
+static_assert(sizeof(tuning::loss_window_reference) == 40,
+              "loss_window_reference changed: update run_snapshot.cpp");
 static_assert(sizeof(tuning::declared_work) == 72, "declared_work changed: update run_snapshot.cpp");
 static_assert(sizeof(tuning::noise_estimate) == 40, "noise_estimate changed: update run_snapshot.cpp");
 static_assert(sizeof(tuning::speedup_estimate) == 48,
@@ -134,11 +138,20 @@ json step_map(const std::map<std::uint32_t, double>& m) {
   return a;
 }
 
+json loss_windows(const std::vector<tuning::loss_window_reference>& windows) {
+  json a = json::array();
+  for (const auto& w : windows)
+    a.push_back(json::array({w.first, w.last, num(w.mean), num(w.within_var), num(w.between_var),
+                             w.runs}));
+  return a;
+}
+
 json trial(const tuning::trial_record& t) {
   json steps = json::array();
   for (const auto& p : t.steps)
     steps.push_back(json::array({p.step, num(p.loss), p.tokens, num(p.step_time_s), p.warmup,
-                                 num(p.observed_at_s)}));
+                                 num(p.observed_at_s),
+                                 p.eval_loss ? num(*p.eval_loss) : json(nullptr)}));
   json declared{{"final_seen", t.declared.final_seen}};
   if (t.declared.global_batch)
     declared["global_batch"] = *t.declared.global_batch;
@@ -218,7 +231,10 @@ json state_json(const run_state& s) {
          {"priors_loaded", s.priors_loaded},
          {"experience_seeded", s.experience_seeded},
          {"reference", {{"loss", step_map(s.reference.loss)},
-                        {"spread", step_map(s.reference.spread)}}},
+                        {"spread", step_map(s.reference.spread)},
+                        {"windows", loss_windows(s.reference.windows)},
+                        {"eval_loss", step_map(s.reference.eval_loss)},
+                        {"eval_spread", step_map(s.reference.eval_spread)}}},
          {"stages_started", texts(s.stages_started)},
          {"stages_completed", texts(s.stages_completed)},
          {"stale_results", s.stale_results},
@@ -465,7 +481,7 @@ tuning::trial_record as_trial(const json& v, const std::string& w) {
   t.steps.reserve(steps.size());
   for (std::size_t i = 0; i < steps.size(); ++i) {
     auto pw = idx(sw, i);
-    const auto& p = as_array(steps[i], pw, 6);
+    const auto& p = as_array(steps[i], pw, 7);
     tuning::step_point sp;
     sp.step = as_u32(p[0], pw);
     sp.loss = as_num(p[1], pw);
@@ -473,6 +489,8 @@ tuning::trial_record as_trial(const json& v, const std::string& w) {
     sp.step_time_s = as_num(p[3], pw);
     sp.warmup = as_bool(p[4], pw);
     sp.observed_at_s = as_num(p[5], pw);
+    if (!p[6].is_null())
+      sp.eval_loss = as_num(p[6], pw);
     t.steps.push_back(sp);
   }
   auto dw = sub(w, "declared");
@@ -597,6 +615,23 @@ run_state state_from_json(const json& j) {
   const auto& ref = f("reference");
   s.reference.loss = as_step_map(field(ref, "reference", "loss"), "reference.loss");
   s.reference.spread = as_step_map(field(ref, "reference", "spread"), "reference.spread");
+  const auto& windows = as_array(field(ref, "reference", "windows"), "reference.windows");
+  for (std::size_t i = 0; i < windows.size(); ++i) {
+    auto ww = idx("reference.windows", i);
+    const auto& x = as_array(windows[i], ww, 6);
+    tuning::loss_window_reference r;
+    r.first = as_u32(x[0], ww);
+    r.last = as_u32(x[1], ww);
+    r.mean = as_num(x[2], ww);
+    r.within_var = as_num(x[3], ww);
+    r.between_var = as_num(x[4], ww);
+    r.runs = as_u32(x[5], ww);
+    s.reference.windows.push_back(r);
+  }
+  s.reference.eval_loss =
+    as_step_map(field(ref, "reference", "eval_loss"), "reference.eval_loss");
+  s.reference.eval_spread =
+    as_step_map(field(ref, "reference", "eval_spread"), "reference.eval_spread");
   s.doctor_doc = opt_doc(j, "doctor_doc");
   const auto& trials = as_array(f("trials"), "trials");
   s.trials.reserve(trials.size());

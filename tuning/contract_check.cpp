@@ -35,6 +35,208 @@ const step_point* observed_step(const std::vector<step_point>& steps, std::uint3
   return nullptr;
 }
 
+/// Per step: the mean of `values` and the largest absolute deviation from it.
+void mean_and_spread(const std::map<std::uint32_t, std::vector<double>>& per_step,
+                     std::map<std::uint32_t, double>& mean_out,
+                     std::map<std::uint32_t, double>& spread_out) {
+  for (const auto& [step, values] : per_step) {
+    double sum = 0;
+    for (double v : values)
+      sum += v;
+    double mean = sum / static_cast<double>(values.size());
+    double spread = 0;
+    for (double v : values)
+      spread = std::max(spread, std::abs(v - mean));
+    mean_out[step] = mean;
+    spread_out[step] = spread;
+  }
+}
+
+/// max(atol, rtol x |reference|, 3 x spread) at `step` (0 for a step without reference).
+double pointwise_tolerance(const contract_spec& contract, const std::map<std::uint32_t, double>& ref,
+                           const std::map<std::uint32_t, double>& spreads, std::uint32_t step) {
+  auto it = ref.find(step);
+  double r = it == ref.end() ? 0.0 : std::abs(it->second);
+  auto sp = spreads.find(step);
+  double spread = sp == spreads.end() ? 0.0 : sp->second;
+  return std::max({contract.loss_atol, contract.loss_rtol * r, 3.0 * spread});
+}
+
+/// loss_mode pointwise: loss_not_falling and loss_drift at the checkpoints (appended to `v`).
+void pointwise_loss_checks(const contract_spec& contract, const loss_reference& ref,
+                           const std::vector<step_point>& steps, std::vector<std::string>& v) {
+  std::vector<std::uint32_t> checkpoints = contract.loss_checkpoints;
+  if (checkpoints.empty())
+    for (const auto& [step, loss] : ref.loss)
+      checkpoints.push_back(step);
+  auto loss_at = [&steps](std::uint32_t step) -> const step_point* {
+    for (const auto& s : steps)
+      if (s.step == step)
+        return &s;
+    return nullptr;
+  };
+  // Numerics: the loss must fall where the reference falls. The reference falls when its drop
+  // from the first to the last checkpoint exceeds twice the tolerance there; a trial whose own
+  // drop is under half the reference's did not train (backward or optimizer step skipped).
+  std::vector<std::uint32_t> with_ref;
+  for (auto cp : checkpoints)
+    if (ref.loss.count(cp) != 0)
+      with_ref.push_back(cp);
+  if (with_ref.size() >= 2) {
+    auto first = with_ref.front();
+    auto last = with_ref.back();
+    double ref_drop = ref.loss.at(first) - ref.loss.at(last);
+    const auto* f = loss_at(first);
+    const auto* l = loss_at(last);
+    if (ref_drop > 2.0 * loss_tolerance(contract, ref, last) && f != nullptr && l != nullptr
+        && std::isfinite(f->loss) && std::isfinite(l->loss) && !(f->loss - l->loss > 0.5 * ref_drop))
+      v.push_back("loss_not_falling: the loss went " + num(f->loss) + " -> " + num(l->loss)
+                  + " from step " + std::to_string(first) + " to step " + std::to_string(last)
+                  + " while the reference fell " + num(ref.loss.at(first)) + " -> "
+                  + num(ref.loss.at(last)) + " (backward or optimizer step skipped?)");
+  }
+  // Numerics: within tolerance of the reference at every checkpoint (first failure reported).
+  for (auto cp : checkpoints) {
+    auto r = ref.loss.find(cp);
+    if (r == ref.loss.end())
+      continue; // no reference for this step (the baseline did not report it)
+    const auto* s = loss_at(cp);
+    if (s == nullptr) {
+      v.push_back("loss_drift: checkpoint step " + std::to_string(cp) + " was not reported");
+      break;
+    }
+    if (!std::isfinite(s->loss))
+      break; // reported above
+    double tol = loss_tolerance(contract, ref, cp);
+    double diff = std::abs(s->loss - r->second);
+    if (!(diff <= tol)) {
+      v.push_back("loss_drift: step " + std::to_string(cp) + " loss " + num(s->loss)
+                  + " differs from the reference " + num(r->second) + " by " + num(diff)
+                  + " (tolerance " + num(tol) + ")");
+      break;
+    }
+  }
+}
+
+/// loss_mode window: loss_not_falling between the first and last window, loss_drift of a
+/// window's mean (appended to `v`).
+void window_loss_checks(const contract_spec& contract, const loss_reference& ref,
+                        const std::vector<step_point>& steps, std::vector<std::string>& v) {
+  auto range = [](const loss_window_reference& w) {
+    return std::to_string(w.first) + ".." + std::to_string(w.last);
+  };
+  // The loss must fall where the reference falls (the pointwise rule on window means): the
+  // reference's drop from the first to the last window exceeds twice the last window's
+  // tolerance between two baseline-like runs, and the trial fell by less than half as much.
+  if (ref.windows.size() >= 2) {
+    const auto& first = ref.windows.front();
+    const auto& last = ref.windows.back();
+    auto f = window_of(steps, first.first, first.last);
+    auto l = window_of(steps, last.first, last.last);
+    double ref_drop = first.mean - last.mean;
+    double tol = window_tolerance(contract, last, last.within_var,
+                                  static_cast<std::size_t>(last.last - last.first) + 1);
+    if (ref_drop > 2.0 * tol && f.n > 0 && l.n > 0 && !(f.mean - l.mean > 0.5 * ref_drop))
+      v.push_back("loss_not_falling: the mean loss went " + num(f.mean) + " -> " + num(l.mean)
+                  + " from steps " + range(first) + " to steps " + range(last)
+                  + " while the reference fell " + num(first.mean) + " -> " + num(last.mean)
+                  + " (backward or optimizer step skipped?)");
+  }
+  if (ref.windows.empty() && !ref.loss.empty())
+    v.push_back("loss_drift: no baseline reported a whole window of contract.loss_window = "
+                + std::to_string(contract.loss_window) + " steps");
+  for (const auto& w : ref.windows) {
+    auto t = window_of(steps, w.first, w.last);
+    auto want = static_cast<std::size_t>(w.last - w.first) + 1;
+    if (t.n != want) {
+      v.push_back("loss_drift: steps " + range(w) + ": " + std::to_string(t.n) + " of "
+                  + std::to_string(want) + " steps reported a finite loss");
+      break;
+    }
+    double tol = window_tolerance(contract, w, t.variance, t.n);
+    double diff = std::abs(t.mean - w.mean);
+    if (!(diff <= tol)) {
+      v.push_back("loss_drift: steps " + range(w) + " mean loss " + num(t.mean)
+                  + " differs from the reference " + num(w.mean) + " by " + num(diff)
+                  + " (tolerance " + num(tol) + " = max(atol, rtol x |reference|, "
+                  + num(loss_window_k) + " x the standard error of the window means))");
+      break;
+    }
+  }
+}
+
+/// loss_mode eval: loss_non_finite of an eval loss (unless the training loss already was),
+/// loss_not_falling between the first and last eval step, loss_drift of an eval loss (appended
+/// to `v`).
+void eval_loss_checks(const contract_spec& contract, const loss_reference& ref,
+                      const std::vector<step_point>& steps, bool train_non_finite,
+                      std::vector<std::string>& v) {
+  if (!train_non_finite)
+    for (const auto& s : steps)
+      if (s.eval_loss && !std::isfinite(*s.eval_loss)) {
+        v.push_back("loss_non_finite: step " + std::to_string(s.step)
+                    + " reported an eval loss of " + num(*s.eval_loss));
+        break;
+      }
+  if (ref.loss.empty())
+    return; // not calibrated yet (the doctor's own baselines)
+  std::vector<std::uint32_t> eval_steps = contract.eval_steps;
+  if (eval_steps.empty())
+    for (const auto& [step, loss] : ref.eval_loss)
+      eval_steps.push_back(step);
+  if (eval_steps.empty()) {
+    v.push_back("loss_drift: the baselines reported no eval loss (contract.loss_mode = \"eval\" "
+                "compares the metrics field eval_loss)");
+    return;
+  }
+  auto eval_at = [&steps](std::uint32_t step) -> std::optional<double> {
+    for (const auto& s : steps)
+      if (s.step == step)
+        return s.eval_loss;
+    return std::nullopt;
+  };
+  std::vector<std::uint32_t> with_ref;
+  for (auto e : eval_steps)
+    if (ref.eval_loss.count(e) != 0)
+      with_ref.push_back(e);
+  if (with_ref.size() >= 2) {
+    auto first = with_ref.front();
+    auto last = with_ref.back();
+    double ref_drop = ref.eval_loss.at(first) - ref.eval_loss.at(last);
+    auto f = eval_at(first);
+    auto l = eval_at(last);
+    if (ref_drop > 2.0 * eval_loss_tolerance(contract, ref, last) && f && l && std::isfinite(*f)
+        && std::isfinite(*l) && !(*f - *l > 0.5 * ref_drop))
+      v.push_back("loss_not_falling: the eval loss went " + num(*f) + " -> " + num(*l)
+                  + " from step " + std::to_string(first) + " to step " + std::to_string(last)
+                  + " while the reference fell " + num(ref.eval_loss.at(first)) + " -> "
+                  + num(ref.eval_loss.at(last)) + " (backward or optimizer step skipped?)");
+  }
+  for (auto e : eval_steps) {
+    auto r = ref.eval_loss.find(e);
+    if (r == ref.eval_loss.end()) {
+      v.push_back("loss_drift: eval step " + std::to_string(e)
+                  + " has no reference (no baseline reported a finite eval loss there)");
+      break;
+    }
+    auto got = eval_at(e);
+    if (!got) {
+      v.push_back("loss_drift: eval step " + std::to_string(e) + " reported no eval loss");
+      break;
+    }
+    if (!std::isfinite(*got))
+      break; // reported above
+    double tol = eval_loss_tolerance(contract, ref, e);
+    double diff = std::abs(*got - r->second);
+    if (!(diff <= tol)) {
+      v.push_back("loss_drift: step " + std::to_string(e) + " eval loss " + num(*got)
+                  + " differs from the reference " + num(r->second) + " by " + num(diff)
+                  + " (tolerance " + num(tol) + ")");
+      break;
+    }
+  }
+}
+
 } // namespace
 
 loss_reference make_loss_reference(const std::vector<trial_record>& baselines) {
@@ -44,27 +246,115 @@ loss_reference make_loss_reference(const std::vector<trial_record>& baselines) {
     for (const auto& s : b.steps)
       if (std::isfinite(s.loss))
         per_step[s.step].push_back(s.loss);
-  for (const auto& [step, values] : per_step) {
-    double sum = 0;
-    for (double v : values)
-      sum += v;
-    double mean = sum / static_cast<double>(values.size());
-    double spread = 0;
-    for (double v : values)
-      spread = std::max(spread, std::abs(v - mean));
-    ref.loss[step] = mean;
-    ref.spread[step] = spread;
+  mean_and_spread(per_step, ref.loss, ref.spread);
+  return ref;
+}
+
+loss_reference make_loss_reference(const contract_spec& contract,
+                                   const std::vector<trial_record>& baselines) {
+  loss_reference ref = make_loss_reference(baselines);
+  if (contract.loss_mode == loss_mode::window && !ref.loss.empty()) {
+    for (const auto& [first, last] : loss_windows(contract.loss_window, ref.loss.rbegin()->first)) {
+      std::vector<double> means;
+      double within = 0;
+      for (const auto& b : baselines) {
+        auto w = window_of(b.steps, first, last);
+        if (w.n != static_cast<std::size_t>(last - first) + 1)
+          continue; // this run did not report the whole window
+        means.push_back(w.mean);
+        within += w.variance;
+      }
+      if (means.empty())
+        continue;
+      loss_window_reference r;
+      r.first = first;
+      r.last = last;
+      r.runs = static_cast<std::uint32_t>(means.size());
+      double sum = 0;
+      for (double m : means)
+        sum += m;
+      r.mean = sum / static_cast<double>(means.size());
+      r.within_var = within / static_cast<double>(means.size());
+      if (means.size() >= 2) {
+        double ss = 0;
+        for (double m : means)
+          ss += (m - r.mean) * (m - r.mean);
+        r.between_var = ss / static_cast<double>(means.size() - 1);
+      }
+      ref.windows.push_back(r);
+    }
+  }
+  if (contract.loss_mode == loss_mode::eval) {
+    std::map<std::uint32_t, std::vector<double>> per_step;
+    for (const auto& b : baselines)
+      for (const auto& s : b.steps)
+        if (s.eval_loss && std::isfinite(*s.eval_loss)
+            && (contract.eval_steps.empty()
+                || std::find(contract.eval_steps.begin(), contract.eval_steps.end(), s.step)
+                     != contract.eval_steps.end()))
+          per_step[s.step].push_back(*s.eval_loss);
+    mean_and_spread(per_step, ref.eval_loss, ref.eval_spread);
   }
   return ref;
 }
 
 double loss_tolerance(const contract_spec& contract, const loss_reference& ref,
                       std::uint32_t step) {
-  auto it = ref.loss.find(step);
-  double r = it == ref.loss.end() ? 0.0 : std::abs(it->second);
-  auto sp = ref.spread.find(step);
-  double spread = sp == ref.spread.end() ? 0.0 : sp->second;
-  return std::max({contract.loss_atol, contract.loss_rtol * r, 3.0 * spread});
+  return pointwise_tolerance(contract, ref.loss, ref.spread, step);
+}
+
+double eval_loss_tolerance(const contract_spec& contract, const loss_reference& ref,
+                           std::uint32_t step) {
+  return pointwise_tolerance(contract, ref.eval_loss, ref.eval_spread, step);
+}
+
+std::vector<std::pair<std::uint32_t, std::uint32_t>> loss_windows(std::uint32_t n,
+                                                                  std::uint32_t last_step) {
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> out;
+  if (n < 2)
+    return out;
+  std::uint64_t count = (static_cast<std::uint64_t>(last_step) + 1) / n;
+  if (count == 0)
+    return {{0, last_step}};
+  for (std::uint64_t k = 0; k < count; ++k)
+    out.emplace_back(static_cast<std::uint32_t>(k * n), static_cast<std::uint32_t>(k * n + n - 1));
+  out.back().second = last_step; // the steps that do not fill a window join the last one
+  return out;
+}
+
+window_stats window_of(const std::vector<step_point>& steps, std::uint32_t first,
+                       std::uint32_t last) {
+  std::map<std::uint32_t, double> in; // by step: the order of the steps, not of the lines
+  for (const auto& s : steps)
+    if (s.step >= first && s.step <= last && std::isfinite(s.loss))
+      in.emplace(s.step, s.loss);
+  window_stats w;
+  w.n = in.size();
+  if (w.n == 0)
+    return w;
+  double sum = 0;
+  for (const auto& [step, loss] : in)
+    sum += loss;
+  w.mean = sum / static_cast<double>(w.n);
+  if (w.n >= 2) {
+    double ss = 0;
+    double prev = in.begin()->second;
+    for (auto it = std::next(in.begin()); it != in.end(); ++it) {
+      ss += (it->second - prev) * (it->second - prev);
+      prev = it->second;
+    }
+    w.variance = ss / (2.0 * static_cast<double>(w.n - 1));
+  }
+  return w;
+}
+
+double window_tolerance(const contract_spec& contract, const loss_window_reference& ref,
+                        double trial_var, std::size_t n) {
+  double runs = std::max<double>(1.0, ref.runs);
+  double se2 = (std::max(0.0, trial_var) + ref.within_var) / std::max<double>(1.0, n)
+               + ref.between_var * (1.0 + 1.0 / runs);
+  return std::max({contract.loss_atol, contract.loss_rtol * std::abs(ref.mean),
+                   loss_window_k * std::sqrt(se2)});
 }
 
 double timed_step_time(const contract_spec& contract, const std::vector<step_point>& steps) {
@@ -258,56 +548,13 @@ std::vector<std::string> check_contract(const contract_spec& contract, const los
                   + num(s.loss));
       break;
     }
-  std::vector<std::uint32_t> checkpoints = contract.loss_checkpoints;
-  if (checkpoints.empty())
-    for (const auto& [step, loss] : ref.loss)
-      checkpoints.push_back(step);
-  auto loss_at = [&steps](std::uint32_t step) -> const step_point* {
-    for (const auto& s : steps)
-      if (s.step == step)
-        return &s;
-    return nullptr;
-  };
-  // Numerics: the loss must fall where the reference falls. The reference falls when its drop
-  // from the first to the last checkpoint exceeds twice the tolerance there; a trial whose own
-  // drop is under half the reference's did not train (backward or optimizer step skipped).
-  std::vector<std::uint32_t> with_ref;
-  for (auto cp : checkpoints)
-    if (ref.loss.count(cp) != 0)
-      with_ref.push_back(cp);
-  if (with_ref.size() >= 2) {
-    auto first = with_ref.front();
-    auto last = with_ref.back();
-    double ref_drop = ref.loss.at(first) - ref.loss.at(last);
-    const auto* f = loss_at(first);
-    const auto* l = loss_at(last);
-    if (ref_drop > 2.0 * loss_tolerance(contract, ref, last) && f != nullptr && l != nullptr
-        && std::isfinite(f->loss) && std::isfinite(l->loss) && !(f->loss - l->loss > 0.5 * ref_drop))
-      v.push_back("loss_not_falling: the loss went " + num(f->loss) + " -> " + num(l->loss)
-                  + " from step " + std::to_string(first) + " to step " + std::to_string(last)
-                  + " while the reference fell " + num(ref.loss.at(first)) + " -> "
-                  + num(ref.loss.at(last)) + " (backward or optimizer step skipped?)");
-  }
-  // Numerics: within tolerance of the reference at every checkpoint (first failure reported).
-  for (auto cp : checkpoints) {
-    auto r = ref.loss.find(cp);
-    if (r == ref.loss.end())
-      continue; // no reference for this step (the baseline did not report it)
-    const auto* s = loss_at(cp);
-    if (s == nullptr) {
-      v.push_back("loss_drift: checkpoint step " + std::to_string(cp) + " was not reported");
-      break;
-    }
-    if (!std::isfinite(s->loss))
-      break; // reported above
-    double tol = loss_tolerance(contract, ref, cp);
-    double diff = std::abs(s->loss - r->second);
-    if (!(diff <= tol)) {
-      v.push_back("loss_drift: step " + std::to_string(cp) + " loss " + num(s->loss)
-                  + " differs from the reference " + num(r->second) + " by " + num(diff)
-                  + " (tolerance " + num(tol) + ")");
-      break;
-    }
+  if (contract.loss_mode == loss_mode::eval) {
+    bool train_non_finite = !v.empty() && violation_code(v.back()) == "loss_non_finite";
+    eval_loss_checks(contract, ref, steps, train_non_finite, v);
+  } else if (contract.loss_mode == loss_mode::window) {
+    window_loss_checks(contract, ref, steps, v);
+  } else {
+    pointwise_loss_checks(contract, ref, steps, v);
   }
   // Timing: the contract's window, warm-up excluded, fully reported; the workload's own window
   // (declared in its final line, or by warm-up marks) must be the contract's.

@@ -1,38 +1,122 @@
 #pragma once
 /// @file contract_check.hpp
 /// Checks one trial against the task contract: the same work (steps, tokens per step), the same
-/// numerics (loss within tolerance of the baseline's reference at each checkpoint; NaN/Inf never
-/// passes), the contracted timing window, and reported times that agree with wall time.
+/// numerics (by contract.loss_mode: the loss within tolerance of the baseline's reference at each
+/// checkpoint, the mean loss of each window of steps, or the eval loss at the eval steps; NaN/Inf
+/// never passes), the contracted timing window, and reported times that agree with wall time.
+/// The formulas and their sources: docs/task-contract.md "Loss invariants".
 
 #include <cmath>
 #include <limits>
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tuning/trial.hpp"
 
 namespace infrarsi::tuning {
 
-/// The baseline's loss trajectory, calibrated from the doctor's repeated runs.
+/// The baseline's mean training loss over one window of steps (contract.loss_mode window),
+/// calibrated from the doctor's repeated runs.
+struct loss_window_reference {
+  /// Inclusive steps of the window.
+  std::uint32_t first = 0;
+  std::uint32_t last = 0;
+  /// Mean over the baseline runs of each run's mean loss over the window (loss units).
+  double mean = 0.0;
+  /// Within-window variance of the per-step loss (loss units squared), pooled over the runs:
+  /// the mean of each run's window_variance (successive differences, robust to the falling
+  /// trend; see window_stats).
+  double within_var = 0.0;
+  /// Sample variance (n - 1) of the runs' window means, loss units squared; 0 with one run or
+  /// with bit-identical repeats.
+  double between_var = 0.0;
+  /// Baseline runs that reported every step of the window.
+  std::uint32_t runs = 0;
+};
+
+/// The baseline's loss, calibrated from the doctor's repeated runs: per step (pointwise), per
+/// window (window mode) and per eval step (eval mode).
 struct loss_reference {
   /// Mean loss of the baseline runs per step.
   std::map<std::uint32_t, double> loss;
   /// Largest absolute deviation of any baseline run from that mean, per step (0 when the
   /// workload is bit-deterministic).
   std::map<std::uint32_t, double> spread;
+  /// window mode: one entry per window (loss_windows), in step order; empty otherwise.
+  std::vector<loss_window_reference> windows;
+  /// eval mode: mean eval loss of the baseline runs per step that reported one, and the largest
+  /// absolute deviation of a run from it; empty otherwise.
+  std::map<std::uint32_t, double> eval_loss;
+  std::map<std::uint32_t, double> eval_spread;
 };
 
-/// Builds the reference from the baseline runs (their steps; runs missing a step are ignored
-/// for that step).
+/// Builds the per-step reference from the baseline runs (their steps; runs missing a step are
+/// ignored for that step). The windows and eval maps stay empty (loss_mode pointwise).
 loss_reference make_loss_reference(const std::vector<trial_record>& baselines);
+
+/// As above, plus what contract.loss_mode compares: window mode fills `windows` over
+/// loss_windows(contract.loss_window, last step any baseline reported) from the runs that
+/// reported every step of a window (a window no run reported whole is left out); eval mode fills
+/// `eval_loss`/`eval_spread` from the finite eval losses the runs reported (at contract.eval_steps
+/// when given, else at every step).
+loss_reference make_loss_reference(const contract_spec& contract,
+                                   const std::vector<trial_record>& baselines);
 
 /// Allowed |loss - reference| at one step:
 ///   max(contract.loss_atol, contract.loss_rtol * |reference|, 3 * spread)
 /// (the calibration rule: three times the largest deviation seen among identical baselines).
 double loss_tolerance(const contract_spec& contract, const loss_reference& ref,
                       std::uint32_t step);
+
+/// Allowed |eval loss - reference| at an eval step: the rule of loss_tolerance on
+/// ref.eval_loss / ref.eval_spread. An eval loss is measured on fixed data with the model's
+/// parameters, so an honest batch split changes it by rounding only.
+double eval_loss_tolerance(const contract_spec& contract, const loss_reference& ref,
+                           std::uint32_t step);
+
+/// The windows of window mode over steps 0..last_step: [0, n-1], [n, 2n-1], ..., the last one
+/// extended to last_step so that no step is left out (fewer than n steps in all: one window
+/// [0, last_step]). Empty when n < 2.
+std::vector<std::pair<std::uint32_t, std::uint32_t>> loss_windows(std::uint32_t n,
+                                                                  std::uint32_t last_step);
+
+/// Mean and within-window variance of one run's loss over steps [first, last].
+struct window_stats {
+  /// Steps of the window the run reported with a finite loss.
+  std::size_t n = 0;
+  /// Mean loss over those steps.
+  double mean = 0.0;
+  /// Variance of the per-step loss noise, loss units squared, by the mean square successive
+  /// difference: sum_{i=1}^{n-1} (x_i - x_{i-1})^2 / (2 (n - 1)) over the steps in order. For
+  /// independent noise of variance s^2 around a smooth trend of slope b per step its expectation
+  /// is s^2 + b^2 / 2, so the falling loss barely counts (von Neumann, Kent, Bellinson & Hart,
+  /// "The mean square successive difference", Ann. Math. Statist. 12(2), 1941). 0 when n < 2.
+  double variance = 0.0;
+};
+window_stats window_of(const std::vector<step_point>& steps, std::uint32_t first,
+                       std::uint32_t last);
+
+/// Multiplier of the window test's standard error: |difference| <= 4 standard errors is a
+/// two-sided normal false-rejection rate of 6.3e-5 per window (a run of 20 windows: ~1.3e-3).
+inline constexpr double loss_window_k = 4.0;
+
+/// Allowed |trial window mean - reference window mean|, loss units:
+///   max(loss_atol, loss_rtol x |ref.mean|, loss_window_k x se),
+///   se^2 = (trial_var + ref.within_var) / n + ref.between_var x (1 + 1 / ref.runs)
+/// where trial_var is the trial's own window_stats::variance over its n steps. The first term is
+/// the variance of a difference of two means of n steps with independent per-step noise (a
+/// batch split that reports another micro-batch's loss has its own, larger noise: hence the
+/// trial's variance, not the baseline's); the reference's noise term is not divided by the
+/// number of runs because bit-identical repeats share one sample order. The second is the
+/// run-to-run variation of a window's mean that within-window noise does not explain, once for
+/// the trial and 1 / runs for the reference mean (standard error of a difference of means with
+/// estimated variances; the Welch form without its degrees of freedom, the factor k covering
+/// them). runs 0 counts as 1.
+double window_tolerance(const contract_spec& contract, const loss_window_reference& ref,
+                        double trial_var, std::size_t n);
 
 /// Median step time over the contract's timed window (0 if any timed step is missing).
 double timed_step_time(const contract_spec& contract, const std::vector<step_point>& steps);
@@ -43,8 +127,11 @@ double timed_step_time(const contract_spec& contract, const std::vector<step_poi
 ///   global_batch, params, layers
 ///                    the final line declares other work than the contract's
 ///   loss_non_finite  a NaN or infinite loss
-///   loss_not_falling the loss did not fall while the reference did (backward or optimizer skipped)
+///   loss_not_falling the loss did not fall while the reference did (backward or optimizer skipped):
+///                    between the first and last checkpoint (pointwise), window (window) or eval
+///                    step (eval)
 ///   loss_drift       the loss left the tolerance band around the reference at a checkpoint
+///                    (pointwise), a window's mean left it (window), or an eval loss did (eval)
 ///   timed_window     the workload timed other steps than the contract's window (or marked a
 ///                    step of the window as warm-up), or did not report the whole window
 ///   step_times       reported step times add up to more than the wall time, are not positive,

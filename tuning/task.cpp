@@ -52,6 +52,22 @@ const char* to_string(knob_type type) {
   return "?";
 }
 
+const char* to_string(loss_mode mode) {
+  switch (mode) {
+    case loss_mode::pointwise: return "pointwise";
+    case loss_mode::window: return "window";
+    case loss_mode::eval: return "eval";
+  }
+  return "?";
+}
+
+std::optional<loss_mode> parse_loss_mode(const std::string& name) {
+  for (auto m : {loss_mode::pointwise, loss_mode::window, loss_mode::eval})
+    if (name == to_string(m))
+      return m;
+  return std::nullopt;
+}
+
 namespace {
 
 std::string list_text(const std::vector<knob_value>& values) {

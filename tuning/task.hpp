@@ -151,6 +151,29 @@ struct patch_spec {
   std::string description;
 };
 
+/// How a trial's loss is compared with the baseline's (contract.loss_mode; docs/task-contract.md
+/// "Loss invariants"). This enum only grows.
+enum class loss_mode : std::uint8_t {
+  /// "pointwise": the training loss at each checkpoint step, within max(atol, rtol x |ref|,
+  /// 3 x the repeats' spread). Right for a bit-deterministic job whose trials see the same
+  /// samples in the same order; it rejects an honest batch split that reports another
+  /// micro-batch's loss.
+  pointwise = 0,
+  /// "window": the mean training loss over each window of contract.loss_window steps, within a
+  /// tolerance from the within-window variation of the trial and the baseline and the
+  /// between-repeat variation of the baseline (tuning::window_tolerance).
+  window = 1,
+  /// "eval": a workload-reported evaluation loss on fixed data (metrics field `eval_loss`) at
+  /// contract.eval_steps, pointwise against the baselines' (rule of `pointwise`).
+  eval = 2,
+};
+
+/// "pointwise", "window" or "eval".
+const char* to_string(loss_mode mode);
+
+/// The mode named `name` (to_string), or nullopt.
+std::optional<loss_mode> parse_loss_mode(const std::string& name);
+
 /// The task contract proper (what "the same work with the same numerics" means). Fixed at init;
 /// nothing later may change it.
 struct contract_spec {
@@ -163,9 +186,18 @@ struct contract_spec {
   std::uint32_t timed_last = 0;
   /// Steps whose loss is compared with the baseline's reference (empty: every step).
   std::vector<std::uint32_t> loss_checkpoints;
-  /// |loss - reference| must be <= max(loss_atol, loss_rtol * |reference|, calibrated spread).
+  /// |loss - reference| must be <= max(loss_atol, loss_rtol * |reference|, calibrated spread)
+  /// (window mode: the window's statistical tolerance instead of the spread).
   double loss_rtol = 1e-4;
   double loss_atol = 1e-6;
+  /// Which loss invariant holds (loss_mode). Default pointwise, as before the key existed.
+  tuning::loss_mode loss_mode = tuning::loss_mode::pointwise;
+  /// window mode: steps per window (>= 2); windows [0, N-1], [N, 2N-1], ...; the last window
+  /// takes the steps that do not fill one (tuning::loss_windows). 0 outside window mode.
+  std::uint32_t loss_window = 0;
+  /// eval mode: steps whose eval loss is compared (empty: every step at which the baselines
+  /// reported one).
+  std::vector<std::uint32_t> eval_steps;
   /// Reported time must agree with wall time: the sum of step times may not exceed the trial's
   /// wall time by more than this fraction. Default 0.10.
   double wall_tolerance = 0.10;

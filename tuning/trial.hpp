@@ -47,6 +47,10 @@ struct step_point {
   bool warmup = false;
   /// When the harness read the step's metrics line, seconds since launch (< 0: not observed).
   double observed_at_s = -1.0;
+  /// The evaluation loss the workload reported with this step (metrics field `eval_loss`: loss on
+  /// fixed held-out data, for contract.loss_mode eval); nullopt: none reported; NaN: reported
+  /// but not a finite number.
+  std::optional<double> eval_loss = std::nullopt;
 };
 
 /// What the workload's final line declares (json_lines workloads; all unset for regex ones).

@@ -62,6 +62,38 @@ TEST(Metrics, RegexFieldsAndUnits) {
   EXPECT_TRUE(std::isnan(p.steps()[1].loss));
 }
 
+// Issue 19: the eval loss of a step (contract.loss_mode eval), in JSON lines and in a regex.
+TEST(Metrics, EvalLossFieldInJsonAndRegex) {
+  tuning::metrics_spec spec;
+  metrics_parser p{spec};
+  p.feed("INFRARSI_METRICS {\"step\": 0, \"loss\": 5.5, \"step_time_s\": 0.1}");
+  p.feed("INFRARSI_METRICS {\"step\": 1, \"loss\": 5.0, \"eval_loss\": 4.75, \"step_time_s\": 0.1}");
+  p.feed("INFRARSI_METRICS {\"step\": 2, \"loss\": 4.5, \"eval_loss\": null, \"step_time_s\": 0.1}");
+  ASSERT_EQ(p.steps().size(), 3u);
+  EXPECT_FALSE(p.steps()[0].eval_loss.has_value());
+  ASSERT_TRUE(p.steps()[1].eval_loss.has_value());
+  EXPECT_DOUBLE_EQ(*p.steps()[1].eval_loss, 4.75);
+  ASSERT_TRUE(p.steps()[2].eval_loss.has_value()); // reported, not a number: NaN, never dropped
+  EXPECT_TRUE(std::isnan(*p.steps()[2].eval_loss));
+
+  tuning::metrics_spec rx;
+  rx.format = tuning::metrics_spec::format_kind::regex;
+  rx.regex = R"(step (\d+) loss (\S+)(?: eval (\S+))?)";
+  rx.regex_fields = {"step", "loss", "eval_loss"};
+  metrics_parser r{rx};
+  ASSERT_TRUE(r.config_error().empty()) << r.config_error();
+  r.feed("step 0 loss 5.5");
+  r.feed("step 1 loss 5.0 eval 4.25");
+  r.feed("step 2 loss 4.5 eval nan");
+  ASSERT_EQ(r.steps().size(), 3u);
+  EXPECT_EQ(r.malformed_lines(), 0u);
+  EXPECT_FALSE(r.steps()[0].eval_loss.has_value());
+  EXPECT_DOUBLE_EQ(*r.steps()[1].eval_loss, 4.25);
+  EXPECT_DOUBLE_EQ(r.steps()[1].loss, 5.0);
+  ASSERT_TRUE(r.steps()[2].eval_loss.has_value());
+  EXPECT_TRUE(std::isnan(*r.steps()[2].eval_loss));
+}
+
 TEST(Metrics, BadRegexIsAConfigError) {
   tuning::metrics_spec spec;
   spec.format = tuning::metrics_spec::format_kind::regex;

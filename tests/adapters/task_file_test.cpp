@@ -134,6 +134,74 @@ TEST_F(TaskFileTest, IntegerKeysAreNeverTruncatedOrWrapped) {
   EXPECT_EQ(ok->contract.params, 10942464u);
 }
 
+// Issue 19: the loss invariant and each mode's own keys; a key of another mode is an error.
+TEST_F(TaskFileTest, LossModesAndTheirKeys) {
+  auto t = adapters::load_task_file(write(minimal));
+  ASSERT_TRUE(t) << describe(t.error());
+  EXPECT_EQ(t->contract.loss_mode, tuning::loss_mode::pointwise);
+  EXPECT_EQ(t->contract.loss_window, 0u);
+  t = adapters::load_task_file(
+    write(std::string{minimal} + "[contract]\nsteps = 40\nloss_mode = \"window\"\nloss_window = 10\n"));
+  ASSERT_TRUE(t) << describe(t.error());
+  EXPECT_EQ(t->contract.loss_mode, tuning::loss_mode::window);
+  EXPECT_EQ(t->contract.loss_window, 10u);
+  t = adapters::load_task_file(write(std::string{minimal}
+                                     + "[contract]\nsteps = 40\nloss_mode = \"eval\"\n"
+                                       "eval_steps = [9, 19, 39]\n"));
+  ASSERT_TRUE(t) << describe(t.error());
+  EXPECT_EQ(t->contract.loss_mode, tuning::loss_mode::eval);
+  EXPECT_EQ(t->contract.eval_steps, (std::vector<std::uint32_t>{9, 19, 39}));
+  t = adapters::load_task_file(write(std::string{minimal}
+                                     + "[contract]\nloss_mode = \"eval\"\neval_steps = \"reported\"\n"));
+  ASSERT_TRUE(t) << describe(t.error());
+  EXPECT_TRUE(t->contract.eval_steps.empty());
+
+  auto e = error_of(std::string{minimal} + "[contract]\nloss_mode = \"windowed\"\n");
+  EXPECT_NE(e.find("task.toml:10:13: contract.loss_mode: expected \"pointwise\", \"window\" or "
+                   "\"eval\", got string \"windowed\""),
+            std::string::npos)
+    << e;
+  e = error_of(std::string{minimal} + "[contract]\nloss_mode = \"window\"\n");
+  EXPECT_NE(e.find("contract.loss_window: missing (loss_mode = \"window\" needs the steps per "
+                   "window, an integer >= 2)"),
+            std::string::npos)
+    << e;
+  e = error_of(std::string{minimal} + "[contract]\nsteps = 40\nloss_mode = \"window\"\nloss_window = 1\n");
+  EXPECT_NE(e.find("contract.loss_window: expected an integer in [2, 40], got integer 1"),
+            std::string::npos)
+    << e;
+  e = error_of(std::string{minimal} + "[contract]\nloss_window = 10\n");
+  EXPECT_NE(e.find("contract.loss_window: only read with loss_mode = \"window\" (loss_mode is "
+                   "\"pointwise\")"),
+            std::string::npos)
+    << e;
+  e = error_of(std::string{minimal}
+               + "[contract]\nloss_mode = \"window\"\nloss_window = 4\nloss_checkpoints = [1]\n");
+  EXPECT_NE(e.find("contract.loss_checkpoints: only read with loss_mode = \"pointwise\" (loss_mode "
+                   "is \"window\")"),
+            std::string::npos)
+    << e;
+  e = error_of(std::string{minimal} + "[contract]\nsteps = 40\nloss_mode = \"eval\"\neval_steps = [9, 40]\n");
+  EXPECT_NE(e.find("contract.eval_steps[]: expected a step number below contract.steps, got "
+                   "integer 40"),
+            std::string::npos)
+    << e;
+  e = error_of(std::string{minimal} + "[contract]\nloss_mode = \"eval\"\neval_steps = [9, 9]\n");
+  EXPECT_NE(e.find("contract.eval_steps[]: expected increasing step numbers, got 9 after 9"),
+            std::string::npos)
+    << e;
+  e = error_of(std::string{minimal} + "[contract]\neval_steps = [9]\n");
+  EXPECT_NE(e.find("contract.eval_steps: only read with loss_mode = \"eval\""), std::string::npos)
+    << e;
+  // The metrics field of an eval loss in a regex.
+  t = adapters::load_task_file(write(std::string{minimal}
+                                     + "[metrics]\nformat = \"regex\"\nregex = 'step (\\d+) loss "
+                                       "(\\S+)(?: eval (\\S+))?'\nregex_fields = [\"step\", \"loss\", "
+                                       "\"eval_loss\"]\n"));
+  ASSERT_TRUE(t) << describe(t.error());
+  EXPECT_EQ(t->metrics.regex_fields.back(), "eval_loss");
+}
+
 // Hostile task files (issue 20): each limit gets an error naming the file, the key, the value
 // and the limit, at once (no allocation in proportion to the hostile input).
 TEST_F(TaskFileTest, ConstraintNestedTenThousandDeepIsAClearErrorWithinASecond) {

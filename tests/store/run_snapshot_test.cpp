@@ -108,6 +108,8 @@ messages::trial_result_msg result(std::uint64_t id, std::uint32_t attempt, wire:
     }
     if (i % 4 == 1)
       s->communication_s = d.positive(0.01, 0.05);
+    if (i % 4 == 3) // an eval loss every 4th step (loss_mode eval); NaN where the loss is
+      s->eval_loss = (i % 5 == 3) ? d.any() : 5.5 - 0.1 * i + d.positive(0, 1e-3);
     r.steps.push_back(std::move(s));
   }
   r.peak_memory_bytes = (std::uint64_t{900} << 20) + id;
@@ -219,7 +221,16 @@ std::vector<new_event> realistic_run(std::uint64_t seed) {
                           {"cv", d.positive(0.001, 0.02)},
                           {"min_detectable_speedup", d.positive(0.01, 0.05)}}},
                         {"baseline_trials", {0, 1, 2}},
-                        {"reference", reference}}));
+                        {"reference", reference},
+                        // What loss_mode window / eval runs add (issue 19).
+                        {"loss_windows",
+                         {{{"first", 0}, {"last", 5}, {"mean", 5.75}, {"within_var", d.positive(0, 1e-3)},
+                           {"between_var", d.positive(0, 1e-4)}, {"runs", 3}},
+                          {{"first", 6}, {"last", 11}, {"mean", 5.15}, {"within_var", d.positive(0, 1e-3)},
+                           {"between_var", 0.0}, {"runs", 3}}}},
+                        {"eval_reference",
+                         {{{"step", 3}, {"loss", 5.2}, {"spread", d.positive(0, 1e-3)}},
+                          {{"step", 7}, {"loss", 4.8}, {"spread", 0.0}}}}}));
   ev.push_back(stage(K::StageCompleted, S::Doctor));
   ev.push_back(stage(K::StageStarted, S::Run));
 
@@ -392,6 +403,18 @@ std::string first_difference(const run_state& a, const run_state& b) {
                   "noise")
   INFRARSI_SAME(same_map(a.reference.loss, b.reference.loss), "reference.loss")
   INFRARSI_SAME(same_map(a.reference.spread, b.reference.spread), "reference.spread")
+  INFRARSI_SAME(a.reference.windows.size() == b.reference.windows.size(), "reference.windows")
+  for (std::size_t i = 0; i < a.reference.windows.size(); ++i) {
+    const auto& x = a.reference.windows[i];
+    const auto& y = b.reference.windows[i];
+    INFRARSI_SAME(x.first == y.first && x.last == y.last && same_double(x.mean, y.mean)
+                    && same_double(x.within_var, y.within_var)
+                    && same_double(x.between_var, y.between_var) && x.runs == y.runs,
+                  "reference.windows[" + std::to_string(i) + "]")
+  }
+  INFRARSI_SAME(same_map(a.reference.eval_loss, b.reference.eval_loss), "reference.eval_loss")
+  INFRARSI_SAME(same_map(a.reference.eval_spread, b.reference.eval_spread),
+                "reference.eval_spread")
   INFRARSI_SAME(a.doctor_doc == b.doctor_doc, "doctor_doc")
   INFRARSI_SAME(a.trials.size() == b.trials.size(), "trials")
   for (std::size_t i = 0; i < a.trials.size(); ++i) {
@@ -410,7 +433,9 @@ std::string first_difference(const run_state& a, const run_state& b) {
       const auto& q = y.steps[k];
       INFRARSI_SAME(p.step == q.step && same_double(p.loss, q.loss) && p.tokens == q.tokens
                       && same_double(p.step_time_s, q.step_time_s) && p.warmup == q.warmup
-                      && same_double(p.observed_at_s, q.observed_at_s),
+                      && same_double(p.observed_at_s, q.observed_at_s)
+                      && p.eval_loss.has_value() == q.eval_loss.has_value()
+                      && (!p.eval_loss || same_double(*p.eval_loss, *q.eval_loss)),
                     w + "steps[" + std::to_string(k) + "]")
     }
     INFRARSI_SAME(x.declared.final_seen == y.declared.final_seen
@@ -660,7 +685,7 @@ TYPED_TEST(RunSnapshotTest, ADamagedOrInconsistentSnapshotIsIgnoredWithTheReason
   auto tampered = j;
   tampered["state"]["trials"][1]["steps"][3] = json::array({3, 1.0}); // a step of 2 values
   write(30, tampered.dump());
-  this->expect_ignored("r", "snapshot unparsable: trials[1].steps[3]: expected an array of 6");
+  this->expect_ignored("r", "snapshot unparsable: trials[1].steps[3]: expected an array of 7");
 
   tampered = j;
   tampered["state"].erase("reverifications");
@@ -754,6 +779,8 @@ TEST(RunStateJson, EveryDoubleComesBackBitExactIncludingNanInfinityAndNegativeZe
       p.loss = d.any();
       p.step_time_s = d.any();
       p.observed_at_s = d.any();
+      if (p.eval_loss)
+        p.eval_loss = d.any();
     }
     t.wall_time_s = d.any();
     t.device_seconds = d.any();
@@ -765,6 +792,9 @@ TEST(RunStateJson, EveryDoubleComesBackBitExactIncludingNanInfinityAndNegativeZe
   s.noise->cv = -0.0;
   s.noise->log_sd = std::numeric_limits<double>::denorm_min();
   s.reference.loss[3] = std::numeric_limits<double>::quiet_NaN();
+  ASSERT_EQ(s.reference.windows.size(), 2u);
+  s.reference.windows[1].within_var = d.any();
+  s.reference.eval_loss[7] = -std::numeric_limits<double>::infinity();
   s.reverifications[0].estimate.log_sd_a = d.finite_bits();
   s.reverifications[0].baseline_times_s.push_back(-std::numeric_limits<double>::infinity());
   s.priors.settings[0].speedup = d.finite_bits();
@@ -783,6 +813,10 @@ TEST(RunStateJson, EveryDoubleComesBackBitExactIncludingNanInfinityAndNegativeZe
       EXPECT_TRUE(same_bits(a.steps[k].loss, b.steps[k].loss)) << a.steps[k].loss;
       EXPECT_TRUE(same_bits(a.steps[k].step_time_s, b.steps[k].step_time_s));
       EXPECT_TRUE(same_bits(a.steps[k].observed_at_s, b.steps[k].observed_at_s));
+      ASSERT_EQ(a.steps[k].eval_loss.has_value(), b.steps[k].eval_loss.has_value());
+      if (a.steps[k].eval_loss) {
+        EXPECT_TRUE(same_bits(*a.steps[k].eval_loss, *b.steps[k].eval_loss));
+      }
       EXPECT_EQ(a.steps[k].tokens, b.steps[k].tokens);
       EXPECT_EQ(a.steps[k].warmup, b.steps[k].warmup);
       EXPECT_EQ(a.steps[k].step, b.steps[k].step);
