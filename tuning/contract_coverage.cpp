@@ -96,8 +96,31 @@ std::vector<check_coverage> contract_coverage(const task_spec& task) {
       loss_seen ? "every step's loss must be finite" : no_loss);
   add("loss_not_falling", loss_seen ? check_status::observed : check_status::vacuous,
       loss_seen ? "the loss must fall where the baseline's reference falls" : no_loss);
-  add("loss_drift", loss_seen ? check_status::observed : check_status::vacuous,
-      loss_seen ? "the loss at each checkpoint against the baseline's reference" : no_loss);
+  switch (c.loss_mode) {
+    case loss_mode::pointwise:
+      add("loss_drift", loss_seen ? check_status::observed : check_status::vacuous,
+          loss_seen ? "the loss at each checkpoint against the baseline's reference" : no_loss);
+      break;
+    case loss_mode::window:
+      add("loss_drift", loss_seen ? check_status::observed : check_status::vacuous,
+          loss_seen ? "the mean loss over each window of contract.loss_window = "
+                        + std::to_string(c.loss_window)
+                        + " steps against the baselines' (contract.loss_mode = \"window\")"
+                    : no_loss);
+      break;
+    case loss_mode::eval: {
+      // A missing eval loss is a violation (tuning::check_contract), never a pass.
+      const bool eval_seen = !regex || captures(m, "eval_loss");
+      add("loss_drift", eval_seen ? check_status::observed : check_status::fails_always,
+          eval_seen ? std::string{"the workload's eval loss (metrics field eval_loss) at "}
+                        + (c.eval_steps.empty() ? "every step the baselines reported it"
+                                                : "contract.eval_steps")
+                        + " against the baselines' (contract.loss_mode = \"eval\")"
+                    : "contract.loss_mode = \"eval\" but metrics.regex has no eval_loss field: "
+                      "no trial reports an eval loss, so every trial fails it");
+      break;
+    }
+  }
 
   // timed_window
   std::string window = "[" + std::to_string(c.timed_first) + ", " + std::to_string(c.timed_last)

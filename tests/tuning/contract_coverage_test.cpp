@@ -2,6 +2,7 @@
 
 #include "tuning/contract_coverage.hpp"
 
+#include <algorithm>
 #include <map>
 
 #include <gtest/gtest.h>
@@ -101,6 +102,28 @@ TEST(ContractCoverage, MissingLossOrTimeFieldsAndWaivedClocks) {
   EXPECT_EQ(s["tokens"], check_status::off);
   EXPECT_EQ(s["params"], check_status::off);
   EXPECT_EQ(s["timed_window"], check_status::off);
+}
+
+TEST(ContractCoverage, TheLossModeDecidesWhatTheDriftCheckCompares) {
+  auto t = regex_task();
+  t.contract.loss_mode = loss_mode::window;
+  t.contract.loss_window = 5;
+  auto c = contract_coverage(t);
+  auto drift = std::find_if(c.begin(), c.end(), [](const auto& x) { return x.code == "loss_drift"; });
+  ASSERT_NE(drift, c.end());
+  EXPECT_EQ(drift->status, check_status::observed);
+  EXPECT_NE(drift->evidence.find("each window of contract.loss_window = 5 steps"),
+            std::string::npos)
+    << drift->evidence;
+  // Eval mode with a regex that cannot show an eval loss: every trial would fail, and it says so.
+  t.contract.loss_mode = loss_mode::eval;
+  EXPECT_EQ(statuses(t)["loss_drift"], check_status::fails_always);
+  t.metrics.regex_fields.push_back("eval_loss");
+  EXPECT_EQ(statuses(t)["loss_drift"], check_status::observed);
+  // json_lines reads "eval_loss" from each line.
+  auto j = json_task();
+  j.contract.loss_mode = loss_mode::eval;
+  EXPECT_EQ(statuses(j)["loss_drift"], check_status::observed);
 }
 
 TEST(ContractCoverage, TheWorkIsEnforcedByTheConstraintsAndConstants) {
