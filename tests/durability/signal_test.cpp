@@ -76,10 +76,13 @@ interrupted interrupt_run(const test::temp_dir& dir, const std::string& task,
     ::waitpid(pid, nullptr, 0);
     return r;
   }
-  std::this_thread::sleep_for(100ms); // the trials' processes are up (sleeping)
+  // The trials' processes come up (and sleep 20 s): wait for them, up to 10 s on a loaded box.
   std::size_t trial_processes = 0;
-  for (const auto& p : test::processes_mentioning(dir.path() + "/"))
-    trial_processes += p.rfind(std::to_string(pid) + " ", 0) == 0 ? 0 : 1;
+  for (auto until = clock_type::now() + 10s; trial_processes == 0 && clock_type::now() < until;) {
+    std::this_thread::sleep_for(20ms);
+    for (const auto& p : test::processes_mentioning(dir.path() + "/"))
+      trial_processes += p.rfind(std::to_string(pid) + " ", 0) == 0 ? 0 : 1;
+  }
   EXPECT_GT(trial_processes, 0u) << "no trial process is running: the test would prove nothing";
   auto sent = clock_type::now();
   for (std::size_t i = 0; i < signals.size(); ++i) {

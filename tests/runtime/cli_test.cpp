@@ -379,6 +379,27 @@ TEST(CheckCli, AJsonLinesTaskObservesTokensAndTheFinalLine) {
   EXPECT_EQ(r.out.find("[vacuous]"), std::string::npos) << r.out;
 }
 
+// The worked example of docs/plain-script.md loads, and check says what its page says.
+TEST(CheckCli, ThePlainScriptExampleComparesWindowsAndItsWorkIsEnforcedByItsConstraint) {
+  auto r = run({"check", std::string{INFRARSI_TEST_DATA_DIR} + "/../../examples/plain-script/"
+                                                               "task.toml"});
+  ASSERT_EQ(r.status, exit_ok) << r.err;
+  auto observed = section(r.out, "observed");
+  EXPECT_NE(observed.find("  loss_drift: the mean loss over each window of contract.loss_window "
+                          "= 10 steps against the baselines' (contract.loss_mode = \"window\")"),
+            std::string::npos)
+    << r.out;
+  auto cannot = section(r.out, "cannot be decided by the output");
+  EXPECT_NE(cannot.find("  tokens [vacuous]: metrics.regex has no tokens field: every step is "
+                        "credited metrics.tokens_per_step = 2048"),
+            std::string::npos)
+    << r.out;
+  EXPECT_NE(r.out.find("  constraint 'batch_size * grad_accum == global_batch' (checked before "
+                       "every launch"),
+            std::string::npos)
+    << r.out;
+}
+
 // Through the real binary, as a user runs it: a broken task exits 1 naming file:line:column.
 TEST(CheckCli, ABrokenTaskExitsOneNamingFileLineAndKey) {
   test::temp_dir dir;
