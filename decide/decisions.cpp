@@ -192,8 +192,13 @@ doctor_plan plan_doctor(const tuning::task_spec& task, const store::run_state& r
     times.push_back(tuning::timed_step_time(task.contract, t->steps));
   auto noise = tuning::estimate_noise(times);
   const auto n = usable.size();
-  const bool reached = n >= 2 && noise.min_detectable_speedup <= budget.target_mds;
-  const auto needed = tuning::repeats_for_mds(noise.log_sd, budget.target_mds);
+  // Reached when the minimum detectable speedup at the 80 % upper confidence limit of the
+  // log-sd is at most the target: a lucky low spread of the first few repeats does not stop the
+  // doctor (with 3 repeats the limit is 2.1x the estimate).
+  const double sd_upper = tuning::log_sd_upper_limit(noise.log_sd, n);
+  const double mds_upper = tuning::min_detectable_speedup(sd_upper, n);
+  const bool reached = n >= 2 && mds_upper <= budget.target_mds;
+  const auto needed = tuning::repeats_for_mds(sd_upper, budget.target_mds);
   if (plan.remeasure.empty() && n >= 2 && !reached && trials_run < budget.max_baseline_repeats) {
     auto want = std::max<std::size_t>(needed, n + 1) - n;
     plan.more = static_cast<std::uint32_t>(
@@ -208,6 +213,8 @@ doctor_plan plan_doctor(const tuning::task_spec& task, const store::run_state& r
        {"log_sd", noise.log_sd},
        {"cv", noise.cv},
        {"mds_reached", noise.min_detectable_speedup},
+       {"log_sd_upper80", sd_upper},
+       {"mds_upper80", mds_upper},
        {"reached", reached},
        {"runs_needed", needed},
        {"disturbed", disturbed}};
@@ -217,15 +224,19 @@ doctor_plan plan_doctor(const tuning::task_spec& task, const store::run_state& r
                         : 0u;
   if (reached) {
     m["message"] = "minimum detectable speedup " + percent(noise.min_detectable_speedup)
-                   + " reached the target " + percent(budget.target_mds) + " with "
-                   + std::to_string(n) + " baseline runs (CV " + percent(noise.cv, 2) + ")";
+                   + " (" + percent(mds_upper) + " at the 80 % upper limit of the noise) reached "
+                   + "the target " + percent(budget.target_mds) + " with " + std::to_string(n)
+                   + " baseline runs (CV " + percent(noise.cv, 2) + ")";
   } else if (n >= 2) {
     // What would reach the target: more repeats; a quieter machine (the CV at which the most
     // repeats would do); more timed steps, when the runs' spread is their steps' noise (a
     // median's variance falls as 1 / steps), not a run-to-run variation that steps cannot
     // average away.
     const auto cap = std::max<std::size_t>(budget.max_baseline_repeats, 2);
-    const double sd_at_cap = tuning::log_sd_for_mds(cap, budget.target_mds);
+    // The measured log-sd at which `cap` repeats would reach the target (its 80 % upper limit
+    // at the target's).
+    const double sd_at_cap =
+      tuning::log_sd_for_mds(cap, budget.target_mds) / tuning::log_sd_upper_limit(1.0, cap);
     std::vector<double> se2;
     for (const auto& r : repeats) {
       double se = tuning::median_standard_error(r);
@@ -244,7 +255,8 @@ doctor_plan plan_doctor(const tuning::task_spec& task, const store::run_state& r
     std::string msg = "the machine is too noisy to reach the target minimum detectable speedup "
                       + percent(budget.target_mds) + " within " + std::to_string(cap)
                       + " baseline runs: CV " + percent(noise.cv, 2) + ", minimum detectable "
-                      + "speedup " + percent(noise.min_detectable_speedup) + " reached with "
+                      + "speedup " + percent(noise.min_detectable_speedup) + " ("
+                      + percent(mds_upper) + " at the 80 % upper limit of the noise) reached with "
                       + std::to_string(n) + " runs; the target needs "
                       + std::to_string(needed) + " runs at this noise (budget."
                       + "max_baseline_repeats), or a CV of at most " + percent(sd_at_cap, 2)
@@ -289,8 +301,10 @@ sequential_state reverification_looks(const store::run_state& run, std::uint64_t
   const auto shape = tuning::sequential_boundary::obrien_fleming;
   for (std::uint32_t k = 1; k <= st.looks_max; ++k) {
     const std::size_t pairs = static_cast<std::size_t>(k) * st.pairs_per_look;
-    if (st.baseline_times_s.size() < pairs || st.candidate_times_s.size() < pairs || pairs < 2)
+    if (st.baseline_times_s.size() < pairs || st.candidate_times_s.size() < pairs)
       break;
+    if (pairs < 2)
+      continue; // no spread from one pair: the first look with two (verify_repeats = 1)
     sequential_look look;
     look.look = k;
     look.pairs = static_cast<std::uint32_t>(pairs);

@@ -71,12 +71,14 @@ struct doctor_plan {
   /// Disturbed baselines (tuning::disturbed_repeats over their timed steps) to re-measure once,
   /// each as the next attempt of its trial, which then replaces it.
   std::vector<attempt_id> remeasure;
-  /// New baseline runs to add: enough for the target at the measured log-sd
-  /// (tuning::repeats_for_mds), at least one, within max_baseline_repeats; 0: calibrate now.
+  /// New baseline runs to add: enough for the target at the 80 % upper confidence limit of the
+  /// measured log-sd (tuning::log_sd_upper_limit, tuning::repeats_for_mds), at least one, within
+  /// max_baseline_repeats; 0: calibrate now (the target is reached when the minimum detectable
+  /// speedup at that limit is at most budget.target_mds, or the cap is).
   std::uint32_t more = 0;
   /// The doctor's verdict, BaselineCalibrated "measurement": {"rule", "target_mds",
   /// "max_baseline_repeats", "runs", "baseline_trials", "log_sd", "cv", "mds_reached",
-  /// "reached", "runs_needed", "disturbed": [{"trial_id", "attempt", "step_time_s", "z",
+  /// "log_sd_upper80", "mds_upper80", "reached", "runs_needed", "disturbed": [{"trial_id", "attempt", "step_time_s", "z",
   /// "action": "re-measured" | "kept"}], "verdict": "target_reached" | "max_repeats" |
   /// "too_few_runs", and when the target is not reached "would_reach": {"runs",
   /// "cv_at_max_repeats", "timed_steps" (null: more steps cannot, the runs differ by more than

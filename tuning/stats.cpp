@@ -8,6 +8,7 @@
 #include <numeric>
 #include <tuple>
 
+#include <boost/math/distributions/chi_squared.hpp>
 #include <boost/math/distributions/students_t.hpp>
 
 namespace infrarsi::tuning {
@@ -248,6 +249,20 @@ std::size_t repeats_for_mds(double log_sd, double target_mds) {
   if (!(n < 1e9))
     return static_cast<std::size_t>(1e9);
   return std::max<std::size_t>(2, static_cast<std::size_t>(n));
+}
+
+double log_sd_upper_limit(double log_sd, std::size_t runs, double confidence) {
+  if (runs < 2 || !(log_sd > 0))
+    return log_sd;
+  const double dof = static_cast<double>(runs - 1);
+  boost::math::chi_squared dist{dof};
+  return log_sd * std::sqrt(dof / boost::math::quantile(dist, 1.0 - confidence));
+}
+
+double min_detectable_speedup(double log_sd, std::size_t runs) {
+  if (runs == 0)
+    return 0.0;
+  return std::exp((z_975 + z_80) * log_sd * std::sqrt(2.0 / static_cast<double>(runs))) - 1.0;
 }
 
 double log_sd_for_mds(std::size_t runs, double target_mds) {

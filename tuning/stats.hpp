@@ -67,6 +67,17 @@ speedup_estimate estimate_speedup(const std::vector<double>& a_times_s,
 /// 1945, with the pilot's log-sd in place of the unknown one).
 std::size_t repeats_for_mds(double log_sd, double target_mds);
 
+/// The one-sided upper confidence limit of a standard deviation estimated as `log_sd` from
+/// `runs` repeats, at `confidence` (default 0.8):
+///   log_sd sqrt((runs - 1) / chi2_{1 - confidence, runs - 1})
+/// (the chi-square interval of a normal variance, e.g. Montgomery, "Design and Analysis of
+/// Experiments", sec. 2.6; quantiles from Boost.Math). runs < 2: log_sd.
+double log_sd_upper_limit(double log_sd, std::size_t runs, double confidence = 0.8);
+
+/// The minimum detectable speedup of `runs` repeats per side at log-sd `log_sd` (the formula of
+/// noise_estimate::min_detectable_speedup).
+double min_detectable_speedup(double log_sd, std::size_t runs);
+
 /// The largest log-sd at which `runs` repeats per side reach `target_mds`:
 ///   log(1 + target_mds) / ((z_{0.975} + z_{0.8}) sqrt(2 / runs)).
 double log_sd_for_mds(std::size_t runs, double target_mds);

@@ -122,6 +122,12 @@ TEST(Stats, RepeatsForATargetMds) {
   EXPECT_EQ(repeats_for_mds(sd, 0.03), 12u);
   auto n = estimate_noise(std::vector<double>(12, 1.0));
   EXPECT_LT(n.min_detectable_speedup, 0.03);
+  EXPECT_NEAR(min_detectable_speedup(0.0200027, 3), 0.046825, 1e-5);
+  // 80 % upper limits: sqrt(2 / chi2_{0.2, 2}) = sqrt(2 / 0.4463) = 2.1169 (2 dof: -2 ln 0.8),
+  // sqrt(11 / 6.989) = 1.2545 (chi-square table, 11 dof).
+  EXPECT_NEAR(log_sd_upper_limit(1.0, 3), std::sqrt(2.0 / (-2.0 * std::log(0.8))), 1e-9);
+  EXPECT_NEAR(log_sd_upper_limit(1.0, 12), 1.2545, 2e-4);
+  EXPECT_DOUBLE_EQ(log_sd_upper_limit(0.3, 1), 0.3);
 }
 
 TEST(Stats, ARepeatOutsideTheNoiseModelIsDisturbed) {
