@@ -195,7 +195,10 @@ doctor_plan plan_doctor(const tuning::task_spec& task, const store::run_state& r
   // Reached when the minimum detectable speedup at the 80 % upper confidence limit of the
   // log-sd is at most the target: a lucky low spread of the first few repeats does not stop the
   // doctor (with 3 repeats the limit is 2.1x the estimate).
-  const double sd_upper = tuning::log_sd_upper_limit(noise.log_sd, n);
+  // The floor (timer resolution, unseen drift) bounds the limit from below, not the spread.
+  const double sd_upper =
+    std::max(tuning::log_sd_upper_limit(tuning::estimate_noise(times, 0.0).log_sd, n),
+             noise.log_sd > 0 ? 0.005 : 0.0);
   const double mds_upper = tuning::min_detectable_speedup(sd_upper, n);
   const bool reached = n >= 2 && mds_upper <= budget.target_mds;
   const auto needed = tuning::repeats_for_mds(sd_upper, budget.target_mds);
