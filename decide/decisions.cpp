@@ -155,15 +155,20 @@ doctor_plan plan_doctor(const tuning::task_spec& task, const store::run_state& r
       if (doctor_usable(task, *t))
         usable.push_back(t);
     }
-  // Disturbed repeats: re-measured once (as the trial's next attempt), then they stand.
+  // Disturbed repeats: re-measured once (as the trial's next attempt), then they stand. An
+  // earlier attempt that ended with a result is such a repeat; a lost one measured nothing. In
+  // trial order, as the latest attempts: the order of the log differs when an attempt was lost
+  // and re-queued after later trials were proposed.
   nlohmann::json disturbed = nlohmann::json::array();
-  for (const auto& t : run.trials)
-    if (t.kind == tuning::purpose_kind::baseline && t.finished
-        && t.outcome != tuning::trial_outcome::lost && superseded(run, t))
-      disturbed.push_back({{"trial_id", t.trial_id},
-                           {"attempt", t.attempt},
-                           {"step_time_s", tuning::timed_step_time(task.contract, t.steps)},
-                           {"action", "re-measured"}});
+  for (const auto* latest_t : latest)
+    if (latest_t->kind == tuning::purpose_kind::baseline)
+      for (const auto& t : run.trials)
+        if (t.trial_id == latest_t->trial_id && t.attempt < latest_t->attempt && t.finished
+            && t.outcome != tuning::trial_outcome::lost)
+          disturbed.push_back({{"trial_id", t.trial_id},
+                               {"attempt", t.attempt},
+                               {"step_time_s", tuning::timed_step_time(task.contract, t.steps)},
+                               {"action", "re-measured"}});
   std::vector<tuning::repeat_steps> repeats;
   for (const auto* t : usable)
     repeats.push_back(tuning::summarize_repeat(timed_window(task.contract, t->steps)));
@@ -285,13 +290,18 @@ sequential_state reverification_looks(const store::run_state& run, std::uint64_t
   const auto budget = budget_of(tuning::task_spec{}, run);
   st.pairs_per_look = std::max<std::uint32_t>(1, budget.verify_repeats);
   st.looks_max = std::max<std::uint32_t>(1, budget.max_verify_repeats / st.pairs_per_look);
-  for (const auto& t : run.trials) {
+  // The latest attempt of each interleaved run, in trial order: a lost attempt re-queued (or one
+  // re-measured after the clock check) is replaced by its next attempt in its trial's place, so
+  // a run that lost some pairs' runs and re-ran them looks at the same pairs as one that never
+  // lost them (the log's order puts a re-queued attempt after the trials proposed before it).
+  for (const auto* tp : run.latest_attempts()) {
+    const auto& t = *tp;
     bool mine = t.candidate_trial == candidate && t.round == round;
     bool base = mine && t.kind == tuning::purpose_kind::verify_baseline;
     bool cand_run = mine && t.kind == tuning::purpose_kind::verify_candidate;
     if (!base && !cand_run)
       continue;
-    if (!t.finished || t.outcome == tuning::trial_outcome::lost || superseded(run, t))
+    if (!t.finished || t.outcome == tuning::trial_outcome::lost)
       continue;
     if (!t.usable()) {
       ++st.failed;
@@ -463,12 +473,22 @@ std::string calibrate_doc(const tuning::task_spec& task, const store::run_state&
   nlohmann::json ids = nlohmann::json::array();
   std::map<std::string, double> phases;
   const bool adaptive = adaptive_measurement(run);
-  for (const auto& t : run.trials) {
+  // Adaptive runs: the latest attempt of each baseline trial, in trial order, exactly the runs
+  // plan_doctor measured (a disturbed repeat re-measured is replaced by its next attempt; a lost
+  // attempt re-queued by the one that ran, in its trial's place, whatever the log's order).
+  // Runs locked before the rule: every attempt that ended ok, in log order, as they replay.
+  std::vector<const tuning::trial_record*> attempts;
+  if (adaptive) {
+    attempts = run.latest_attempts();
+  } else {
+    for (const auto& t : run.trials)
+      attempts.push_back(&t);
+  }
+  for (const auto* tp : attempts) {
+    const auto& t = *tp;
     if (t.kind != tuning::purpose_kind::baseline || !t.finished
         || t.outcome != tuning::trial_outcome::ok)
       continue;
-    if (adaptive && superseded(run, t))
-      continue; // a disturbed repeat, re-measured: its next attempt counts
     auto timed = tuning::timed_step_time(task.contract, t.steps);
     if (timed <= 0)
       continue;

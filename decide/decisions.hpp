@@ -115,8 +115,11 @@ struct sequential_look {
 /// every decision (promote, futile) at most about 0.05; a promotion of a candidate no faster than
 /// the baseline needs the upper miss, probability about 0.025 per candidate. Re-testing every
 /// look at 95 % would not (the error of K looks adds up). `failed` counts interleaved runs that
-/// failed or broke the contract (then nothing is promotable). Reads the budget from the run's
-/// ContractLocked document.
+/// failed or broke the contract (then nothing is promotable). The runs are the latest attempt of
+/// each interleaved trial, in trial order: an attempt lost and re-queued (or re-measured after
+/// the clock check) is replaced by its next one in its trial's place, so a run that lost and
+/// re-ran some looks at the same pairs as one that never lost them. Reads the budget from the
+/// run's ContractLocked document.
 struct sequential_state {
   std::vector<sequential_look> looks;
   std::uint32_t looks_max = 0;
@@ -169,8 +172,9 @@ std::map<std::string, std::string> scope_lock(const store::run_state& run);
 /// The doctor's calibration from the run's finished baseline trials: noise (CV, log-sd, minimum
 /// detectable speedup at alpha 0.05 / power 0.8), phase means, the loss reference. {"error": ...}
 /// when no baseline completed its timed window. Adaptive runs: from the latest attempt of each
-/// baseline trial (a re-measured disturbed one is replaced), with the doctor's verdict
-/// (`measurement`, plan_doctor).
+/// baseline trial, in trial order, the runs plan_doctor measured (a re-measured disturbed one is
+/// replaced; a lost attempt is invisible, its re-run counts in its trial's place whatever the
+/// log's order), with the doctor's verdict (`measurement`, plan_doctor).
 std::string calibrate_doc(const tuning::task_spec& task, const store::run_state& run);
 
 /// The verifier's verdict on one ended trial attempt: outcome, violations (reason-coded, see

@@ -15,6 +15,7 @@
 #include "bench/run_driver.hpp"
 #include "decide/decisions.hpp"
 #include "decide/report.hpp"
+#include "tuning/contract_check.hpp"
 
 namespace infrarsi::decide {
 namespace {
@@ -388,6 +389,211 @@ TEST(NextStepAdaptive, ARunLockedWithoutTheRuleMeasuresAsBefore) {
   EXPECT_DOUBLE_EQ(promotion_margin(s), 0.05); // the target caps the bar
   s.contract_doc->erase("measurement_rule");
   EXPECT_DOUBLE_EQ(promotion_margin(s), 0.2); // fixed/0: the doctor's mds, as before
+}
+
+/// A run locked with the adaptive rule and the one-knob task's budget, its doctor stage begun.
+store::run_state adaptive_doctor_state() {
+  const auto task = one_knob_task();
+  store::run_state s;
+  s.run_id = "r";
+  s.stages_started = {"init", "doctor"};
+  s.stages_completed = {"init"};
+  s.contract_doc = contract_locked_doc(task, nlohmann::json::object(), nlohmann::json::object(),
+                                       "hw", "", 1, task.budget.trials);
+  s.priors_loaded = true;
+  s.experience_seeded = true;
+  return s;
+}
+
+/// A baseline attempt that ended ok: 12 steps at `level` s with a fixed per-step pattern (the
+/// same for every trial), not yet verified (the doctor verifies baselines once calibrated).
+tuning::trial_record ended_baseline(std::uint64_t id, std::uint32_t attempt, double level) {
+  tuning::trial_record r;
+  r.trial_id = id;
+  r.attempt = attempt;
+  r.kind = tuning::purpose_kind::baseline;
+  r.purpose = tuning::label(r.kind);
+  r.config = tuning::baseline_configuration(one_knob_task());
+  r.dispatched = r.finished = true;
+  r.outcome = tuning::trial_outcome::ok;
+  for (std::uint32_t st = 0; st < 12; ++st) {
+    tuning::step_point p;
+    p.step = st;
+    p.loss = 2.0 - 0.01 * st;
+    p.step_time_s = level * (1.0 + 0.002 * static_cast<double>((st * 7) % 5) - 0.004);
+    r.steps.push_back(p);
+  }
+  r.phase_s["forward"] = level / 3;
+  r.wall_time_s = 12 * level;
+  return r;
+}
+
+/// An attempt an earlier life dispatched and never saw end: TrialLost on the restart.
+tuning::trial_record lost_baseline(std::uint64_t id, std::uint32_t attempt) {
+  auto r = ended_baseline(id, attempt, 0.0);
+  r.steps.clear();
+  r.phase_s.clear();
+  r.outcome = tuning::trial_outcome::lost;
+  r.wall_time_s = 0.1;
+  return r;
+}
+
+TEST(NextStepAdaptive, ALostBaselineAttemptReRunIsInvisibleToTheDoctor) {
+  const auto task = one_knob_task();
+  // Three baselines whose levels spread by about 4 %: above the 3 % target, more repeats follow.
+  const std::vector<double> levels = {0.400, 0.416, 0.385};
+  auto never = adaptive_doctor_state();
+  for (std::uint64_t i = 0; i < 3; ++i)
+    never.trials.push_back(ended_baseline(i, 0, levels[i]));
+  // The same run killed twice while trial 1 ran: attempts 0 and 1 lost, attempt 2 measured what
+  // attempt 0 would have.
+  auto killed = adaptive_doctor_state();
+  killed.trials.push_back(ended_baseline(0, 0, levels[0]));
+  killed.trials.push_back(lost_baseline(1, 0));
+  killed.trials.push_back(ended_baseline(2, 0, levels[2]));
+  killed.trials.push_back(lost_baseline(1, 1));
+  killed.trials.push_back(ended_baseline(1, 2, levels[1]));
+
+  auto a = plan_doctor(task, never);
+  auto b = plan_doctor(task, killed);
+  EXPECT_TRUE(a.remeasure.empty());
+  EXPECT_TRUE(b.remeasure.empty());
+  ASSERT_GT(a.more, 0u) << a.measurement.dump();
+  EXPECT_EQ(b.more, a.more);
+  EXPECT_EQ(b.measurement, a.measurement);
+  EXPECT_EQ(a.measurement["runs"], 3);
+  EXPECT_EQ(a.measurement["baseline_trials"], 3);
+  EXPECT_TRUE(a.measurement["disturbed"].empty());
+
+  // next_step: the same new baselines (trial ids 3, ...), never a re-run of trial 1.
+  step_input in;
+  in.free_slots = 8;
+  auto sa = next_step(task, never, in);
+  auto sb = next_step(task, killed, in);
+  ASSERT_EQ(sa.kind, step_kind::launch);
+  ASSERT_EQ(sb.kind, step_kind::launch);
+  ASSERT_EQ(sb.launches.size(), sa.launches.size());
+  for (std::size_t i = 0; i < sa.launches.size(); ++i) {
+    EXPECT_EQ(sa.launches[i].trial_id, 3 + i);
+    EXPECT_EQ(sb.launches[i].trial_id, sa.launches[i].trial_id);
+    EXPECT_EQ(sb.launches[i].attempt, 0u);
+    EXPECT_EQ(sb.launches[i].kind, tuning::purpose_kind::baseline);
+  }
+
+  // With the repeats the plan asked for ended (the killed run lost the last one once more), the
+  // calibration is byte-identical: the same trials, times, noise, phases, loss reference and
+  // verdict.
+  for (std::uint64_t i = 0; i < a.more; ++i) {
+    const double level = 0.400 + 0.003 * static_cast<double>(i % 3);
+    never.trials.push_back(ended_baseline(3 + i, 0, level));
+    if (i + 1 == a.more)
+      killed.trials.push_back(lost_baseline(3 + i, 0));
+    killed.trials.push_back(ended_baseline(3 + i, i + 1 == a.more ? 1 : 0, level));
+  }
+  auto pa = plan_doctor(task, never);
+  auto pb = plan_doctor(task, killed);
+  EXPECT_EQ(pb.more, pa.more);
+  EXPECT_EQ(pb.measurement, pa.measurement);
+  if (pa.more == 0) {
+    EXPECT_EQ(next_step(task, never, in).kind, step_kind::calibrate);
+    EXPECT_EQ(next_step(task, killed, in).kind, step_kind::calibrate);
+  }
+  const auto ca = nlohmann::json::parse(calibrate_doc(task, never));
+  const auto cb = nlohmann::json::parse(calibrate_doc(task, killed));
+  ASSERT_FALSE(ca.contains("error")) << ca.dump();
+  EXPECT_EQ(cb, ca);
+  EXPECT_EQ(ca["noise"]["runs"], 3 + a.more);
+  EXPECT_EQ(ca["baseline_trials"].size(), 3 + a.more);
+}
+
+TEST(NextStepAdaptive, ALostBaselineAttemptBeforeItsDisturbedRunIsReMeasuredAsIfNeverLost) {
+  const auto task = one_knob_task();
+  // Trial 1 is disturbed (0.55 s against about 0.40 s) in its first measured attempt.
+  auto never = adaptive_doctor_state();
+  never.trials.push_back(ended_baseline(0, 0, 0.400));
+  never.trials.push_back(ended_baseline(1, 0, 0.550));
+  never.trials.push_back(ended_baseline(2, 0, 0.401));
+  auto killed = adaptive_doctor_state();
+  killed.trials.push_back(ended_baseline(0, 0, 0.400));
+  killed.trials.push_back(lost_baseline(1, 0));
+  killed.trials.push_back(ended_baseline(1, 1, 0.550));
+  killed.trials.push_back(ended_baseline(2, 0, 0.401));
+  auto a = plan_doctor(task, never);
+  auto b = plan_doctor(task, killed);
+  ASSERT_EQ(a.remeasure.size(), 1u) << a.measurement.dump();
+  EXPECT_EQ(a.remeasure[0], (attempt_id{1, 0}));
+  ASSERT_EQ(b.remeasure.size(), 1u) << b.measurement.dump(); // the lost attempt measured nothing
+  EXPECT_EQ(b.remeasure[0], (attempt_id{1, 1}));
+  EXPECT_EQ(b.more, a.more);
+  step_input in;
+  in.free_slots = 4;
+  auto sb = next_step(task, killed, in);
+  ASSERT_EQ(sb.kind, step_kind::launch);
+  ASSERT_EQ(sb.launches.size(), 1u);
+  EXPECT_EQ(sb.launches[0].trial_id, 1u);
+  EXPECT_EQ(sb.launches[0].attempt, 2u);
+
+  // The re-measure ends quiet (the killed run loses it once first): the same calibration but
+  // for the attempt numbers in the list of disturbed runs.
+  never.trials.push_back(ended_baseline(1, 1, 0.402));
+  killed.trials.push_back(lost_baseline(1, 2));
+  killed.trials.push_back(ended_baseline(1, 3, 0.402));
+  a = plan_doctor(task, never);
+  b = plan_doctor(task, killed);
+  EXPECT_TRUE(a.remeasure.empty());
+  EXPECT_TRUE(b.remeasure.empty());
+  EXPECT_EQ(b.more, a.more);
+  EXPECT_EQ(next_step(task, killed, in).kind, next_step(task, never, in).kind);
+  auto ca = nlohmann::json::parse(calibrate_doc(task, never));
+  auto cb = nlohmann::json::parse(calibrate_doc(task, killed));
+  for (auto* doc : {&ca, &cb}) {
+    auto& d = (*doc)["measurement"]["disturbed"];
+    ASSERT_EQ(d.size(), 1u) << doc->dump();
+    EXPECT_EQ(d[0]["trial_id"], 1);
+    EXPECT_EQ(d[0]["action"], "re-measured");
+    d[0].erase("attempt"); // 0 uninterrupted, 1 in the killed run (attempt 0 was lost)
+  }
+  EXPECT_EQ(cb, ca);
+  EXPECT_EQ(ca["noise"]["runs"], 3);
+  EXPECT_NEAR(ca["baseline_step_times_s"][1].get<double>(), 0.402, 0.003);
+}
+
+TEST(NextStepAdaptive, ABaselineWhoseResultArrivedBeforeTheHarnessDiedIsNeitherLostNorReRun) {
+  const auto task = one_knob_task();
+  // Every baseline's TrialCompleted is logged; the harness died before BaselineCalibrated, then
+  // (second run) after it but before the baselines' TrialVerified.
+  auto s = adaptive_doctor_state();
+  for (std::uint64_t i = 0; i < 3; ++i)
+    s.trials.push_back(ended_baseline(i, 0, 0.400 + 0.0005 * static_cast<double>(i)));
+  step_input in; // a fresh life: nothing running, every slot free
+  in.free_slots = 4;
+  auto st = next_step(task, s, in);
+  EXPECT_EQ(st.kind, step_kind::calibrate) << st.reason; // not lost, not re-launched
+  auto plan = plan_doctor(task, s);
+  EXPECT_EQ(plan.more, 0u);
+  EXPECT_EQ(plan.measurement["verdict"], "target_reached");
+  const auto doc = nlohmann::json::parse(calibrate_doc(task, s));
+  EXPECT_EQ(doc["noise"]["runs"], 3);
+  // BaselineCalibrated logged: the three verdicts, then the end of the doctor.
+  s.doctor_doc = doc;
+  tuning::noise_estimate n;
+  n.runs = 3;
+  n.log_sd = doc["noise"]["log_sd"].get<double>();
+  n.min_detectable_speedup = doc["noise"]["min_detectable_speedup"].get<double>();
+  n.mean_step_time_s = doc["noise"]["mean_step_time_s"].get<double>();
+  s.noise = n;
+  st = next_step(task, s, in);
+  ASSERT_EQ(st.kind, step_kind::verify);
+  EXPECT_EQ(st.attempts, (std::vector<attempt_id>{{0, 0}, {1, 0}, {2, 0}}));
+  // The calibration a replay recomputes from these events is the logged one.
+  EXPECT_EQ(nlohmann::json::parse(calibrate_doc(task, s)), doc);
+  for (auto& t : s.trials) {
+    t.verified = true;
+    t.timed_step_time_s = tuning::timed_step_time(task.contract, t.steps);
+  }
+  st = next_step(task, s, in);
+  EXPECT_EQ(st.kind, step_kind::end_stage);
+  EXPECT_EQ(st.stage, "doctor");
 }
 
 } // namespace
