@@ -490,7 +490,8 @@ void parse_contract_sections(const reader& r, const toml::table& root, tuning::t
 
   const auto& b = r.table(root, "budget", "", false);
   r.only_keys(b, "budget", {"trials", "wall_clock_s", "baseline_repeats", "verify_top",
-                            "verify_repeats", "seed"});
+                            "verify_repeats", "seed", "target_mds", "max_baseline_repeats",
+                            "max_verify_repeats"});
   auto& bu = task.budget;
   if (auto v = r.count(b, "trials", "budget", 0, 1000000))
     bu.trials = static_cast<std::uint32_t>(*v);
@@ -504,6 +505,31 @@ void parse_contract_sections(const reader& r, const toml::table& root, tuning::t
     bu.verify_repeats = static_cast<std::uint32_t>(*v);
   if (auto v = r.count(b, "seed", "budget", 0, std::uint64_t{1} << 62))
     bu.seed = static_cast<std::uint64_t>(*v);
+  // The adaptive measurement (docs/tune.md "Measurement that adapts").
+  if (auto v = r.number(b, "target_mds", "budget", 0)) {
+    if (!(*v > 0) || !(*v < 1))
+      r.expected(*b.get("target_mds"), "budget.target_mds",
+                 "a fraction in (0, 1), e.g. 0.03 for 3 %");
+    bu.target_mds = *v;
+  }
+  bu.max_baseline_repeats = std::max<std::uint32_t>(12, bu.baseline_repeats);
+  if (auto v = r.count(b, "max_baseline_repeats", "budget", 1, 1000)) {
+    if (*v < bu.baseline_repeats)
+      r.expected(*b.get("max_baseline_repeats"), "budget.max_baseline_repeats",
+                 "an integer >= budget.baseline_repeats (" + std::to_string(bu.baseline_repeats)
+                   + ")");
+    bu.max_baseline_repeats = static_cast<std::uint32_t>(*v);
+  }
+  bu.max_verify_repeats = 8 * bu.verify_repeats;
+  if (auto v = r.count(b, "max_verify_repeats", "budget", 1, 16000)) {
+    if (*v < bu.verify_repeats || *v % bu.verify_repeats != 0
+        || *v / bu.verify_repeats > 16)
+      r.expected(*b.get("max_verify_repeats"), "budget.max_verify_repeats",
+                 "a multiple of budget.verify_repeats (" + std::to_string(bu.verify_repeats)
+                   + ") from 1 to 16 times it (one look of the sequential test per "
+                     "verify_repeats pairs)");
+    bu.max_verify_repeats = static_cast<std::uint32_t>(*v);
+  }
 }
 
 tuning::task_spec parse_task(const reader& r, const toml::table& root) {

@@ -1,6 +1,7 @@
 #include "decide/decisions.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <sstream>
 
@@ -75,9 +76,272 @@ run_budget budget_of(const tuning::task_spec& task, const store::run_state& run)
       auto w = it->find("wall_clock_s");
       if (w != it->end() && w->is_number())
         b.wall_clock_s = w->get<double>();
+      if (adaptive_measurement(run)) {
+        b.adaptive = true;
+        auto t = it->find("target_mds");
+        b.target_mds = t != it->end() && t->is_number() ? t->get<double>() : task.budget.target_mds;
+        b.max_baseline_repeats =
+          std::max(b.baseline_repeats, u32("max_baseline_repeats", task.budget.max_baseline_repeats));
+        b.max_verify_repeats =
+          std::max(b.verify_repeats, u32("max_verify_repeats", task.budget.max_verify_repeats));
+      }
     }
   }
+  if (!b.adaptive) { // fixed/0: exactly the repeats asked for
+    b.max_baseline_repeats = b.baseline_repeats;
+    b.max_verify_repeats = b.verify_repeats;
+  }
   return b;
+}
+
+bool adaptive_measurement(const store::run_state& run) {
+  if (!run.contract_doc || !run.contract_doc->is_object())
+    return false;
+  auto it = run.contract_doc->find("measurement_rule");
+  return it != run.contract_doc->end() && it->is_string()
+         && it->get<std::string>() == current_measurement_rule;
+}
+
+double promotion_margin(const store::run_state& run) {
+  double mds = run.noise ? run.noise->min_detectable_speedup : 0.0;
+  if (!adaptive_measurement(run))
+    return mds;
+  auto target = budget_of(tuning::task_spec{}, run).target_mds;
+  return target > 0 ? std::min(mds, target) : mds;
+}
+
+namespace {
+
+/// The step times of the contract's timed window, in step order (empty when a step is missing).
+std::vector<double> timed_window(const tuning::contract_spec& c,
+                                 const std::vector<tuning::step_point>& steps) {
+  std::vector<double> out;
+  for (auto want = c.timed_first; want <= c.timed_last; ++want) {
+    auto it = std::find_if(steps.begin(), steps.end(),
+                           [want](const tuning::step_point& s) { return s.step == want; });
+    if (it == steps.end())
+      return {};
+    out.push_back(it->step_time_s);
+  }
+  return out;
+}
+
+/// A baseline attempt the doctor measures with: ended ok with its timed window.
+bool doctor_usable(const tuning::task_spec& task, const tuning::trial_record& t) {
+  return t.kind == tuning::purpose_kind::baseline && t.finished
+         && t.outcome == tuning::trial_outcome::ok
+         && tuning::timed_step_time(task.contract, t.steps) > 0;
+}
+
+std::string percent(double fraction, int digits = 1) {
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  os.precision(digits);
+  os << 100.0 * fraction << " %";
+  return os.str();
+}
+
+} // namespace
+
+doctor_plan plan_doctor(const tuning::task_spec& task, const store::run_state& run) {
+  doctor_plan plan;
+  const auto budget = budget_of(task, run);
+  const auto latest = run.latest_attempts();
+  std::vector<const tuning::trial_record*> usable;
+  std::uint32_t trials_run = 0;
+  for (const auto* t : latest)
+    if (t->kind == tuning::purpose_kind::baseline) {
+      ++trials_run;
+      if (doctor_usable(task, *t))
+        usable.push_back(t);
+    }
+  // Disturbed repeats: re-measured once (as the trial's next attempt), then they stand. An
+  // earlier attempt that ended with a result is such a repeat; a lost one measured nothing. In
+  // trial order, as the latest attempts: the order of the log differs when an attempt was lost
+  // and re-queued after later trials were proposed.
+  nlohmann::json disturbed = nlohmann::json::array();
+  for (const auto* latest_t : latest)
+    if (latest_t->kind == tuning::purpose_kind::baseline)
+      for (const auto& t : run.trials)
+        if (t.trial_id == latest_t->trial_id && t.attempt < latest_t->attempt && t.finished
+            && t.outcome != tuning::trial_outcome::lost)
+          disturbed.push_back({{"trial_id", t.trial_id},
+                               {"attempt", t.attempt},
+                               {"step_time_s", tuning::timed_step_time(task.contract, t.steps)},
+                               {"action", "re-measured"}});
+  std::vector<tuning::repeat_steps> repeats;
+  for (const auto* t : usable)
+    repeats.push_back(tuning::summarize_repeat(timed_window(task.contract, t->steps)));
+  std::vector<double> z;
+  auto flags = tuning::disturbed_repeats(repeats, &z);
+  for (std::size_t i = 0; i < usable.size(); ++i) {
+    if (!flags[i])
+      continue;
+    const auto* t = usable[i];
+    bool measured_before = false; // an earlier attempt that ended (not lost): this is the re-run
+    for (const auto& o : run.trials)
+      measured_before = measured_before
+                        || (o.trial_id == t->trial_id && o.attempt < t->attempt && o.finished
+                            && o.outcome != tuning::trial_outcome::lost);
+    bool again = !measured_before && t->attempt + 1 < max_attempts;
+    if (again)
+      plan.remeasure.emplace_back(t->trial_id, t->attempt);
+    disturbed.push_back({{"trial_id", t->trial_id},
+                         {"attempt", t->attempt},
+                         {"step_time_s", tuning::timed_step_time(task.contract, t->steps)},
+                         {"z", z[i]},
+                         {"action", again ? "re-measure" : "kept"}});
+  }
+  std::vector<double> times;
+  for (const auto* t : usable)
+    times.push_back(tuning::timed_step_time(task.contract, t->steps));
+  auto noise = tuning::estimate_noise(times);
+  const auto n = usable.size();
+  // Reached when the minimum detectable speedup at the 80 % upper confidence limit of the
+  // log-sd is at most the target: a lucky low spread of the first few repeats does not stop the
+  // doctor (with 3 repeats the limit is 2.1x the estimate).
+  // The floor (timer resolution, unseen drift) bounds the limit from below, not the spread.
+  const double sd_upper =
+    std::max(tuning::log_sd_upper_limit(tuning::estimate_noise(times, 0.0).log_sd, n),
+             noise.log_sd > 0 ? 0.005 : 0.0);
+  const double mds_upper = tuning::min_detectable_speedup(sd_upper, n);
+  const bool reached = n >= 2 && mds_upper <= budget.target_mds;
+  const auto needed = tuning::repeats_for_mds(sd_upper, budget.target_mds);
+  if (plan.remeasure.empty() && n >= 2 && !reached && trials_run < budget.max_baseline_repeats) {
+    auto want = std::max<std::size_t>(needed, n + 1) - n;
+    plan.more = static_cast<std::uint32_t>(
+      std::min<std::size_t>(want, budget.max_baseline_repeats - trials_run));
+  }
+  auto& m = plan.measurement;
+  m = {{"rule", current_measurement_rule},
+       {"target_mds", budget.target_mds},
+       {"max_baseline_repeats", budget.max_baseline_repeats},
+       {"runs", n},
+       {"baseline_trials", trials_run},
+       {"log_sd", noise.log_sd},
+       {"cv", noise.cv},
+       {"mds_reached", noise.min_detectable_speedup},
+       {"log_sd_upper80", sd_upper},
+       {"mds_upper80", mds_upper},
+       {"reached", reached},
+       {"runs_needed", needed},
+       {"disturbed", disturbed}};
+  m["verdict"] = reached ? "target_reached" : n < 2 ? "too_few_runs" : "max_repeats";
+  const auto window = task.contract.timed_last >= task.contract.timed_first
+                        ? task.contract.timed_last - task.contract.timed_first + 1
+                        : 0u;
+  if (reached) {
+    m["message"] = "minimum detectable speedup " + percent(noise.min_detectable_speedup)
+                   + " (" + percent(mds_upper) + " at the 80 % upper limit of the noise) reached "
+                   + "the target " + percent(budget.target_mds) + " with " + std::to_string(n)
+                   + " baseline runs (CV " + percent(noise.cv, 2) + ")";
+  } else if (n >= 2) {
+    // What would reach the target: more repeats; a quieter machine (the CV at which the most
+    // repeats would do); more timed steps, when the runs' spread is their steps' noise (a
+    // median's variance falls as 1 / steps), not a run-to-run variation that steps cannot
+    // average away.
+    const auto cap = std::max<std::size_t>(budget.max_baseline_repeats, 2);
+    // The measured log-sd at which `cap` repeats would reach the target (its 80 % upper limit
+    // at the target's).
+    const double sd_at_cap =
+      tuning::log_sd_for_mds(cap, budget.target_mds) / tuning::log_sd_upper_limit(1.0, cap);
+    std::vector<double> se2;
+    for (const auto& r : repeats) {
+      double se = tuning::median_standard_error(r);
+      se2.push_back(std::isfinite(se) ? se * se : 0.0);
+    }
+    const double within = tuning::median(se2);
+    const double run_level = std::max(0.0, noise.log_sd * noise.log_sd - within);
+    nlohmann::json steps = nullptr;
+    if (window > 0 && within > 0 && run_level < sd_at_cap * sd_at_cap)
+      steps = static_cast<std::uint64_t>(
+        std::ceil(window * within / (sd_at_cap * sd_at_cap - run_level)));
+    m["would_reach"] = {{"runs", needed},
+                        {"cv_at_max_repeats", sd_at_cap},
+                        {"timed_steps", steps},
+                        {"timed_steps_now", window}};
+    std::string msg = "the machine is too noisy to reach the target minimum detectable speedup "
+                      + percent(budget.target_mds) + " within " + std::to_string(cap)
+                      + " baseline runs: CV " + percent(noise.cv, 2) + ", minimum detectable "
+                      + "speedup " + percent(noise.min_detectable_speedup) + " ("
+                      + percent(mds_upper) + " at the 80 % upper limit of the noise) reached with "
+                      + std::to_string(n) + " runs; the target needs "
+                      + std::to_string(needed) + " runs at this noise (budget."
+                      + "max_baseline_repeats), or a CV of at most " + percent(sd_at_cap, 2)
+                      + " (a quieter machine)";
+    if (steps.is_number())
+      msg += ", or " + std::to_string(steps.get<std::uint64_t>()) + " timed steps per run (now "
+             + std::to_string(window) + ")";
+    else
+      msg += "; more timed steps would not do: the runs differ by more than their steps' "
+             "noise explains";
+    if (plan.more > 0 || !plan.remeasure.empty())
+      msg = "not yet: " + msg;
+    m["message"] = msg;
+  } else {
+    m["message"] = "fewer than two baseline runs completed their timed window: no noise estimate";
+  }
+  return plan;
+}
+
+sequential_state reverification_looks(const store::run_state& run, std::uint64_t candidate,
+                                      std::uint32_t round) {
+  sequential_state st;
+  const auto budget = budget_of(tuning::task_spec{}, run);
+  st.pairs_per_look = std::max<std::uint32_t>(1, budget.verify_repeats);
+  st.looks_max = std::max<std::uint32_t>(1, budget.max_verify_repeats / st.pairs_per_look);
+  // The latest attempt of each interleaved run, in trial order: a lost attempt re-queued (or one
+  // re-measured after the clock check) is replaced by its next attempt in its trial's place, so
+  // a run that lost some pairs' runs and re-ran them looks at the same pairs as one that never
+  // lost them (the log's order puts a re-queued attempt after the trials proposed before it).
+  for (const auto* tp : run.latest_attempts()) {
+    const auto& t = *tp;
+    bool mine = t.candidate_trial == candidate && t.round == round;
+    bool base = mine && t.kind == tuning::purpose_kind::verify_baseline;
+    bool cand_run = mine && t.kind == tuning::purpose_kind::verify_candidate;
+    if (!base && !cand_run)
+      continue;
+    if (!t.finished || t.outcome == tuning::trial_outcome::lost)
+      continue;
+    if (!t.usable()) {
+      ++st.failed;
+      continue;
+    }
+    (base ? st.baseline_times_s : st.candidate_times_s).push_back(t.timed_step_time_s);
+  }
+  const double margin = std::log1p(promotion_margin(run));
+  const double base_sd = run.noise ? run.noise->log_sd : 0.0;
+  const auto shape = tuning::sequential_boundary::obrien_fleming;
+  for (std::uint32_t k = 1; k <= st.looks_max; ++k) {
+    const std::size_t pairs = static_cast<std::size_t>(k) * st.pairs_per_look;
+    if (st.baseline_times_s.size() < pairs || st.candidate_times_s.size() < pairs)
+      break;
+    if (pairs < 2)
+      continue; // no spread from one pair: the first look with two (verify_repeats = 1)
+    sequential_look look;
+    look.look = k;
+    look.pairs = static_cast<std::uint32_t>(pairs);
+    look.critical_z = tuning::group_sequential_critical(shape, k, st.looks_max);
+    look.nominal_alpha = tuning::group_sequential_nominal_alpha(shape, k, st.looks_max);
+    std::vector<double> a(st.baseline_times_s.begin(), st.baseline_times_s.begin() + pairs);
+    std::vector<double> b(st.candidate_times_s.begin(), st.candidate_times_s.begin() + pairs);
+    look.estimate = tuning::estimate_speedup(a, b, look.nominal_alpha);
+    if (base_sd > 0 && std::max(look.estimate.log_sd_a, look.estimate.log_sd_b) > 3.0 * base_sd)
+      look.decision = "disturbed";
+    else if (std::log(look.estimate.ci_low) > margin)
+      look.decision = "promote";
+    else if (std::log(look.estimate.ci_high) < margin)
+      look.decision = "futile";
+    else if (k == st.looks_max)
+      look.decision = "max_pairs";
+    else
+      look.decision = "continue";
+    st.decision = look.decision;
+    st.looks.push_back(look);
+    if (look.decision != "continue")
+      break;
+  }
+  return st;
 }
 
 nlohmann::json contract_json(const tuning::task_spec& task) {
@@ -147,7 +411,8 @@ tuning::planner_input planner_input_for(const tuning::task_spec& task,
   in.incompatible_patches = run.patch_conflicts;
   in.noise_log_sd = run.noise ? run.noise->log_sd : 0.02;
   // The doctor gives the minimum detectable speedup as a fraction (0.05 = 5 %).
-  in.min_detectable_speedup = run.noise ? 1.0 + run.noise->min_detectable_speedup : 0.0;
+  // Adaptive runs: the promotion margin (at most budget.target_mds), the bar a finding must clear.
+  in.min_detectable_speedup = run.noise ? 1.0 + promotion_margin(run) : 0.0;
   in.memory_capacity_bytes = static_cast<double>(memory_capacity_bytes(task));
   in.seed = run.seed;
   std::uint64_t budget = task.budget.trials;
@@ -216,7 +481,20 @@ std::string calibrate_doc(const tuning::task_spec& task, const store::run_state&
   std::vector<double> times;
   nlohmann::json ids = nlohmann::json::array();
   std::map<std::string, double> phases;
-  for (const auto& t : run.trials) {
+  const bool adaptive = adaptive_measurement(run);
+  // Adaptive runs: the latest attempt of each baseline trial, in trial order, exactly the runs
+  // plan_doctor measured (a disturbed repeat re-measured is replaced by its next attempt; a lost
+  // attempt re-queued by the one that ran, in its trial's place, whatever the log's order).
+  // Runs locked before the rule: every attempt that ended ok, in log order, as they replay.
+  std::vector<const tuning::trial_record*> attempts;
+  if (adaptive) {
+    attempts = run.latest_attempts();
+  } else {
+    for (const auto& t : run.trials)
+      attempts.push_back(&t);
+  }
+  for (const auto* tp : attempts) {
+    const auto& t = *tp;
     if (t.kind != tuning::purpose_kind::baseline || !t.finished
         || t.outcome != tuning::trial_outcome::ok)
       continue;
@@ -267,6 +545,8 @@ std::string calibrate_doc(const tuning::task_spec& task, const store::run_state&
       eval.push_back({{"step", step}, {"loss", loss}, {"spread", ref.eval_spread.at(step)}});
     doc["eval_reference"] = eval;
   }
+  if (adaptive)
+    doc["measurement"] = plan_doctor(task, run).measurement;
   // The harness clock's offset and skew on honest baselines (step_median runs; the key did not
   // exist before).
   if (auto rule = clock_options_of(run).rule; rule == tuning::clock_rule::step_median) {
@@ -302,6 +582,88 @@ caf::expected<std::string> check_doc(const tuning::task_spec& task, const store:
       .dump();
 }
 
+namespace {
+
+/// reverify_doc of an adaptive run: the deciding look of the group-sequential test.
+std::string sequential_reverify_doc(const store::run_state& run, const tuning::trial_record& cand,
+                                    std::uint32_t round) {
+  auto st = reverification_looks(run, cand.trial_id, round);
+  const double margin = promotion_margin(run);
+  const double mds = run.noise ? run.noise->min_detectable_speedup : 0.0;
+  nlohmann::json looks = nlohmann::json::array();
+  for (const auto& l : st.looks)
+    looks.push_back({{"look", l.look},
+                     {"pairs", l.pairs},
+                     {"critical_z", l.critical_z},
+                     {"nominal_alpha", l.nominal_alpha},
+                     {"speedup", l.estimate.speedup},
+                     {"ci_low", l.estimate.ci_low},
+                     {"ci_high", l.estimate.ci_high},
+                     {"dof", l.estimate.dof},
+                     {"decision", l.decision}});
+  // The deciding look's estimate and repeated confidence interval (the last look).
+  tuning::speedup_estimate est = st.looks.empty()
+                                   ? tuning::estimate_speedup(st.baseline_times_s,
+                                                              st.candidate_times_s)
+                                   : st.looks.back().estimate;
+  bool promotable = false;
+  bool remeasure = false;
+  std::string reason;
+  const auto bar = std::to_string(1.0 + margin);
+  const auto at = st.looks.empty() ? std::string{}
+                                   : " at look " + std::to_string(st.looks.back().look) + " of "
+                                       + std::to_string(st.looks_max) + " ("
+                                       + std::to_string(st.looks.back().pairs) + " pairs)";
+  if (st.failed > 0) {
+    reason = std::to_string(st.failed) + " interleaved run(s) failed or broke the contract";
+  } else if (st.decision == "pending") {
+    reason = "fewer interleaved pairs than the first look needs ("
+             + std::to_string(st.pairs_per_look) + ")";
+  } else if (st.decision == "disturbed") {
+    remeasure = round == 1;
+    reason = "measured under visibly higher variance than the doctor's baselines (log-sd "
+             + std::to_string(std::max(est.log_sd_a, est.log_sd_b)) + " vs "
+             + std::to_string(run.noise ? run.noise->log_sd : 0.0) + ")" + at
+             + (remeasure ? ": re-measured" : " again in the second round");
+  } else if (st.decision == "promote") {
+    promotable = true;
+    reason = "repeated 95% interval's lower bound " + std::to_string(est.ci_low)
+             + " clears 1 + the margin (" + bar + ")" + at;
+  } else if (st.decision == "futile") {
+    reason = "repeated 95% interval's upper bound " + std::to_string(est.ci_high)
+             + " is below 1 + the margin (" + bar + ")" + at;
+  } else {
+    reason = "undecided at the last look: the repeated 95% interval ["
+             + std::to_string(est.ci_low) + ", " + std::to_string(est.ci_high)
+             + "] still contains 1 + the margin (" + bar + ")" + at
+             + " (budget.max_verify_repeats)";
+  }
+  return nlohmann::json{{"candidate_trial", cand.trial_id},
+                        {"config", store::to_json(cand.config)},
+                        {"baseline_times_s", st.baseline_times_s},
+                        {"candidate_times_s", st.candidate_times_s},
+                        {"speedup", est.speedup},
+                        {"ci_low", est.ci_low},
+                        {"ci_high", est.ci_high},
+                        {"dof", est.dof},
+                        {"min_detectable_speedup", mds},
+                        {"promotion_margin", margin},
+                        {"promotable", promotable},
+                        {"round", round},
+                        {"remeasure", remeasure},
+                        {"reason", reason},
+                        {"sequential",
+                         {{"method", "group_sequential/obrien_fleming"},
+                          {"alpha", 0.05},
+                          {"looks_max", st.looks_max},
+                          {"pairs_per_look", st.pairs_per_look},
+                          {"decision", st.decision}}},
+                        {"looks", looks}}
+      .dump();
+}
+
+} // namespace
+
 caf::expected<std::string> reverify_doc(const store::run_state& run, std::uint64_t candidate) {
   const tuning::trial_record* cand = nullptr;
   for (const auto& t : run.trials)
@@ -317,6 +679,8 @@ caf::expected<std::string> reverify_doc(const store::run_state& run, std::uint64
   for (const auto& t : run.trials)
     if (t.kind == tuning::purpose_kind::verify_baseline && t.candidate_trial == candidate)
       round = std::max(round, t.round);
+  if (adaptive_measurement(run))
+    return sequential_reverify_doc(run, *cand, round);
   for (const auto& t : run.trials) {
     bool mine = t.candidate_trial == candidate && t.round == round;
     bool base = mine && t.kind == tuning::purpose_kind::verify_baseline;
@@ -431,6 +795,18 @@ nlohmann::json promotion_decision(const tuning::task_spec& task, const store::ru
 
 namespace infrarsi::decide {
 
+namespace {
+
+/// max_verify_repeats as locked: a multiple of verify_repeats, from 1 to 16 looks (a task built in
+/// code may give any value; the task file refuses others).
+std::uint32_t locked_max_verify_repeats(const tuning::budget_spec& b) {
+  auto per_look = std::max<std::uint32_t>(1, b.verify_repeats);
+  auto looks = std::clamp<std::uint32_t>(b.max_verify_repeats / per_look, 1, 16);
+  return looks * per_look;
+}
+
+} // namespace
+
 nlohmann::json contract_locked_doc(const tuning::task_spec& task, const nlohmann::json& lock,
                                    const nlohmann::json& hardware,
                                    const std::string& hardware_fingerprint,
@@ -463,7 +839,12 @@ nlohmann::json contract_locked_doc(const tuning::task_spec& task, const nlohmann
             {"baseline_repeats", task.budget.baseline_repeats},
             {"verify_top", task.budget.verify_top},
             {"verify_repeats", task.budget.verify_repeats},
-            {"wall_clock_s", task.budget.wall_clock_s}}},
+            {"wall_clock_s", task.budget.wall_clock_s},
+            {"target_mds", task.budget.target_mds},
+            {"max_baseline_repeats",
+             std::max(task.budget.max_baseline_repeats, task.budget.baseline_repeats)},
+            {"max_verify_repeats", locked_max_verify_repeats(task.budget)}}},
+          {"measurement_rule", current_measurement_rule},
           {"scope",
            {{"editable", lock.value("editable", nlohmann::json::object())},
             {"frozen", lock.value("frozen", nlohmann::json::object())}}},

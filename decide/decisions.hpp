@@ -38,8 +38,101 @@ struct run_budget {
   std::uint32_t verify_repeats = 0;
   /// Wall-clock limit of the search stage, seconds (a supervisor's life; logged when it expires).
   double wall_clock_s = 0;
+  /// The measurement rule the run was locked with (measurement_rule_of).
+  bool adaptive = false;
+  /// Adaptive rule: the doctor's target minimum detectable speedup (fraction), its baseline runs
+  /// at most, and the interleaved pairs per candidate and round at most. A fixed-rule run (locked
+  /// before these were recorded): 0, baseline_repeats and verify_repeats.
+  double target_mds = 0;
+  std::uint32_t max_baseline_repeats = 0;
+  std::uint32_t max_verify_repeats = 0;
 };
 run_budget budget_of(const tuning::task_spec& task, const store::run_state& run);
+
+/// The measurement rule new runs are locked with (ContractLocked "measurement_rule"): the
+/// doctor repeats the baseline until it reaches budget.target_mds or max_baseline_repeats and
+/// re-measures a disturbed baseline (plan_doctor); re-verification is a group-sequential test
+/// (reverification_looks). A run locked without the key measured with "fixed/0": exactly
+/// baseline_repeats baselines and verify_repeats pairs per round, and replays so.
+inline constexpr const char* current_measurement_rule = "adaptive/1";
+
+/// True when `run` was locked with the adaptive rule (ContractLocked "measurement_rule" is
+/// "adaptive/1"); false for runs locked before it existed, and before init.
+bool adaptive_measurement(const store::run_state& run);
+
+/// The margin a re-verified speedup must clear, as a fraction: the doctor's minimum detectable
+/// speedup (BaselineCalibrated noise), and in adaptive runs at most budget.target_mds (a noisier
+/// machine costs more measurements, not a higher bar). 0 before the doctor.
+double promotion_margin(const store::run_state& run);
+
+/// What the doctor does next under the adaptive rule, from the baseline attempts that have ended
+/// (call it when none is in flight). Pure: from the logged results.
+struct doctor_plan {
+  /// Disturbed baselines (tuning::disturbed_repeats over their timed steps) to re-measure once,
+  /// each as the next attempt of its trial, which then replaces it.
+  std::vector<attempt_id> remeasure;
+  /// New baseline runs to add: enough for the target at the 80 % upper confidence limit of the
+  /// measured log-sd (tuning::log_sd_upper_limit, tuning::repeats_for_mds), at least one, within
+  /// max_baseline_repeats; 0: calibrate now (the target is reached when the minimum detectable
+  /// speedup at that limit is at most budget.target_mds, or the cap is).
+  std::uint32_t more = 0;
+  /// The doctor's verdict, BaselineCalibrated "measurement": {"rule", "target_mds",
+  /// "max_baseline_repeats", "runs", "baseline_trials", "log_sd", "cv", "mds_reached",
+  /// "log_sd_upper80", "mds_upper80", "reached", "runs_needed", "disturbed": [{"trial_id", "attempt", "step_time_s", "z",
+  /// "action": "re-measured" | "kept"}], "verdict": "target_reached" | "max_repeats" |
+  /// "too_few_runs", and when the target is not reached "would_reach": {"runs",
+  /// "cv_at_max_repeats", "timed_steps" (null: more steps cannot, the runs differ by more than
+  /// their steps' noise explains), "timed_steps_now"} and "message" in words}.
+  nlohmann::json measurement;
+};
+doctor_plan plan_doctor(const tuning::task_spec& task, const store::run_state& run);
+
+/// One look of the group-sequential re-verification of a candidate (adaptive rule).
+struct sequential_look {
+  /// 1-based look number, and the interleaved pairs it saw (look x verify_repeats).
+  std::uint32_t look = 0;
+  std::uint32_t pairs = 0;
+  /// The O'Brien-Fleming critical z of the look and its nominal two-sided level
+  /// (tuning::group_sequential_nominal_alpha).
+  double critical_z = 0;
+  double nominal_alpha = 0;
+  /// Welch speedup estimate on the first `pairs` pairs with the interval at the nominal level:
+  /// the repeated confidence interval of the look.
+  tuning::speedup_estimate estimate;
+  /// "continue", "promote" (the interval's lower bound clears 1 + the margin), "futile" (its
+  /// upper bound is below 1 + the margin), "max_pairs" (undecided at the last look),
+  /// "disturbed" (either side's log-sd above 3x the doctor's).
+  std::string decision;
+};
+
+/// The sequential re-verification of `candidate` in `round` so far: every look whose pairs have
+/// ended, up to the first that is not "continue". The method: a two-sided group-sequential test
+/// on the Welch statistic of log step times with K = max_verify_repeats / verify_repeats equally
+/// spaced looks and O'Brien-Fleming boundaries at overall level 0.05 (O'Brien and Fleming 1979;
+/// Jennison and Turnbull 2000, ch. 2 and 9): at each look the repeated confidence interval uses
+/// Student t at the look's nominal level, and all K intervals cover the true speedup at once
+/// with probability about 0.95, so stopping at the first decisive look keeps the error of
+/// every decision (promote, futile) at most about 0.05; a promotion of a candidate no faster than
+/// the baseline needs the upper miss, probability about 0.025 per candidate. Re-testing every
+/// look at 95 % would not (the error of K looks adds up). `failed` counts interleaved runs that
+/// failed or broke the contract (then nothing is promotable). The runs are the latest attempt of
+/// each interleaved trial, in trial order: an attempt lost and re-queued (or re-measured after
+/// the clock check) is replaced by its next one in its trial's place, so a run that lost and
+/// re-ran some looks at the same pairs as one that never lost them. Reads the budget from the
+/// run's ContractLocked document.
+struct sequential_state {
+  std::vector<sequential_look> looks;
+  std::uint32_t looks_max = 0;
+  std::uint32_t pairs_per_look = 0;
+  std::size_t failed = 0;
+  /// The last look's decision, or "pending" before the first look.
+  std::string decision = "pending";
+  /// Usable baseline and candidate step times of the round, in log order.
+  std::vector<double> baseline_times_s;
+  std::vector<double> candidate_times_s;
+};
+sequential_state reverification_looks(const store::run_state& run, std::uint64_t candidate,
+                                      std::uint32_t round);
 
 /// The contract as locked at init (the `contract` object of the ContractLocked event; its SHA-256
 /// is the run's contract hash).
@@ -78,7 +171,10 @@ std::map<std::string, std::string> scope_lock(const store::run_state& run);
 
 /// The doctor's calibration from the run's finished baseline trials: noise (CV, log-sd, minimum
 /// detectable speedup at alpha 0.05 / power 0.8), phase means, the loss reference. {"error": ...}
-/// when no baseline completed its timed window.
+/// when no baseline completed its timed window. Adaptive runs: from the latest attempt of each
+/// baseline trial, in trial order, the runs plan_doctor measured (a re-measured disturbed one is
+/// replaced; a lost attempt is invisible, its re-run counts in its trial's place whatever the
+/// log's order), with the doctor's verdict (`measurement`, plan_doctor).
 std::string calibrate_doc(const tuning::task_spec& task, const store::run_state& run);
 
 /// The verifier's verdict on one ended trial attempt: outcome, violations (reason-coded, see
@@ -89,7 +185,10 @@ caf::expected<std::string> check_doc(const tuning::task_spec& task, const store:
 /// The re-verification of candidate trial `candidate` from its latest round of interleaved pairs:
 /// Welch speedup estimate on log step times with its 95% interval, and whether it may be
 /// promoted (lower bound above 1 + the minimum detectable speedup, every run passed, variance
-/// not above 3x the doctor's; otherwise `remeasure` once). Error errc::not_found.
+/// not above 3x the doctor's; otherwise `remeasure` once). Adaptive runs: the deciding look of
+/// the sequential test (reverification_looks), its repeated confidence interval, every look
+/// (`looks`), the method (`sequential`) and the margin (`promotion_margin`). Error
+/// errc::not_found.
 caf::expected<std::string> reverify_doc(const store::run_state& run, std::uint64_t candidate);
 
 /// The candidates to re-verify: up to budget_of(task, run).verify_top distinct verified explore

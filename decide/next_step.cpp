@@ -204,6 +204,40 @@ step next_step(const tuning::task_spec& task, const store::run_state& run, const
     }
     if (waiting)
       return make(step_kind::wait, "baseline runs in flight");
+    if (!calibrated && budget.adaptive && !busy.calibrating) {
+      // The adaptive doctor: re-measure a disturbed repeat, add repeats until the minimum
+      // detectable speedup reaches the target or the cap (decide::plan_doctor).
+      auto plan = plan_doctor(task, run);
+      if (!plan.remeasure.empty()) {
+        step s = make(step_kind::launch, "re-measured: a disturbed baseline run");
+        for (const auto& [id, attempt] : plan.remeasure) {
+          if (s.launches.size() >= in.free_slots)
+            break;
+          const auto* t = run.find(id, attempt);
+          launch l;
+          l.trial_id = id;
+          l.attempt = attempt + 1;
+          l.config = t->config;
+          l.kind = purpose_kind::baseline;
+          s.launches.push_back(std::move(l));
+        }
+        if (!s.launches.empty())
+          return s;
+        return make(step_kind::wait, "no free node slot for a baseline run");
+      }
+      if (plan.more > 0) {
+        step s = make(step_kind::launch,
+                      "more baseline runs: the minimum detectable speedup "
+                        + std::to_string(plan.measurement.value("mds_reached", 0.0))
+                        + " is above the target "
+                        + std::to_string(plan.measurement.value("target_mds", 0.0)));
+        for (std::uint32_t i = 0; i < plan.more && i < in.free_slots; ++i)
+          s.launches.push_back(new_launch(i, base, purpose_kind::baseline));
+        if (!s.launches.empty())
+          return s;
+        return make(step_kind::wait, "no free node slot for a baseline run");
+      }
+    }
     if (!calibrated)
       return busy.calibrating ? make(step_kind::wait, "calibrating")
                               : make(step_kind::calibrate, "every baseline run has ended");
@@ -283,7 +317,20 @@ step next_step(const tuning::task_spec& task, const store::run_state& run, const
         waiting = true;
         continue;
       }
-      if (base_runs >= budget.verify_repeats && cand_runs >= budget.verify_repeats) {
+      if (budget.adaptive) {
+        // The group-sequential test: at every look (verify_repeats more pairs) decide, or go on.
+        if (base_runs == cand_runs && base_runs >= budget.verify_repeats) {
+          auto st = reverification_looks(run, id, round);
+          if (st.failed > 0 || (st.decision != "continue" && st.decision != "pending")
+              || base_runs >= budget.max_verify_repeats) {
+            step s = make(step_kind::reverify, "the sequential test decided (" + st.decision
+                                                 + ", look "
+                                                 + std::to_string(st.looks.size()) + ")");
+            s.candidate = id;
+            return s;
+          }
+        }
+      } else if (base_runs >= budget.verify_repeats && cand_runs >= budget.verify_repeats) {
         step s = make(step_kind::reverify, "every interleaved run of the round has ended");
         s.candidate = id;
         return s;
@@ -291,7 +338,8 @@ step next_step(const tuning::task_spec& task, const store::run_state& run, const
       waiting = true;
       if (launches.launches.size() >= in.free_slots)
         continue;
-      bool baseline_next = base_runs <= cand_runs && base_runs < budget.verify_repeats;
+      bool baseline_next = base_runs <= cand_runs
+                           && (budget.adaptive || base_runs < budget.verify_repeats);
       auto l = new_launch(offset++, baseline_next ? base : config,
                           baseline_next ? purpose_kind::verify_baseline
                                         : purpose_kind::verify_candidate);

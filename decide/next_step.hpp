@@ -7,10 +7,13 @@
 /// replay audit and the search-quality benchmark drive runs with this one function.
 ///
 /// The stage machine it encodes (docs/architecture.md "The step function"):
-///   init -> doctor (baseline_repeats baselines in parallel, calibrate, verdicts)
+///   init -> doctor (baseline_repeats baselines in parallel; adaptive runs: a disturbed one
+///           re-measured and more until the target MDS or the cap, plan_doctor; calibrate,
+///           verdicts)
 ///        -> run (propose batches as large as the free slots until the budget, the policy's stop
 ///           rule or the wall clock ends the search; verify every result; then re-verify the
-///           candidates, each in its own sequence of interleaved baseline/candidate runs;
+///           candidates, each in its own sequence of interleaved baseline/candidate runs
+///           (adaptive runs: until the group-sequential test decides, reverification_looks);
 ///           promote) -> report -> apply.
 /// Before any of that: an attempt dispatched by an earlier life of the supervisor and never
 /// finished is lost; a lost attempt is re-queued once as the next attempt of the same trial (up

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "adapters/environment.hpp"
+#include "decide/decisions.hpp"
 #include "decide/patch_exclusion.hpp"
 #include "decide/resources.hpp"
 #include "tuning/contract_check.hpp"
@@ -110,17 +111,37 @@ nlohmann::json make_report(const tuning::task_spec& task, const store::run_state
     failed[o] = {{"trials", failed_count[o]}, {"device_seconds", s}};
 
   nlohmann::json reverifications = nlohmann::json::array();
-  for (const auto& r : run.reverifications)
-    reverifications.push_back({{"candidate_trial", r.candidate_trial},
-                               {"change", r.config.diff_from(base)},
-                               {"baseline_times_s", r.baseline_times_s},
-                               {"candidate_times_s", r.candidate_times_s},
-                               {"speedup", r.estimate.speedup},
-                               {"ci_low", r.estimate.ci_low},
-                               {"ci_high", r.estimate.ci_high},
-                               {"promotable", r.promotable},
-                               {"round", r.round},
-                               {"reason", r.reason}});
+  const bool adaptive = adaptive_measurement(run);
+  for (const auto& r : run.reverifications) {
+    nlohmann::json entry{{"candidate_trial", r.candidate_trial},
+                         {"change", r.config.diff_from(base)},
+                         {"baseline_times_s", r.baseline_times_s},
+                         {"candidate_times_s", r.candidate_times_s},
+                         {"speedup", r.estimate.speedup},
+                         {"ci_low", r.estimate.ci_low},
+                         {"ci_high", r.estimate.ci_high},
+                         {"promotable", r.promotable},
+                         {"round", r.round},
+                         {"reason", r.reason}};
+    if (adaptive) {
+      // Every look of the sequential test, recomputed by the function that decided them (the
+      // same as the CandidateReverified document's "looks").
+      auto st = reverification_looks(run, r.candidate_trial, r.round);
+      nlohmann::json looks = nlohmann::json::array();
+      for (const auto& l : st.looks)
+        looks.push_back({{"look", l.look},
+                         {"pairs", l.pairs},
+                         {"critical_z", l.critical_z},
+                         {"speedup", l.estimate.speedup},
+                         {"ci_low", l.estimate.ci_low},
+                         {"ci_high", l.estimate.ci_high},
+                         {"decision", l.decision}});
+      entry["looks"] = looks;
+      entry["looks_max"] = st.looks_max;
+      entry["promotion_margin"] = promotion_margin(run);
+    }
+    reverifications.push_back(std::move(entry));
+  }
 
   // Everything rejected, with its evidence: trials that broke the contract or failed, then
   // candidates whose re-verification did not clear the bar.
@@ -228,7 +249,10 @@ nlohmann::json make_report(const tuning::task_spec& task, const store::run_state
             {"noise", run.doctor_doc ? run.doctor_doc->value("noise", nlohmann::json{})
                                      : nlohmann::json{}},
             {"phases_s", run.doctor_doc ? run.doctor_doc->value("phases_s", nlohmann::json{})
-                                        : nlohmann::json{}}}},
+                                        : nlohmann::json{}},
+            {"measurement", run.doctor_doc
+                              ? run.doctor_doc->value("measurement", nlohmann::json{})
+                              : nlohmann::json{}}}},
           {"trials", trials},
           {"reverifications", reverifications},
           {"rejected", rejected},
@@ -255,6 +279,22 @@ std::string render_markdown(const nlohmann::json& r) {
      << noise.value("runs", 0) << " runs)\n"
      << "- noise: cv " << fixed(100 * noise.value("cv", 0.0), 2) << "%, minimum detectable speedup "
      << fixed(100 * noise.value("min_detectable_speedup", 0.0), 2) << "% (alpha 0.05, power 0.8)\n";
+  if (b.contains("measurement") && b["measurement"].is_object()) {
+    // The adaptive doctor's verdict, and every disturbed repeat.
+    const auto& m = b["measurement"];
+    md << "- measurement (" << m.value("rule", std::string{}) << "): "
+       << (m.value("reached", false) ? "" : "**WARNING** ") << m.value("message", std::string{})
+       << "\n";
+    for (const auto& d : m.value("disturbed", nlohmann::json::array()))
+      md << "- **disturbed baseline** trial " << d.value("trial_id", 0) << "."
+         << d.value("attempt", 0) << ": " << fixed(d.value("step_time_s", 0.0), 4)
+         << " s disagrees with the other repeats beyond the noise model"
+         << (d.contains("z") ? " (z " + fixed(d.value("z", 0.0), 1) + ")" : std::string{}) << "; "
+         << (d.value("action", std::string{}) == "kept"
+               ? "it was measured again and kept: the machine itself is this noisy"
+               : std::string{"re-measured"})
+         << "\n";
+  }
   if (b.contains("phases_s") && b["phases_s"].is_object() && !b["phases_s"].empty()) {
     md << "- phases per step:";
     for (const auto& [name, s] : b["phases_s"].items())
@@ -300,6 +340,24 @@ std::string render_markdown(const nlohmann::json& r) {
          << "] | " << (v.value("promotable", false) ? "yes" : "no") << " | " << why << " |\n";
     }
     md << "\n";
+    for (const auto& v : r["reverifications"]) {
+      if (!v.contains("looks"))
+        continue;
+      md << "Sequential looks of candidate " << v.value("candidate_trial", 0) << " (round "
+         << v.value("round", 1) << "; O'Brien-Fleming group-sequential test, at most "
+         << v.value("looks_max", 0) << " looks, overall alpha 0.05; margin "
+         << fixed(100 * v.value("promotion_margin", 0.0), 2) << "%):\n\n"
+         << "| look | pairs | critical z | speedup | repeated 95% interval | decision |\n"
+         << "|---|---|---|---|---|---|\n";
+      for (const auto& l : v["looks"])
+        md << "| " << l.value("look", 0) << " | " << l.value("pairs", 0) << " | "
+           << fixed(l.value("critical_z", 0.0), 3) << " | " << fixed(l.value("speedup", 0.0), 3)
+           << "x | [" << fixed(l.value("ci_low", 0.0), 3) << ", "
+           << (l["ci_high"].is_number() ? fixed(l["ci_high"].get<double>(), 3)
+                                        : std::string{"inf"})
+           << "] | " << l.value("decision", std::string{}) << " |\n";
+      md << "\n";
+    }
   }
   md << "## Trials\n\nTrial numbers read ID.ATTEMPT: a trial lost in flight (its node vanished or "
         "the run was killed) is re-run under the same id as the next attempt.\n\n"

@@ -234,8 +234,18 @@ struct budget_spec {
   std::uint32_t baseline_repeats = 3;
   /// Candidates re-verified against the baseline. Default 2.
   std::uint32_t verify_top = 2;
-  /// Interleaved baseline/candidate pairs per re-verification. Default 3.
+  /// Interleaved baseline/candidate pairs per re-verification (the adaptive measurement rule:
+  /// per look of the sequential test). Default 3.
   std::uint32_t verify_repeats = 3;
+  /// The minimum detectable speedup the doctor aims for, as a fraction (0.03 = 3 %): it repeats
+  /// the baseline until the doctor's minimum detectable speedup is at most this, or
+  /// max_baseline_repeats (docs/tune.md "Measurement that adapts"). In (0, 1). Default 0.03.
+  double target_mds = 0.03;
+  /// The doctor's baseline runs at most (>= baseline_repeats). Default 12.
+  std::uint32_t max_baseline_repeats = 12;
+  /// Interleaved pairs per candidate and round at most: the sequential test's last look (a
+  /// multiple of verify_repeats, at most 16 looks). Default 8 x verify_repeats (24).
+  std::uint32_t max_verify_repeats = 24;
   /// Seed of every random choice. Default 0.
   std::uint64_t seed = 0;
 };

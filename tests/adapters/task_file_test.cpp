@@ -368,5 +368,39 @@ TEST(ByteSize, UnitsAndRejections) {
   EXPECT_EQ(v, 0u);
 }
 
+TEST_F(TaskFileTest, TheAdaptiveMeasurementKeysLoadAndAreChecked) {
+  // Defaults: target 3 %, at most 12 baselines, 8 looks of verify_repeats pairs.
+  auto d = adapters::load_task_file(write(std::string{minimal} + "[budget]\nverify_repeats = 4\n"));
+  ASSERT_TRUE(d) << describe(d.error());
+  EXPECT_DOUBLE_EQ(d->budget.target_mds, 0.03);
+  EXPECT_EQ(d->budget.max_baseline_repeats, 12u);
+  EXPECT_EQ(d->budget.max_verify_repeats, 32u);
+  auto ok = adapters::load_task_file(
+    write(std::string{minimal}
+          + "[budget]\ntarget_mds = 0.05\nmax_baseline_repeats = 20\nmax_verify_repeats = 30\n"));
+  ASSERT_TRUE(ok) << describe(ok.error());
+  EXPECT_DOUBLE_EQ(ok->budget.target_mds, 0.05);
+  EXPECT_EQ(ok->budget.max_baseline_repeats, 20u);
+  EXPECT_EQ(ok->budget.max_verify_repeats, 30u);
+  auto e = error_of(std::string{minimal} + "[budget]\ntarget_mds = 1.5\n");
+  EXPECT_NE(e.find("task.toml:"), std::string::npos) << e;
+  EXPECT_NE(e.find("budget.target_mds: expected a fraction in (0, 1), e.g. 0.03 for 3 %, got "
+                   "float 1.5"),
+            std::string::npos)
+    << e;
+  e = error_of(std::string{minimal} + "[budget]\nbaseline_repeats = 5\nmax_baseline_repeats = 4\n");
+  EXPECT_NE(e.find("budget.max_baseline_repeats: expected an integer >= budget.baseline_repeats "
+                   "(5), got integer 4"),
+            std::string::npos)
+    << e;
+  e = error_of(std::string{minimal} + "[budget]\nmax_verify_repeats = 10\n");
+  EXPECT_NE(e.find("budget.max_verify_repeats: expected a multiple of budget.verify_repeats (3)"),
+            std::string::npos)
+    << e;
+  EXPECT_NE(e.find("got integer 10"), std::string::npos) << e;
+  e = error_of(std::string{minimal} + "[budget]\nmax_verify_repeats = 51\n");
+  EXPECT_NE(e.find("from 1 to 16 times it"), std::string::npos) << e;
+}
+
 } // namespace
 } // namespace infrarsi::runtime

@@ -4,6 +4,7 @@
 // node-runner's launcher, with the doctor's calibration before; every trial must pass the clock
 // check (step_median/1). Each planted timer cheat of the same job, run under the same load, must
 // still be caught (code `clock`), and stays caught when it is re-measured (next_step's rule).
+// Issue 19: the adaptive doctor under the same two hogs (the last test).
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -28,6 +29,7 @@
 #include "store/run_projection.hpp"
 #include "test_util.hpp"
 #include "tuning/contract_check.hpp"
+#include "tuning/stats.hpp"
 
 namespace infrarsi {
 namespace {
@@ -230,6 +232,68 @@ TEST(ClockLoad, HonestTrialsPassUnderACpuHogAndEveryTimerCheatIsCaught) {
     EXPECT_FALSE(decide::clock_remeasure_due(state, *state.find(cheat_id, 0))); // superseded
   }
   auto wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cout << "wall time " << wall << " s\n";
+}
+
+// Issue 19: the adaptive doctor on a loaded machine. Under two busy loops the honest job's
+// baselines run for real, one at a time as next_step runs them on one slot
+// (decide::plan_doctor: a disturbed repeat re-measured, more repeats while the minimum
+// detectable speedup is above budget.target_mds, at most budget.max_baseline_repeats); the
+// doctor then either reached its target with more repeats than a quiet machine needs, or says
+// it cannot, with the figures.
+TEST(ClockLoad, TheDoctorReachesItsMdsTargetOrSaysItCannotUnderTwoHogs) {
+  const auto start = std::chrono::steady_clock::now();
+  cpu_hog hog1;
+  cpu_hog hog2;
+  ASSERT_TRUE(hog1.running() && hog2.running());
+  clock_run r;
+  ASSERT_TRUE(decide::adaptive_measurement(r.state()));
+  const auto budget = decide::budget_of(r.task(), r.state());
+  ASSERT_EQ(budget.baseline_repeats, 3u);
+  ASSERT_EQ(budget.max_baseline_repeats, 12u);
+  std::uint64_t id = 0;
+  for (int i = 0; i < 3; ++i)
+    r.run(id++, 0, "honest", "baseline");
+  auto first = tuning::estimate_noise([&] {
+    std::vector<double> t;
+    const auto s = r.state();
+    for (const auto* a : s.latest_attempts())
+      t.push_back(tuning::timed_step_time(r.task().contract, a->steps));
+    return t;
+  }());
+  std::size_t remeasured = 0;
+  for (int guard = 0; guard < 40; ++guard) {
+    auto plan = decide::plan_doctor(r.task(), r.state());
+    if (!plan.remeasure.empty()) {
+      r.run(plan.remeasure.front().first, plan.remeasure.front().second + 1, "honest", "baseline");
+      ++remeasured;
+      continue;
+    }
+    if (plan.more == 0)
+      break;
+    r.run(id++, 0, "honest", "baseline");
+  }
+  auto doctor = r.calibrate();
+  ASSERT_TRUE(doctor.contains("measurement")) << doctor.dump();
+  const auto& m = doctor["measurement"];
+  const auto runs = m["runs"].get<std::size_t>();
+  std::cout << "doctor under 2 CPU hogs: first 3 repeats CV " << 100.0 * first.cv << "%, MDS "
+            << 100.0 * first.min_detectable_speedup << "%; then " << runs << " runs ("
+            << remeasured << " re-measured): " << m["message"].get<std::string>() << '\n';
+  if (m["reached"].get<bool>()) {
+    EXPECT_EQ(m["verdict"], "target_reached");
+    EXPECT_LE(m["mds_reached"].get<double>(), budget.target_mds);
+    if (first.min_detectable_speedup > budget.target_mds)
+      EXPECT_GT(runs, 3u); // it took more repeats to get there
+  } else {
+    EXPECT_EQ(m["verdict"], "max_repeats") << m.dump();
+    EXPECT_EQ(m["baseline_trials"].get<std::size_t>(), 12u);
+    EXPECT_GT(m["mds_reached"].get<double>(), budget.target_mds);
+    EXPECT_GT(m["would_reach"]["runs"].get<std::size_t>(), 12u);
+    EXPECT_NE(m["message"].get<std::string>().find("too noisy"), std::string::npos);
+  }
+  auto wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(wall, 90.0);
   std::cout << "wall time " << wall << " s\n";
 }
 
