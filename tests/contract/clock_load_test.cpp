@@ -283,8 +283,9 @@ TEST(ClockLoad, TheDoctorReachesItsMdsTargetOrSaysItCannotUnderTwoHogs) {
   if (m["reached"].get<bool>()) {
     EXPECT_EQ(m["verdict"], "target_reached");
     EXPECT_LE(m["mds_reached"].get<double>(), budget.target_mds);
-    if (first.min_detectable_speedup > budget.target_mds)
+    if (first.min_detectable_speedup > budget.target_mds) {
       EXPECT_GT(runs, 3u); // it took more repeats to get there
+    }
   } else {
     EXPECT_EQ(m["verdict"], "max_repeats") << m.dump();
     EXPECT_EQ(m["baseline_trials"].get<std::size_t>(), 12u);
