@@ -117,6 +117,12 @@ struct supervisor_options {
   const std::atomic<bool>* cancel = nullptr;
   /// Receives (std::string summary, int exit status) when the run ends.
   caf::actor reply_to;
+  /// Daemon mode: trials go to this node pool (actors/node_pool.hpp) instead of
+  /// `node_endpoints`; the run's trials in flight are its share (slots_atom), at most
+  /// `pool_slots`.
+  node_pool_actor pool;
+  /// Daemon mode: most trials of this run in flight at once. Default 64.
+  std::uint32_t pool_slots = 64;
 };
 
 /// The supervisor: the run's stage machine init -> doctor -> run -> report -> apply, as an
@@ -144,6 +150,10 @@ struct supervisor_state {
   decide::outstanding busy;
   std::vector<node_slot> nodes;
   bool wall_clock_expired = false;
+  /// Daemon mode: the pool's current share for this run (trials in flight).
+  std::uint32_t pool_share = 0;
+  /// Draining: nothing more is dispatched; the run ends once nothing is in flight.
+  bool draining = false;
   /// The run has ended (reply sent); later answers are dropped.
   bool ended = false;
   planner_actor planner;

@@ -30,6 +30,22 @@ using stale_atom = caf::atom_constant<caf::atom("stale")>;
 using advance_atom = caf::atom_constant<caf::atom("advance")>;
 using interrupt_atom = caf::atom_constant<caf::atom("interrupt")>;
 using deadline_atom = caf::atom_constant<caf::atom("deadline")>;
+using join_atom = caf::atom_constant<caf::atom("join")>;
+using leave_atom = caf::atom_constant<caf::atom("leave")>;
+using node_atom = caf::atom_constant<caf::atom("node")>;
+using gone_atom = caf::atom_constant<caf::atom("gone")>;
+using sendfail_atom = caf::atom_constant<caf::atom("sendfail")>;
+using slots_atom = caf::atom_constant<caf::atom("slots")>;
+using drain_atom = caf::atom_constant<caf::atom("drain")>;
+using status_atom = caf::atom_constant<caf::atom("status")>;
+constexpr join_atom join_atom_v{};
+constexpr leave_atom leave_atom_v{};
+constexpr node_atom node_atom_v{};
+constexpr gone_atom gone_atom_v{};
+constexpr sendfail_atom sendfail_atom_v{};
+constexpr slots_atom slots_atom_v{};
+constexpr drain_atom drain_atom_v{};
+constexpr status_atom status_atom_v{};
 constexpr propose_atom propose_atom_v{};
 constexpr priors_atom priors_atom_v{};
 constexpr check_atom check_atom_v{};
@@ -84,7 +100,32 @@ using supervisor_actor = caf::typed_actor<
   /// (deadline): the search stage's wall-clock limit has passed (a delayed message to itself).
   caf::reacts_to<deadline_atom>,
   /// (stale, result): a late result for an attempt already given up (logged TrialResultStale).
-  caf::reacts_to<stale_atom, messages::trial_result_msg>>;
+  caf::reacts_to<stale_atom, messages::trial_result_msg>,
+  /// (slots, n): the node pool's share for this run changed to n trials in flight (daemon).
+  caf::reacts_to<slots_atom, std::uint32_t>,
+  /// (drain): dispatch nothing more; end (status 0, resumable) once no trial is in flight.
+  caf::reacts_to<drain_atom>>;
+
+/// node pool (actors/node_pool.cpp): the daemon's registry of remote node-runners and their
+/// slots, fed by the ZeroMQ broker (adapters/node_broker.hpp), shared fairly by the runs it serves.
+using node_pool_actor = caf::typed_actor<
+  /// (run, run id, spec) -> result: runs the attempt on a free slot of a live node (queued until
+  /// one is free); error errc::not_found: lost (its node died, refused it or was unreachable).
+  caf::replies_to<run_atom, std::string, messages::trial_spec_msg>::with<
+    messages::trial_result_msg>,
+  /// (join, run id, max slots or 0, task text, task path, supervisor): the run takes part in the
+  /// fair share; its supervisor receives (slots, n) whenever its share changes.
+  caf::reacts_to<join_atom, std::string, std::uint32_t, std::string, std::string, caf::actor>,
+  /// (leave, run id): the run ended; its share goes to the others.
+  caf::reacts_to<leave_atom, std::string>,
+  /// (node, identity, envelope): a verified message from a node-runner (from the broker).
+  caf::reacts_to<node_atom, std::string, messages::envelope_msg>,
+  /// (gone, identity, why): a node-runner went silent (from the broker).
+  caf::reacts_to<gone_atom, std::string, std::string>,
+  /// (sendfail, identity, envelope, why): a message to a node could not be sent (from the broker).
+  caf::reacts_to<sendfail_atom, std::string, messages::envelope_msg, std::string>,
+  /// (status) -> JSON {"nodes": [...], "queued": n, "runs": [...]}.
+  caf::replies_to<status_atom>::with<std::string>>;
 
 /// experience-curator: the experience bank.
 using curator_actor = caf::typed_actor<

@@ -3,6 +3,7 @@
 // asks decide::next_step what to do and does it with request(...).then(...). The decisions are in
 // decide/; git, report files, scope hashing and launch-config writing in adapters/.
 
+#include <algorithm>
 #include <iomanip>
 #include <set>
 #include <sstream>
@@ -250,10 +251,11 @@ void on_lost(self_ptr self, std::size_t slot, const messages::trial_spec_msg& sp
     return fail(self, "trial " + std::to_string(id.first), err);
   progress(self) << "trial " << id.first << " attempt " << id.second << " lost: " << describe(why)
                  << " (re-queued)\n";
-  // A node-runner that failed is replaced (the actor may be gone).
-  st.nodes[slot].handle =
-    self->spawn<caf::detached>(node_runner, st.o.zmq_context, st.nodes[slot].endpoint,
-                               st.o.run_id, caf::actor_cast<caf::actor>(self), st.o.cancel);
+  // A node-runner that failed is replaced (the actor may be gone); the pool needs nothing.
+  if (!st.o.pool)
+    st.nodes[slot].handle =
+      self->spawn<caf::detached>(node_runner, st.o.zmq_context, st.nodes[slot].endpoint,
+                                 st.o.run_id, caf::actor_cast<caf::actor>(self), st.o.cancel);
   advance(self);
 }
 
@@ -292,9 +294,12 @@ void do_launch(self_ptr self, const std::vector<decide::launch>& launches) {
     return fail(self, "dispatch", err);
   for (auto& [s, spec] : sends) {
     auto i = s;
-    self->request(st.nodes[i].handle, caf::infinite, run_atom_v, spec)
-      .then([self, i](messages::trial_result_msg& r) { on_result(self, i, r); },
-            [self, i, spec](caf::error& err) { on_lost(self, i, spec, err); });
+    auto done = [self, i](messages::trial_result_msg& r) { on_result(self, i, r); };
+    auto lost = [self, i, spec = spec](caf::error& err) { on_lost(self, i, spec, err); };
+    if (st.o.pool) // daemon mode: the node pool picks a live node-runner
+      self->request(st.o.pool, caf::infinite, run_atom_v, st.o.run_id, spec).then(done, lost);
+    else
+      self->request(st.nodes[i].handle, caf::infinite, run_atom_v, spec).then(done, lost);
   }
 }
 
@@ -549,8 +554,22 @@ void advance(self_ptr self) {
       return end_run(self, summary(self), 0);
     }
     decide::step_input in;
+    std::uint32_t busy_slots = 0;
     for (const auto& n : st.nodes)
-      in.free_slots += n.busy ? 0 : 1;
+      busy_slots += n.busy ? 1 : 0;
+    // Local slots: every idle one; daemon mode: the pool's share less what is in flight.
+    auto slots = st.o.pool ? std::min<std::uint32_t>(st.pool_share,
+                                                     static_cast<std::uint32_t>(st.nodes.size()))
+                           : static_cast<std::uint32_t>(st.nodes.size());
+    in.free_slots = slots > busy_slots ? slots - busy_slots : 0;
+    if (st.draining) {
+      if (st.busy.running.empty())
+        return end_run(self,
+                       "run " + st.o.run_id + " drained: nothing in flight; it resumes where it "
+                         "stopped",
+                       0);
+      in.free_slots = 0;
+    }
     in.busy = st.busy;
     in.wall_clock_expired = st.wall_clock_expired;
     auto s = decide::next_step(*st.o.task, run(self), in);
@@ -631,6 +650,8 @@ supervisor_actor::behavior_type supervisor(supervisor_actor::stateful_pointer<su
   st.verifier = self->spawn(verifier, st.o.log, st.o.task);
   st.llm = self->spawn(llm_proposer, st.o.task, st.o.knowledge_dir);
   st.curator = self->spawn(curator, st.o.bank);
+  if (st.o.pool) // daemon mode: virtual slots, as many as the run may have in flight
+    st.nodes.resize(std::max<std::uint32_t>(1, st.o.pool_slots));
   for (const auto& ep : st.o.node_endpoints) {
     node_slot n;
     n.endpoint = ep;
@@ -641,7 +662,8 @@ supervisor_actor::behavior_type supervisor(supervisor_actor::stateful_pointer<su
   if (auto err = store::fold_stream(*st.o.log, st.o.run_id, *st.fold)) {
     fail(self, "load", err);
     return {[](advance_atom) {}, [](interrupt_atom, int) {}, [](deadline_atom) {},
-            [](stale_atom, const messages::trial_result_msg&) {}};
+            [](stale_atom, const messages::trial_result_msg&) {}, [](slots_atom, std::uint32_t) {},
+            [](drain_atom) {}};
   }
   st.version = run(self).events;
   if (st.version == 0) {
@@ -688,6 +710,18 @@ supervisor_actor::behavior_type supervisor(supervisor_actor::stateful_pointer<su
                      << ": a late result for an attempt already given up; logged as stale\n";
       if (auto err = append_all(self, {event(wire::EventKind::TrialResultStale, stale.bytes())}))
         fail(self, "stale result", err);
+    },
+    [self](slots_atom, std::uint32_t share) {
+      self->state.pool_share = share;
+      advance(self);
+    },
+    [self](drain_atom) {
+      if (self->state.ended)
+        return;
+      progress(self) << "drain: nothing more is dispatched; " << self->state.busy.running.size()
+                     << " trial(s) in flight finish first\n";
+      self->state.draining = true;
+      advance(self);
     }};
 }
 

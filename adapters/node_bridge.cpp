@@ -11,6 +11,74 @@
 
 namespace infrarsi::adapters {
 
+tuning::task_spec slot_task(const tuning::task_spec& task,
+                            const std::map<std::string, std::string>& slot_env,
+                            const std::string& cpu_list) {
+  tuning::task_spec t = task;
+  for (const auto& [k, v] : slot_env)
+    t.workload.env[k] = v;
+  if (!cpu_list.empty()) {
+    std::vector<std::string> argv{"taskset", "-c", cpu_list};
+    argv.insert(argv.end(), t.workload.argv.begin(), t.workload.argv.end());
+    t.workload.argv = std::move(argv);
+  }
+  return t;
+}
+
+messages::trial_result_msg run_node_trial(const tuning::task_spec& task,
+                                          const messages::trial_spec_msg& spec,
+                                          const std::string& trials_root, const std::string& node,
+                                          std::uint64_t disk_reserve_bytes,
+                                          const std::atomic<bool>* stop) {
+  adapters::trial_request req;
+  req.task = &task;
+  auto config = store::configuration_of(*spec);
+  req.knobs = config.knobs;
+  req.patches = config.patches;
+  if (spec->patches() != nullptr) { // keep the requested order of application
+    req.patches.clear();
+    for (const auto* p : *spec->patches())
+      req.patches.push_back(p->str());
+  }
+  if (spec->scope_lock() != nullptr)
+    for (const auto* h : *spec->scope_lock())
+      req.scope_lock[h->path()->str()] = h->sha256()->str();
+  req.trial_id = spec->trial_id();
+  req.attempt = spec->attempt();
+  req.timeout_s = spec->timeout_s();
+  req.memory_cap_bytes = spec->memory_cap_bytes();
+  req.trial_dir = trials_root + "/" + trial_dir_name(req.trial_id, req.attempt);
+  req.stop = stop;
+  wire::TrialResultT r;
+  r.trial_id = req.trial_id;
+  r.attempt = req.attempt;
+  r.node = node;
+  // Not prepared for lack of space (or an I/O failure of the harness): the attempt never ran,
+  // so it is lost (re-queued, not counted), never a launch error of its configuration.
+  auto not_prepared = [&](const caf::error& why) {
+    r.outcome = wire::Outcome::Lost;
+    r.detail = "node-runner " + node + ": not prepared: " + describe(why) + " ("
+               + free_space_note(trials_root, disk_reserve_bytes) + ")";
+    return messages::trial_result_msg::pack(r);
+  };
+  if (auto full = check_free_space({trials_root}, disk_reserve_bytes))
+    return not_prepared(full);
+  auto report = adapters::run_trial(req);
+  if (report) {
+    if (report->result.empty())
+      return report->result;
+    auto native = report->result.unpack();
+    native->node = node;
+    return messages::trial_result_msg::pack(*native);
+  }
+  if (code_of(report.error()) == errc::io_error)
+    return not_prepared(report.error());
+  // The tool could not run it (bad knob value, template error): a launch error of this trial.
+  r.outcome = wire::Outcome::LaunchError;
+  r.detail = "node-runner " + node + ": " + describe(report.error());
+  return messages::trial_result_msg::pack(r);
+}
+
 node_server::node_server(zmq::context_t& ctx, std::string endpoint, const tuning::task_spec& task,
                          std::string trials_root, std::string node_name,
                          std::map<std::string, std::string> slot_env, std::string cpu_list,
@@ -23,15 +91,7 @@ node_server::node_server(zmq::context_t& ctx, std::string endpoint, const tuning
     slot_env_(std::move(slot_env)),
     cpu_list_(std::move(cpu_list)),
     disk_reserve_bytes_(disk_reserve_bytes),
-    slot_task_(task) {
-  for (const auto& [k, v] : slot_env_)
-    slot_task_.workload.env[k] = v;
-  if (!cpu_list_.empty()) {
-    std::vector<std::string> argv{"taskset", "-c", cpu_list_};
-    argv.insert(argv.end(), slot_task_.workload.argv.begin(), slot_task_.workload.argv.end());
-    slot_task_.workload.argv = std::move(argv);
-  }
-}
+    slot_task_(slot_task(task, slot_env_, cpu_list_)) {}
 
 node_server::~node_server() {
   stop();
@@ -59,47 +119,7 @@ void node_server::stop() {
 }
 
 messages::trial_result_msg node_server::run_one(const messages::trial_spec_msg& spec) {
-  adapters::trial_request req;
-  req.task = &slot_task_;
-  auto config = store::configuration_of(*spec);
-  req.knobs = config.knobs;
-  req.patches = config.patches;
-  if (spec->patches() != nullptr) { // keep the requested order of application
-    req.patches.clear();
-    for (const auto* p : *spec->patches())
-      req.patches.push_back(p->str());
-  }
-  if (spec->scope_lock() != nullptr)
-    for (const auto* h : *spec->scope_lock())
-      req.scope_lock[h->path()->str()] = h->sha256()->str();
-  req.trial_id = spec->trial_id();
-  req.attempt = spec->attempt();
-  req.timeout_s = spec->timeout_s();
-  req.memory_cap_bytes = spec->memory_cap_bytes();
-  req.trial_dir = trials_root_ + "/" + trial_dir_name(req.trial_id, req.attempt);
-  req.stop = &stop_;
-  wire::TrialResultT r;
-  r.trial_id = req.trial_id;
-  r.attempt = req.attempt;
-  // Not prepared for lack of space (or an I/O failure of the harness): the attempt never ran,
-  // so it is lost (re-queued, not counted), never a launch error of its configuration.
-  auto not_prepared = [&](const caf::error& why) {
-    r.outcome = wire::Outcome::Lost;
-    r.detail = "node-runner " + node_name_ + ": not prepared: " + describe(why) + " ("
-               + free_space_note(trials_root_, disk_reserve_bytes_) + ")";
-    return messages::trial_result_msg::pack(r);
-  };
-  if (auto full = check_free_space({trials_root_}, disk_reserve_bytes_))
-    return not_prepared(full);
-  auto report = adapters::run_trial(req);
-  if (report)
-    return report->result;
-  if (code_of(report.error()) == errc::io_error)
-    return not_prepared(report.error());
-  // The tool could not run it (bad knob value, template error): a launch error of this trial.
-  r.outcome = wire::Outcome::LaunchError;
-  r.detail = "node-runner " + node_name_ + ": " + describe(report.error());
-  return messages::trial_result_msg::pack(r);
+  return run_node_trial(slot_task_, spec, trials_root_, node_name_, disk_reserve_bytes_, &stop_);
 }
 
 void node_server::serve() {

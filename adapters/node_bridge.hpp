@@ -24,6 +24,24 @@
 
 namespace infrarsi::adapters {
 
+/// The task as one node slot runs it: `slot_env` entries added to its environment and, when
+/// `cpu_list` is not empty, every rank run under `taskset -c cpu_list`.
+tuning::task_spec slot_task(const tuning::task_spec& task,
+                            const std::map<std::string, std::string>& slot_env,
+                            const std::string& cpu_list);
+
+/// Runs one trial attempt of `spec` with `task` (already a slot_task) in
+/// `trials_root`/trial-<id>-<attempt> and returns its result, `node` recorded in it. Never fails:
+/// an attempt this node cannot prepare (less than `disk_reserve_bytes` free in `trials_root`, or
+/// errc::io_error from run_trial) is outcome Lost with a detail naming the cause and the free
+/// space; a request the tool cannot run (bad knob value) is LaunchError. `stop`, when set, stops
+/// the running trial (it ends as preempted).
+messages::trial_result_msg run_node_trial(const tuning::task_spec& task,
+                                          const messages::trial_spec_msg& spec,
+                                          const std::string& trials_root, const std::string& node,
+                                          std::uint64_t disk_reserve_bytes,
+                                          const std::atomic<bool>* stop);
+
 /// A node-runner serving one task's trials on `endpoint`, one at a time, on its own thread.
 class node_server {
 public:

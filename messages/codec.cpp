@@ -116,6 +116,51 @@ caf::error check(const wire::Document& doc, const verify_limits&) {
   return caf::none;
 }
 
+caf::error check(const wire::NodeHello& hello, const verify_limits&) {
+  if (hello.node() == nullptr || hello.node()->size() == 0)
+    return corrupt("NodeHello", "missing node name");
+  return caf::none;
+}
+
+caf::error check(const wire::Heartbeat&, const verify_limits&) {
+  return caf::none;
+}
+
+caf::error check(const wire::TrialAssignment& a, const verify_limits& limits) {
+  auto spec = sv(a.spec());
+  if (spec.empty())
+    return corrupt("TrialAssignment", "missing TrialSpec");
+  if (auto err = error_of(trial_spec_msg::decode(spec.data(), spec.size(), limits)))
+    return corrupt("TrialAssignment", "its TrialSpec: " + describe(err));
+  return caf::none;
+}
+
+caf::error check(const wire::TrialRefused&, const verify_limits&) {
+  return caf::none;
+}
+
+caf::error check(const wire::NodeControl& c, const verify_limits&) {
+  if (c.command() == nullptr || c.command()->size() == 0)
+    return corrupt("NodeControl", "missing command");
+  return caf::none;
+}
+
+caf::error check(const wire::SubmitTask& t, const verify_limits&) {
+  if (t.task_toml() == nullptr || t.task_toml()->size() == 0)
+    return corrupt("SubmitTask", "missing task text");
+  return caf::none;
+}
+
+caf::error check(const wire::ClientRequest& r, const verify_limits&) {
+  if (r.command() == nullptr || r.command()->size() == 0)
+    return corrupt("ClientRequest", "missing command");
+  return caf::none;
+}
+
+caf::error check(const wire::ClientReply&, const verify_limits&) {
+  return caf::none;
+}
+
 caf::error check(const wire::EventRecord& rec, const verify_limits& limits) {
   auto payload = sv(rec.payload());
   auto crc = crc32_of(payload);
@@ -146,6 +191,22 @@ caf::error check(const wire::Envelope& env, const verify_limits& limits) {
       return error_of(trial_result_msg::decode(payload.data(), payload.size(), limits));
     case wire::MessageKind::EventRecord:
       return error_of(event_record_msg::decode(payload.data(), payload.size(), limits));
+    case wire::MessageKind::NodeHello:
+      return error_of(node_hello_msg::decode(payload.data(), payload.size(), limits));
+    case wire::MessageKind::Heartbeat:
+      return error_of(heartbeat_msg::decode(payload.data(), payload.size(), limits));
+    case wire::MessageKind::TrialAssignment:
+      return error_of(trial_assignment_msg::decode(payload.data(), payload.size(), limits));
+    case wire::MessageKind::TrialRefused:
+      return error_of(trial_refused_msg::decode(payload.data(), payload.size(), limits));
+    case wire::MessageKind::NodeControl:
+      return error_of(node_control_msg::decode(payload.data(), payload.size(), limits));
+    case wire::MessageKind::SubmitTask:
+      return error_of(submit_task_msg::decode(payload.data(), payload.size(), limits));
+    case wire::MessageKind::ClientRequest:
+      return error_of(client_request_msg::decode(payload.data(), payload.size(), limits));
+    case wire::MessageKind::ClientReply:
+      return error_of(client_reply_msg::decode(payload.data(), payload.size(), limits));
     default:
       return make_error(errc::unknown_kind,
                         "Envelope: message kind " + std::to_string(static_cast<int>(env.kind()))
@@ -222,6 +283,14 @@ template class message<wire::EventRecord>;
 template class message<wire::RunCreated>;
 template class message<wire::StageEvent>;
 template class message<wire::Document>;
+template class message<wire::NodeHello>;
+template class message<wire::Heartbeat>;
+template class message<wire::TrialAssignment>;
+template class message<wire::TrialRefused>;
+template class message<wire::NodeControl>;
+template class message<wire::SubmitTask>;
+template class message<wire::ClientRequest>;
+template class message<wire::ClientReply>;
 
 document_msg make_document(std::string_view schema, std::string_view json) {
   wire::DocumentT d;

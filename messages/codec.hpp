@@ -19,6 +19,7 @@
 #include "messages/event_generated.h"
 #include "messages/trial_result_generated.h"
 #include "messages/trial_spec_generated.h"
+#include "messages/node_generated.h"
 
 namespace infrarsi::messages {
 
@@ -54,6 +55,14 @@ INFRARSI_TABLE_TRAITS(EventRecord, "IREV")
 INFRARSI_TABLE_TRAITS(RunCreated, nullptr)
 INFRARSI_TABLE_TRAITS(StageEvent, nullptr)
 INFRARSI_TABLE_TRAITS(Document, nullptr)
+INFRARSI_TABLE_TRAITS(NodeHello, nullptr)
+INFRARSI_TABLE_TRAITS(Heartbeat, nullptr)
+INFRARSI_TABLE_TRAITS(TrialAssignment, nullptr)
+INFRARSI_TABLE_TRAITS(TrialRefused, nullptr)
+INFRARSI_TABLE_TRAITS(NodeControl, nullptr)
+INFRARSI_TABLE_TRAITS(SubmitTask, nullptr)
+INFRARSI_TABLE_TRAITS(ClientRequest, nullptr)
+INFRARSI_TABLE_TRAITS(ClientReply, nullptr)
 #undef INFRARSI_TABLE_TRAITS
 
 /// An immutable, size-prefixed FlatBuffer whose root is `Table`. One instantiation per message
@@ -115,6 +124,15 @@ using event_record_msg = message<wire::EventRecord>;
 using run_created_msg = message<wire::RunCreated>;
 using stage_event_msg = message<wire::StageEvent>;
 using document_msg = message<wire::Document>;
+// The daemon's protocol with node-runners and clients (node.fbs).
+using node_hello_msg = message<wire::NodeHello>;
+using heartbeat_msg = message<wire::Heartbeat>;
+using trial_assignment_msg = message<wire::TrialAssignment>;
+using trial_refused_msg = message<wire::TrialRefused>;
+using node_control_msg = message<wire::NodeControl>;
+using submit_task_msg = message<wire::SubmitTask>;
+using client_request_msg = message<wire::ClientRequest>;
+using client_reply_msg = message<wire::ClientReply>;
 
 /// A Document message from a schema name and JSON text.
 document_msg make_document(std::string_view schema, std::string_view json);
@@ -128,6 +146,22 @@ constexpr wire::MessageKind message_kind_of() noexcept {
     return wire::MessageKind::TrialResult;
   else if constexpr (std::is_same_v<Table, wire::EventRecord>)
     return wire::MessageKind::EventRecord;
+  else if constexpr (std::is_same_v<Table, wire::NodeHello>)
+    return wire::MessageKind::NodeHello;
+  else if constexpr (std::is_same_v<Table, wire::Heartbeat>)
+    return wire::MessageKind::Heartbeat;
+  else if constexpr (std::is_same_v<Table, wire::TrialAssignment>)
+    return wire::MessageKind::TrialAssignment;
+  else if constexpr (std::is_same_v<Table, wire::TrialRefused>)
+    return wire::MessageKind::TrialRefused;
+  else if constexpr (std::is_same_v<Table, wire::NodeControl>)
+    return wire::MessageKind::NodeControl;
+  else if constexpr (std::is_same_v<Table, wire::SubmitTask>)
+    return wire::MessageKind::SubmitTask;
+  else if constexpr (std::is_same_v<Table, wire::ClientRequest>)
+    return wire::MessageKind::ClientRequest;
+  else if constexpr (std::is_same_v<Table, wire::ClientReply>)
+    return wire::MessageKind::ClientReply;
   else
     return wire::MessageKind::Unknown;
 }
@@ -148,7 +182,8 @@ std::uint32_t crc32_of(std::string_view bytes) noexcept;
                                                std::string_view run_id, std::string_view sender,
                                                std::uint64_t sequence);
 
-/// Seals a message of a kind that can travel alone (TrialSpec, TrialResult, EventRecord).
+/// Seals a message of a kind that can travel alone (TrialSpec, TrialResult, EventRecord and the
+/// node.fbs tables).
 /// Error: errc::invalid_argument for an empty message.
 template <class Table>
 [[nodiscard]] caf::expected<envelope_msg> seal(const message<Table>& payload,

@@ -19,6 +19,7 @@
 #include "adapters/trial_launcher.hpp"
 #include "messages/json.hpp"
 #include "adapters/task_file.hpp"
+#include "runtime/daemon.hpp"
 #include "runtime/replay.hpp"
 #include "runtime/store_paths.hpp"
 #include "runtime/tune.hpp"
@@ -505,6 +506,95 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
                          "Task file, only for runs logged before the task text was (default: the "
                          "task logged at init; for older runs the path the run recorded)");
 
+  // -- the daemon across machines (docs/daemon.md) ----------------------------------------------
+  std::string daemon_config_path;
+  auto* daemon_cmd = app.add_subcommand(
+    "daemon", "The long-running tuning service: one store it alone writes, node-runners on other "
+              "machines (infrarsi node --connect), tasks from `infrarsi submit` and a watched "
+              "directory, several runs at once over the shared node pool; every unfinished run "
+              "is resumed at start. SIGTERM or Ctrl-C drains: nothing new is dispatched, trials "
+              "in flight finish within daemon.drain_grace_s, then it exits 0 (docs/daemon.md).\n"
+              "Exit status: 0 drained, 1 it could not start (the message names the config file, "
+              "key and value, or the endpoint), 2 bad command line.");
+  daemon_cmd->add_option("--config", daemon_config_path,
+                         "Daemon config (TOML; config/daemon.toml is a commented example)");
+  client_options daemon_client;
+  bool daemon_status_json = false;
+  auto* daemon_status_cmd = daemon_cmd->add_subcommand(
+    "status", "Ask a running daemon for its runs, nodes (slots busy, trials assigned) and trials "
+              "in flight. Exit status: 0 answered, 1 no answer within --timeout.");
+  daemon_status_cmd->add_option("--daemon", daemon_client.endpoint,
+                                "The daemon's client endpoint, e.g. tcp://head:5556")
+    ->required();
+  daemon_status_cmd->add_option("--server-key", daemon_client.server_key,
+                                "The daemon's public key file (NAME.pub), for CURVE");
+  daemon_status_cmd->add_option("--key", daemon_client.key,
+                                "This client's key file (NAME.key), for CURVE");
+  daemon_status_cmd->add_option("--timeout", daemon_client.timeout_s, "Seconds to wait")
+    ->capture_default_str();
+  daemon_status_cmd->add_flag("--json", daemon_status_json, "Print the status document as JSON");
+
+  client_options submit_client;
+  std::string submit_task;
+  std::uint64_t submit_seed = 0;
+  std::uint32_t submit_trials = 0;
+  std::uint32_t submit_max_slots = 0;
+  auto* submit_cmd = app.add_subcommand(
+    "submit", "Send TASK to a running daemon, which starts a run of it over its node pool. The "
+              "task is loaded here first (errors name FILE:LINE:COLUMN before anything is sent) "
+              "and travels with the SHA-256 of every editable and frozen file: the daemon refuses "
+              "it when its own view of those files differs. Prints the run id.\n"
+              "Exit status: 0 accepted, 1 refused or no answer, 2 bad command line.");
+  submit_cmd->add_option("TASK", submit_task, "Task file (TOML; docs/task-contract.md)")
+    ->required();
+  submit_cmd->add_option("--daemon", submit_client.endpoint,
+                         "The daemon's client endpoint, e.g. tcp://head:5556")
+    ->required();
+  auto* submit_seed_opt =
+    submit_cmd->add_option("--seed", submit_seed, "Seed (default: the task's budget.seed)");
+  auto* submit_trials_opt =
+    submit_cmd->add_option("--trials", submit_trials, "Search trials (default: budget.trials)");
+  submit_cmd->add_option("--max-slots", submit_max_slots,
+                         "Most trials of this run in flight (default 0: its fair share)");
+  submit_cmd->add_option("--server-key", submit_client.server_key,
+                         "The daemon's public key file (NAME.pub), for CURVE");
+  submit_cmd->add_option("--key", submit_client.key, "This client's key file (NAME.key), for CURVE");
+  submit_cmd->add_option("--timeout", submit_client.timeout_s, "Seconds to wait")
+    ->capture_default_str();
+
+  node_options node;
+  std::string node_reserve;
+  auto* node_cmd = app.add_subcommand(
+    "node", "A node-runner on this machine: connects to the daemon's node endpoint, says hello "
+            "with its hardware and slots, heartbeats every second (a daemon silent for 3 is "
+            "gone: reconnect with back-off 1 s doubling to 32 s) and runs the trials the daemon "
+            "assigns with the same launcher, caps, timeouts and classification as `infrarsi "
+            "tune`. A trial whose locked files differ here is refused, never run. SIGTERM or "
+            "Ctrl-C stops the running trials and exits 0 (docs/daemon.md).\n"
+            "Exit status: 0 stopped by a signal, 1 refused by the daemon or bad keys, 2 bad "
+            "command line.");
+  node_cmd->add_option("--connect", node.connect, "The daemon's node endpoint, e.g. tcp://head:5555")
+    ->required();
+  node_cmd->add_option("--workdir", node.workdir, "Trial directories go under DIR/runs/<run>/trials")
+    ->required();
+  node_cmd->add_option("--name", node.name, "Node name in the pool (default: the host name)");
+  node_cmd->add_option("--slots", node.slots, "Trials this node runs at once")
+    ->capture_default_str()
+    ->check(CLI::Range(1u, 4096u));
+  node_cmd->add_option("--slot-env", node.slot_env,
+                       "Per slot: environment entries 'K=V;K2=V2' (e.g. "
+                       "'CUDA_VISIBLE_DEVICES=0,1'); repeat once per slot");
+  node_cmd->add_option("--slot-cpus", node.slot_cpus,
+                       "Per slot: CPU list its ranks run under (taskset -c); repeat once per slot");
+  node_cmd->add_option("--server-key", node.server_key,
+                       "The daemon's public key file (NAME.pub), for CURVE");
+  node_cmd->add_option("--key", node.key, "This node's key file (NAME.key), for CURVE");
+  node_cmd->add_option("--heartbeat-ms", node.heartbeat_ms, "Heartbeat interval")
+    ->capture_default_str()
+    ->check(CLI::Range(10, 60000));
+  node_cmd->add_option("--disk-reserve", node_reserve,
+                       "Bytes that must stay free under --workdir before a trial (e.g. 1GiB)");
+
   std::string check_task;
   auto* check_cmd = app.add_subcommand(
     "check", "Load TASK and say which contract checks its output can decide.\n"
@@ -526,6 +616,13 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
               "checksums verified: a run whose events do not verify gets a warning naming the "
               "store and the first bad position, and the exit status is 1");
   status_cmd->add_option("--store", status_store, "Store directory")->capture_default_str();
+  client_options status_client;
+  status_cmd->add_option("--daemon", status_client.endpoint,
+                         "Ask the daemon at this client endpoint instead (as `daemon status`)");
+  status_cmd->add_option("--server-key", status_client.server_key,
+                         "With --daemon: the daemon's public key file, for CURVE");
+  status_cmd->add_option("--key", status_client.key,
+                         "With --daemon: this client's key file, for CURVE");
 
   try {
     app.parse(argc, argv);
@@ -538,6 +635,39 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   }
 
   try {
+    if (daemon_status_cmd->parsed())
+      return run_daemon_status(daemon_client, daemon_status_json, out, err);
+    if (daemon_cmd->parsed()) {
+      if (daemon_config_path.empty()) {
+        err << "infrarsi daemon: --config FILE is required (config/daemon.toml is an example)\n";
+        return exit_usage;
+      }
+      auto config = load_daemon_config(daemon_config_path);
+      if (!config) {
+        err << "infrarsi daemon: " << describe(config.error()) << '\n';
+        return exit_failure;
+      }
+      return run_daemon(*config, out, err);
+    }
+    if (submit_cmd->parsed()) {
+      std::optional<std::uint64_t> seed;
+      if (submit_seed_opt->count() > 0)
+        seed = submit_seed;
+      std::optional<std::uint32_t> trials;
+      if (submit_trials_opt->count() > 0)
+        trials = submit_trials;
+      return run_submit(submit_client, submit_task, seed, trials, submit_max_slots, out, err);
+    }
+    if (node_cmd->parsed()) {
+      if (!node_reserve.empty() && !parse_byte_size(node_reserve, node.disk_reserve_bytes)) {
+        err << "infrarsi node: --disk-reserve '" << node_reserve
+            << "': expected a byte count such as 64MiB or 0\n";
+        return exit_usage;
+      }
+      return run_node(node, out, err);
+    }
+    if (status_cmd->parsed() && !status_client.endpoint.empty())
+      return run_daemon_status(status_client, false, out, err);
     if (runs->parsed())
       return cmd_runs(runs_store, runs_json, out, err);
     if (dump_cmd->parsed())

@@ -25,6 +25,7 @@
 #include "adapters/environment.hpp"
 #include "adapters/node_bridge.hpp"
 #include "adapters/process.hpp"
+#include "runtime/signals.hpp"
 #include "runtime/store_paths.hpp"
 #include "adapters/task_file.hpp"
 #include "store/rocksdb_event_log.hpp"
@@ -48,14 +49,14 @@ std::string utc_stamp() {
   return buf;
 }
 
+} // namespace
+
 std::string default_knowledge_dir(const std::string& task_source) {
   auto beside = fs::path{task_source}.parent_path().parent_path() / "knowledge";
   if (fs::is_directory(beside))
     return beside.string();
   return "config/knowledge";
 }
-
-} // namespace
 
 namespace {
 
@@ -115,7 +116,8 @@ std::string resume_refusal(const store::run_state& state, const tuning::task_spe
   return {};
 }
 
-/// A new run id: <task>-<UTC time>-<4 random hex digits>, never one the log already holds.
+} // namespace
+
 caf::expected<std::string> new_run_id(const store::event_log& log, const std::string& task_name) {
   std::random_device rd;
   for (int tries = 0; tries < 64; ++tries) {
@@ -130,6 +132,8 @@ caf::expected<std::string> new_run_id(const store::event_log& log, const std::st
   }
   return make_error(errc::io_error, "could not pick an unused run id");
 }
+
+namespace {
 
 /// "K=V;K2=V2" -> {K: V, K2: V2}. Error: errc::invalid_argument naming the entry.
 caf::expected<std::map<std::string, std::string>> parse_slot_env(const std::string& text) {
@@ -188,62 +192,6 @@ std::string cpu_list_error(const std::string& text) {
   }
   return {};
 }
-
-/// SIGINT and SIGTERM, blocked in every thread while a run is in progress and taken by one
-/// thread with sigtimedwait: the first is sent to the supervisor, a second kills every trial's
-/// process group and exits at once.
-class signal_guard {
-public:
-  signal_guard() {
-    sigemptyset(&set_);
-    sigaddset(&set_, SIGINT);
-    sigaddset(&set_, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &set_, &old_);
-  }
-  ~signal_guard() {
-    stop_ = true;
-    if (thread_.joinable())
-      thread_.join();
-    // A signal that arrived after the run ended is dropped, not delivered on unblocking.
-    timespec zero{0, 0};
-    while (sigtimedwait(&set_, nullptr, &zero) > 0) {
-    }
-    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-  }
-  signal_guard(const signal_guard&) = delete;
-  signal_guard& operator=(const signal_guard&) = delete;
-
-  /// Starts the waiting thread; `on_first(signal)` runs on it for the first signal.
-  void start(std::function<void(int)> on_first, std::ostream& err) {
-    thread_ = std::thread{[this, on_first = std::move(on_first), &err] {
-      int seen = 0;
-      while (!stop_) {
-        timespec tick{0, 200'000'000};
-        int sig = sigtimedwait(&set_, nullptr, &tick);
-        if (sig <= 0)
-          continue;
-        if (++seen == 1) {
-          err << "\ninfrarsi tune: " << (sig == SIGINT ? "SIGINT" : "SIGTERM")
-              << ": stopping — no new trials, ending the running ones (a second signal exits at "
-                 "once)"
-              << std::endl;
-          on_first(sig);
-        } else {
-          auto killed = adapters::signal_all_groups(SIGKILL);
-          err << "\ninfrarsi tune: second signal: killed " << killed
-              << " trial process group(s); exiting now" << std::endl;
-          std::_Exit(128 + sig);
-        }
-      }
-    }};
-  }
-
-private:
-  sigset_t set_{};
-  sigset_t old_{};
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
 
 } // namespace
 
@@ -420,7 +368,7 @@ int run_tune(const tune_options& o, std::ostream& out, std::ostream& err) {
     so.disk_reserve_bytes = o.disk_reserve_bytes;
     so.reply_to = caf::actor{self};
     auto sup = sys.spawn(actors::supervisor, std::move(so));
-    signals.start([sup](int sig) { caf::anon_send(sup, actors::interrupt_atom_v, sig); }, err);
+    signals.start("infrarsi tune", [sup](int sig) { caf::anon_send(sup, actors::interrupt_atom_v, sig); }, err);
     self->receive([&](std::string& summary, int code) {
       (code == 0 ? out : err) << (code == 0 ? "" : "infrarsi tune: ") << summary << '\n';
       status = code;

@@ -10,7 +10,10 @@
 #include <string>
 #include <vector>
 
+#include <caf/expected.hpp>
+
 #include "adapters/disk_space.hpp"
+#include "store/event_log.hpp"
 
 namespace infrarsi::runtime {
 
@@ -58,6 +61,14 @@ struct tune_options {
 /// dispatching, ends every running trial's process groups (SIGTERM, kill_grace_s, SIGKILL) and
 /// logs RunInterrupted; a second exits at once after SIGKILL to every trial's process group.
 int run_tune(const tune_options& options, std::ostream& out, std::ostream& err);
+
+/// A new run id: <task>-<UTC time>-<4 random hex digits>, never one `log` already holds.
+/// Errors: those of the log; errc::io_error when 64 tries all collide.
+caf::expected<std::string> new_run_id(const store::event_log& log, const std::string& task_name);
+
+/// The offline knowledge base beside a task file: <task dir>/../knowledge when it exists, else
+/// config/knowledge.
+std::string default_knowledge_dir(const std::string& task_source);
 
 /// `infrarsi status`: every run of the store with its stages and promotion. Exit status.
 int run_status(const std::string& store_dir, std::ostream& out, std::ostream& err);

@@ -148,6 +148,8 @@ struct logged_event {
   /// Trial events: the trial, attempt, purpose and configuration key.
   std::uint64_t trial = 0;
   std::uint32_t attempt = 0;
+  /// TrialCompleted / TrialResultStale: the node-runner that ran it (TrialResult.node).
+  std::string node;
   wire::Purpose purpose = wire::Purpose::Unknown;
   std::string config;
   /// Document events: the JSON.
@@ -201,6 +203,8 @@ inline std::optional<logged_run> read_logged_run(const std::string& store,
         if (auto res = messages::trial_result_msg::decode(ev.payload)) {
           e.trial = (*res)->trial_id();
           e.attempt = (*res)->attempt();
+          if ((*res)->node() != nullptr)
+            e.node = (*res)->node()->str();
         }
         break;
       case wire::EventKind::ContractLocked:

@@ -1,0 +1,919 @@
+// `infrarsi daemon`, `infrarsi submit`, `infrarsi daemon status` and `infrarsi node`: the tuning
+// service across machines (docs/daemon.md). The daemon is a controller actor (the runs it serves)
+// over the node pool (actors/node_pool.hpp) and the ZeroMQ broker (adapters/node_broker.hpp);
+// each run is the same supervisor `infrarsi tune` uses, with the pool as its node slots.
+
+#include "runtime/daemon.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/all.hpp>
+#include <caf/scoped_actor.hpp>
+#include <nlohmann/json.hpp>
+#include <toml++/toml.h>
+
+#include "actors/actors.hpp"
+#include "actors/node_pool.hpp"
+#include "adapters/curve.hpp"
+#include "adapters/environment.hpp"
+#include "adapters/node_agent.hpp"
+#include "adapters/node_broker.hpp"
+#include "adapters/task_file.hpp"
+#include "messages/node_protocol.hpp"
+#include "runtime/signals.hpp"
+#include "runtime/store_paths.hpp"
+#include "runtime/tune.hpp"
+#include "store/experience_bank.hpp"
+#include "store/rocksdb_event_log.hpp"
+#include "store/run_projection.hpp"
+
+namespace infrarsi::runtime {
+
+namespace fs = std::filesystem;
+
+// -- configuration --------------------------------------------------------------------------------
+
+namespace {
+
+std::string resolve(const fs::path& base, const std::string& p) {
+  if (p.empty() || fs::path{p}.is_absolute())
+    return p;
+  return (base / p).lexically_normal().string();
+}
+
+} // namespace
+
+caf::expected<daemon_config> load_daemon_config(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec))
+    return make_error(errc::not_found, "daemon config '" + path + "' does not exist");
+  toml::table doc;
+  try {
+    doc = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    const auto& at = e.source().begin;
+    return make_error(errc::invalid_argument, path + ":" + std::to_string(at.line) + ":"
+                                                + std::to_string(at.column) + ": "
+                                                + std::string{e.description()});
+  }
+  daemon_config c;
+  c.source = path;
+  auto base = fs::absolute(fs::path{path}).parent_path();
+  auto bad = [&](const std::string& key, const std::string& what) {
+    return make_error(errc::invalid_argument, path + ": " + key + ": " + what);
+  };
+  static const std::map<std::string, std::vector<std::string>> known = {
+    {"daemon",
+     {"store", "node_endpoint", "client_endpoint", "watch_dir", "watch_interval_s",
+      "heartbeat_ms", "liveness", "drain_grace_s", "max_slots_per_run", "send_hwm",
+      "knowledge_dir"}},
+    {"security", {"secret_key", "allow"}}};
+  for (const auto& [table, node] : doc) {
+    auto t = std::string{table.str()};
+    auto k = known.find(t);
+    if (k == known.end())
+      return bad(t, "unknown table (expected [daemon] or [security])");
+    if (!node.is_table())
+      return bad(t, "expected a table");
+    for (const auto& [key, value] : *node.as_table()) {
+      (void) value;
+      if (std::find(k->second.begin(), k->second.end(), std::string{key.str()})
+          == k->second.end())
+        return bad(t + "." + std::string{key.str()}, "unknown key");
+    }
+  }
+  auto text = [&](const char* table, const char* key, std::string& out) -> caf::error {
+    auto v = doc[table][key];
+    if (!v)
+      return caf::none;
+    if (!v.is_string())
+      return bad(std::string{table} + "." + key, "expected a string");
+    out = v.value<std::string>().value_or("");
+    return caf::none;
+  };
+  auto number = [&](const char* table, const char* key, double lo, double hi,
+                    auto& out) -> caf::error {
+    auto v = doc[table][key];
+    if (!v)
+      return caf::none;
+    if (!v.is_number())
+      return bad(std::string{table} + "." + key, "expected a number");
+    auto x = v.value<double>().value_or(0.0);
+    if (!(x >= lo && x <= hi)) {
+      std::ostringstream os;
+      os << "got " << x << ", expected a value in [" << lo << ", " << hi << "]";
+      return bad(std::string{table} + "." + key, os.str());
+    }
+    out = static_cast<std::decay_t<decltype(out)>>(x);
+    return caf::none;
+  };
+  for (auto err : {text("daemon", "store", c.store_dir),
+                   text("daemon", "node_endpoint", c.node_endpoint),
+                   text("daemon", "client_endpoint", c.client_endpoint),
+                   text("daemon", "watch_dir", c.watch_dir),
+                   text("daemon", "knowledge_dir", c.knowledge_dir),
+                   text("security", "secret_key", c.secret_key),
+                   text("security", "allow", c.allow),
+                   number("daemon", "watch_interval_s", 0.1, 3600.0, c.watch_interval_s),
+                   number("daemon", "heartbeat_ms", 10.0, 60000.0, c.heartbeat_ms),
+                   number("daemon", "liveness", 1.0, 100.0, c.liveness),
+                   number("daemon", "drain_grace_s", 0.0, 86400.0, c.drain_grace_s),
+                   number("daemon", "max_slots_per_run", 0.0, 4096.0, c.max_slots_per_run),
+                   number("daemon", "send_hwm", 1.0, 1e7, c.send_hwm)})
+    if (err)
+      return err;
+  for (const auto* ep : {&c.node_endpoint, &c.client_endpoint})
+    if (ep->rfind("tcp://", 0) != 0 && ep->rfind("ipc://", 0) != 0)
+      return bad(ep == &c.node_endpoint ? "daemon.node_endpoint" : "daemon.client_endpoint",
+                 "'" + *ep + "' is not a tcp:// or ipc:// endpoint");
+  if (c.secret_key.empty() != c.allow.empty())
+    return bad(c.secret_key.empty() ? "security.secret_key" : "security.allow",
+               "security.secret_key and security.allow go together (CURVE needs both)");
+  c.store_dir = resolve(base, c.store_dir);
+  c.watch_dir = resolve(base, c.watch_dir);
+  c.knowledge_dir = resolve(base, c.knowledge_dir);
+  c.secret_key = resolve(base, c.secret_key);
+  c.allow = resolve(base, c.allow);
+  return c;
+}
+
+// -- the daemon -----------------------------------------------------------------------------------
+
+namespace {
+
+using client_atom = caf::atom_constant<caf::atom("client")>;
+using ended_atom = caf::atom_constant<caf::atom("ended")>;
+using tick_atom = caf::atom_constant<caf::atom("tick")>;
+using grace_atom = caf::atom_constant<caf::atom("grace")>;
+using done_atom = caf::atom_constant<caf::atom("done")>;
+
+/// Lines written whole, under one lock, each prefixed (progress of several runs in one log).
+class line_log {
+public:
+  explicit line_log(std::ostream& out) : out_(out) {}
+  void write(const std::string& prefix, const std::string& text) {
+    std::lock_guard<std::mutex> lock{mutex_};
+    out_ << prefix << text << std::flush;
+  }
+
+private:
+  std::ostream& out_;
+  std::mutex mutex_;
+};
+
+/// An ostream that hands complete lines to a line_log with a prefix.
+class prefixed_stream : public std::ostream {
+  class buf : public std::stringbuf {
+  public:
+    buf(line_log& log, std::string prefix) : log_(log), prefix_(std::move(prefix)) {}
+    int sync() override {
+      auto s = str();
+      auto end = s.rfind('\n');
+      if (end != std::string::npos) {
+        std::string whole = s.substr(0, end + 1);
+        std::string out;
+        std::size_t at = 0;
+        while (at < whole.size()) {
+          auto nl = whole.find('\n', at);
+          out += prefix_ + whole.substr(at, nl - at + 1);
+          at = nl + 1;
+        }
+        log_.write("", out);
+        str(s.substr(end + 1));
+      }
+      return 0;
+    }
+    ~buf() override { sync(); }
+
+  private:
+    line_log& log_;
+    std::string prefix_;
+  };
+
+public:
+  prefixed_stream(line_log& log, std::string prefix)
+    : std::ostream(nullptr), b_(log, std::move(prefix)) {
+    rdbuf(&b_);
+    setf(std::ios::unitbuf); // sync after every insertion: whole lines go out as they complete
+  }
+
+private:
+  buf b_;
+};
+
+/// One run the daemon serves.
+struct daemon_run {
+  std::unique_ptr<tuning::task_spec> task;
+  std::string task_text;
+  std::unique_ptr<prefixed_stream> progress;
+  caf::actor supervisor;
+  bool active = false;
+  std::string summary;
+  int status = -1;
+  std::uint32_t max_slots = 0;
+};
+
+struct controller_state {
+  static inline const char* name = "daemon";
+  const daemon_config* config = nullptr;
+  store::event_log* log = nullptr;
+  store::experience_bank* bank = nullptr;
+  actors::node_pool_actor pool;
+  adapters::node_broker* broker = nullptr;
+  line_log* out = nullptr;
+  caf::actor main;
+  std::map<std::string, daemon_run> runs;
+  bool draining = false;
+  std::uint64_t sequence = 0;
+  std::uint64_t submitted = 0;
+};
+
+using controller_ptr = caf::stateful_actor<controller_state>*;
+
+void say(controller_ptr self, const std::string& line) {
+  self->state.out->write("infrarsi daemon: ", line + "\n");
+}
+
+std::size_t active_runs(controller_ptr self) {
+  std::size_t n = 0;
+  for (const auto& [id, r] : self->state.runs)
+    n += r.active ? 1 : 0;
+  return n;
+}
+
+void maybe_finish(controller_ptr self) {
+  if (self->state.draining && active_runs(self) == 0) {
+    caf::anon_send(self->state.main, done_atom::value);
+    self->quit();
+  }
+}
+
+/// Starts (new: `resume_id` empty) or resumes a run; returns its id.
+caf::expected<std::string> start_run(controller_ptr self, const std::string& task_text,
+                                     const std::string& task_path,
+                                     std::optional<std::uint64_t> seed,
+                                     std::optional<std::uint32_t> trials, std::uint32_t max_slots,
+                                     const std::string& resume_id) {
+  auto& st = self->state;
+  if (st.draining)
+    return make_error(errc::interrupted, "the daemon is draining; it accepts no new runs");
+  auto task = adapters::load_task_text(task_text, task_path);
+  if (!task)
+    return std::move(task.error());
+  std::string run_id = resume_id;
+  std::uint64_t run_seed = seed.value_or(task->budget.seed);
+  if (run_id.empty()) {
+    auto fresh = new_run_id(*st.log, task->name);
+    if (!fresh)
+      return std::move(fresh.error());
+    run_id = *fresh;
+  } else {
+    auto state = store::load_run(*st.log, run_id);
+    if (!state)
+      return std::move(state.error());
+    run_seed = state->seed;
+  }
+  if (auto it = st.runs.find(run_id); it != st.runs.end() && it->second.active)
+    return make_error(errc::invalid_argument, "run '" + run_id + "' is already running");
+  auto run_dir = st.config->store_dir + "/runs/" + run_id;
+  std::error_code ec;
+  fs::create_directories(run_dir, ec);
+  auto& r = st.runs[run_id];
+  r.task = std::make_unique<tuning::task_spec>(std::move(*task));
+  r.task_text = task_text;
+  r.progress = std::make_unique<prefixed_stream>(*st.out, "[" + run_id + "] ");
+  r.active = true;
+  r.status = -1;
+  r.summary.clear();
+  r.max_slots = max_slots != 0 ? max_slots : st.config->max_slots_per_run;
+  actors::supervisor_options so;
+  so.task = r.task.get();
+  so.log = st.log;
+  so.bank = st.bank;
+  so.run_id = run_id;
+  so.run_dir = run_dir;
+  so.knowledge_dir = st.config->knowledge_dir.empty()
+                       ? default_knowledge_dir(r.task->source)
+                       : st.config->knowledge_dir;
+  so.seed = run_seed;
+  so.trials = trials;
+  so.task_text = task_text;
+  so.progress = r.progress.get();
+  so.space_dirs = {st.config->store_dir + "/events"};
+  so.pool = st.pool;
+  so.pool_slots = r.max_slots != 0 ? r.max_slots : 64;
+  // The run's end comes back tagged with its id.
+  auto ctl = caf::actor_cast<caf::actor>(self);
+  so.reply_to = self->spawn([ctl, run_id](caf::event_based_actor* relay) -> caf::behavior {
+    return {[=](std::string& summary, int status) {
+      caf::anon_send(ctl, ended_atom::value, run_id, std::move(summary), status);
+      relay->quit();
+    }};
+  });
+  r.supervisor = caf::actor_cast<caf::actor>(self->spawn(actors::supervisor, std::move(so)));
+  caf::anon_send(st.pool, actors::join_atom_v, run_id, r.max_slots, task_text, r.task->source,
+                 r.supervisor);
+  say(self, (resume_id.empty() ? "run " : "resuming run ") + run_id + " (task " + r.task->name
+              + ", " + r.task->source + ")");
+  return run_id;
+}
+
+/// Every run of the log that has not finished its apply stage, resumed.
+void resume_unfinished(controller_ptr self) {
+  auto& st = self->state;
+  auto runs = st.log->list_runs();
+  if (!runs) {
+    say(self, "cannot list the runs of the store: " + describe(runs.error()));
+    return;
+  }
+  for (const auto& info : *runs) {
+    auto loaded = store::load_run_with_snapshot(*st.log, info.run_id);
+    if (!loaded) {
+      say(self, "run " + info.run_id + " not resumed: " + describe(loaded.error()));
+      continue;
+    }
+    const auto& state = loaded->state;
+    if (state.stage_done("apply"))
+      continue;
+    if (!state.contract_doc || !state.contract_doc->contains("task_toml")) {
+      say(self, "run " + info.run_id
+                  + " not resumed: it never locked its contract (no task in its log); submit "
+                    "its task again");
+      continue;
+    }
+    const auto& locked = *state.contract_doc;
+    auto started = start_run(self, locked["task_toml"].get<std::string>(),
+                             locked.value("task_path", state.task_path), {}, {}, 0, info.run_id);
+    if (!started)
+      say(self, "run " + info.run_id + " not resumed: " + describe(started.error()));
+  }
+}
+
+template <class Table>
+void reply(controller_ptr self, const std::string& identity, const messages::message<Table>& m) {
+  auto env = messages::seal(m, "", "daemon", self->state.sequence++);
+  if (env)
+    self->state.broker->send_to_client(identity, std::move(*env));
+}
+
+void reply_error(controller_ptr self, const std::string& identity, const std::string& why) {
+  wire::ClientReplyT r;
+  r.ok = false;
+  r.error = why;
+  reply(self, identity, messages::client_reply_msg::pack(r));
+}
+
+/// Why the submitter's view of the scope differs from the daemon's ("" when it does not).
+std::string scope_differs(const tuning::task_spec& task, const wire::SubmitTask& submit) {
+  if (submit.scope() == nullptr)
+    return {};
+  for (const auto* h : *submit.scope()) {
+    auto here = adapters::sha256_file(task.workload.workdir + "/" + h->path()->str());
+    if (!here)
+      return "the daemon cannot read '" + h->path()->str() + "' under '" + task.workload.workdir
+             + "': " + describe(here.error());
+    if (*here != h->sha256()->str())
+      return "'" + h->path()->str() + "' under '" + task.workload.workdir
+             + "' differs between the submitting machine and the daemon (SHA-256 "
+             + h->sha256()->str() + " there, " + *here + " here)";
+  }
+  return {};
+}
+
+void on_client(controller_ptr self, const std::string& identity,
+               const messages::envelope_msg& env) {
+  auto& st = self->state;
+  if (env->kind() == wire::MessageKind::SubmitTask) {
+    auto submit = messages::open<wire::SubmitTask>(env);
+    if (!submit)
+      return reply_error(self, identity, describe(submit.error()));
+    const auto& s = **submit;
+    auto text = s.task_toml()->str();
+    auto path = s.task_path() != nullptr ? s.task_path()->str() : std::string{"submitted.toml"};
+    auto task = adapters::load_task_text(text, path);
+    if (!task)
+      return reply_error(self, identity, describe(task.error()));
+    if (auto differs = scope_differs(*task, s); !differs.empty())
+      return reply_error(self, identity, differs);
+    std::optional<std::uint64_t> seed;
+    if (s.seed())
+      seed = *s.seed();
+    std::optional<std::uint32_t> trials;
+    if (s.trials())
+      trials = *s.trials();
+    auto run = start_run(self, text, path, seed, trials, s.max_slots(), {});
+    if (!run)
+      return reply_error(self, identity, describe(run.error()));
+    ++st.submitted;
+    wire::ClientReplyT r;
+    r.ok = true;
+    r.json = nlohmann::json{{"run_id", *run}}.dump();
+    return reply(self, identity, messages::client_reply_msg::pack(r));
+  }
+  if (env->kind() != wire::MessageKind::ClientRequest)
+    return reply_error(self, identity, "unexpected message kind");
+  auto req = messages::open<wire::ClientRequest>(env);
+  if (!req)
+    return reply_error(self, identity, describe(req.error()));
+  auto command = (*req)->command()->str();
+  if (command != "status")
+    return reply_error(self, identity, "unknown command '" + command + "' (expected status)");
+  self->request(st.pool, std::chrono::seconds(5), actors::status_atom_v)
+    .then(
+      [self, identity](std::string& pool_doc) {
+        auto& s = self->state;
+        auto doc = nlohmann::json::parse(pool_doc);
+        nlohmann::json runs = nlohmann::json::array();
+        for (const auto& [id, r] : s.runs) {
+          nlohmann::json j = {{"run_id", id}, {"active", r.active}, {"task", r.task->name}};
+          if (auto loaded = store::load_run_with_snapshot(*s.log, id)) {
+            const auto& state = loaded->state;
+            j["trials"] = state.trials.size();
+            j["stage"] = state.stages_completed.empty() ? "created"
+                                                         : state.stages_completed.back();
+            if (state.stages_started.size() > state.stages_completed.size())
+              j["stage"] = state.stages_started.back();
+            if (state.promotion)
+              j["promoted"] = state.promotion->value("promoted", false);
+          }
+          if (!r.active) {
+            j["status"] = r.status;
+            j["summary"] = r.summary;
+          }
+          runs.push_back(std::move(j));
+        }
+        doc["daemon_runs"] = runs;
+        doc["draining"] = s.draining;
+        doc["store"] = s.config->store_dir;
+        auto stats = s.broker->stats();
+        doc["broker"] = {{"frames_in", stats.frames_in},
+                         {"frames_out", stats.frames_out},
+                         {"malformed", stats.malformed},
+                         {"send_failures", stats.send_failures},
+                         {"nodes_gone", stats.nodes_gone}};
+        wire::ClientReplyT r;
+        r.ok = true;
+        r.json = doc.dump();
+        reply(self, identity, messages::client_reply_msg::pack(r));
+      },
+      [self, identity](caf::error& err) { reply_error(self, identity, describe(err)); });
+}
+
+/// Submits every *.toml of the watched directory, moving each to submitted/ or rejected/.
+void scan_watch_dir(controller_ptr self) {
+  auto& st = self->state;
+  const auto& dir = st.config->watch_dir;
+  std::error_code ec;
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.is_regular_file(ec) && e.path().extension() == ".toml")
+      files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  for (const auto& f : files) {
+    std::ifstream in{f};
+    std::string text{std::istreambuf_iterator<char>{in}, {}};
+    auto run = start_run(self, text, f.string(), {}, {}, 0, {});
+    auto dest_dir = fs::path{dir} / (run ? "submitted" : "rejected");
+    fs::create_directories(dest_dir, ec);
+    auto dest = dest_dir / (f.stem().string() + (run ? "." + *run : std::string{}) + ".toml");
+    fs::rename(f, dest, ec);
+    if (run) {
+      say(self, "watched directory: " + f.filename().string() + " submitted as run " + *run);
+    } else {
+      std::ofstream{dest.string() + ".error"} << describe(run.error()) << '\n';
+      say(self, "watched directory: " + f.filename().string() + " rejected: "
+                  + describe(run.error()));
+    }
+  }
+}
+
+caf::behavior controller(caf::stateful_actor<controller_state>* self) {
+  resume_unfinished(self);
+  if (!self->state.config->watch_dir.empty())
+    self->send(self, tick_atom::value);
+  return {
+    [self](client_atom, const std::string& identity, const messages::envelope_msg& env) {
+      on_client(self, identity, env);
+    },
+    [self](ended_atom, const std::string& run_id, const std::string& summary, int status) {
+      auto& st = self->state;
+      auto& r = st.runs[run_id];
+      r.active = false;
+      r.summary = summary;
+      r.status = status;
+      caf::anon_send(st.pool, actors::leave_atom_v, run_id);
+      say(self, "run " + run_id + " ended (status " + std::to_string(status) + "): " + summary);
+      maybe_finish(self);
+    },
+    [self](tick_atom) {
+      if (self->state.draining)
+        return;
+      scan_watch_dir(self);
+      self->delayed_send(self,
+                         std::chrono::milliseconds(
+                           static_cast<long>(self->state.config->watch_interval_s * 1000)),
+                         tick_atom::value);
+    },
+    [self](actors::drain_atom) {
+      auto& st = self->state;
+      if (st.draining)
+        return;
+      st.draining = true;
+      say(self, "draining: no new dispatch; " + std::to_string(active_runs(self))
+                  + " run(s) finish their trials in flight (grace "
+                  + std::to_string(static_cast<long>(st.config->drain_grace_s)) + " s)");
+      for (auto& [id, r] : st.runs)
+        if (r.active)
+          caf::anon_send(caf::actor_cast<actors::supervisor_actor>(r.supervisor),
+                         actors::drain_atom_v);
+      self->delayed_send(self,
+                         std::chrono::milliseconds(
+                           static_cast<long>(st.config->drain_grace_s * 1000)),
+                         grace_atom::value);
+      maybe_finish(self);
+    },
+    [self](grace_atom) {
+      for (auto& [id, r] : self->state.runs)
+        if (r.active) {
+          say(self, "run " + id + ": the drain grace period is over; its trials in flight are "
+                                  "stopped and re-queued when it resumes");
+          caf::anon_send(caf::actor_cast<actors::supervisor_actor>(r.supervisor),
+                         actors::interrupt_atom_v, 15);
+        }
+    }};
+}
+
+/// A client's DEALER: one request, one reply. Errors name the endpoint.
+caf::expected<messages::client_reply_msg> ask(const client_options& c,
+                                              const messages::envelope_msg& request) {
+  zmq::context_t ctx;
+  zmq::socket_t s{ctx, zmq::socket_type::dealer};
+  s.set(zmq::sockopt::linger, 0);
+  if (!c.server_key.empty() || !c.key.empty()) {
+    if (c.server_key.empty() || c.key.empty())
+      return make_error(errc::invalid_argument,
+                        "--server-key and --key go together (CURVE needs both)");
+    auto server = adapters::load_public_key_file(c.server_key);
+    if (!server)
+      return std::move(server.error());
+    auto mine = adapters::load_secret_key_file(c.key);
+    if (!mine)
+      return std::move(mine.error());
+    if (auto e = adapters::make_curve_client(s, *mine, *server))
+      return e;
+  }
+  try {
+    s.connect(c.endpoint);
+    (void) s.send(zmq::buffer(request.bytes().data(), request.bytes().size()),
+                  zmq::send_flags::dontwait);
+    zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
+    zmq::poll(&item, 1, std::chrono::milliseconds(static_cast<long>(c.timeout_s * 1000)));
+    if ((item.revents & ZMQ_POLLIN) == 0)
+      return make_error(errc::not_found,
+                        "no answer from the daemon at '" + c.endpoint + "' within "
+                          + std::to_string(static_cast<long>(c.timeout_s))
+                          + " s (is it running? does it require CURVE keys: --server-key, --key?)");
+    zmq::message_t frame;
+    (void) s.recv(frame, zmq::recv_flags::none);
+    auto env = messages::envelope_msg::decode(frame.data(), frame.size());
+    if (!env)
+      return std::move(env.error());
+    return messages::open<wire::ClientReply>(*env);
+  } catch (const zmq::error_t& e) {
+    return make_error(errc::io_error, "daemon '" + c.endpoint + "': " + e.what());
+  }
+}
+
+} // namespace
+
+int run_daemon(const daemon_config& config, std::ostream& out, std::ostream& err) {
+  signal_guard signals;
+  line_log log_out{err};
+  std::error_code ec;
+  fs::create_directories(config.store_dir, ec);
+  if (ec) {
+    err << "infrarsi daemon: cannot create the store '" << config.store_dir
+        << "': " << ec.message() << '\n';
+    return 1;
+  }
+  store::rocksdb_event_log_options log_opts;
+  log_opts.sync_writes = true;
+  auto log = store::rocksdb_event_log::open(config.store_dir + "/events", log_opts);
+  if (!log) {
+    err << "infrarsi daemon: " << describe(log.error())
+        << " (another daemon or `infrarsi tune` may hold this store; one writer per store)\n";
+    return 1;
+  }
+  if (const auto& rec = (*log)->recovery(); rec.tail_dropped)
+    err << "infrarsi daemon: recovered the event log: a torn tail was dropped ("
+        << rec.dropped_bytes << " bytes); " << rec.head << " events survived\n";
+  auto bank = store::experience_bank::open(config.store_dir + "/experience");
+  if (!bank) {
+    err << "infrarsi daemon: " << describe(bank.error()) << '\n';
+    return 1;
+  }
+  zmq::context_t zctx;
+  adapters::node_broker_options bo;
+  bo.node_endpoint = config.node_endpoint;
+  bo.client_endpoint = config.client_endpoint;
+  bo.heartbeat_ms = config.heartbeat_ms;
+  bo.liveness = config.liveness;
+  bo.send_hwm = config.send_hwm;
+  std::unique_ptr<adapters::zap_handler> zap;
+  if (!config.secret_key.empty()) {
+    auto keys = adapters::load_secret_key_file(config.secret_key);
+    if (!keys) {
+      err << "infrarsi daemon: " << config.source << ": security.secret_key: "
+          << describe(keys.error()) << '\n';
+      return 1;
+    }
+    auto allow = adapters::load_allow_list(config.allow);
+    if (!allow) {
+      err << "infrarsi daemon: " << config.source << ": security.allow: "
+          << describe(allow.error()) << '\n';
+      return 1;
+    }
+    bo.keys = *keys;
+    zap = std::make_unique<adapters::zap_handler>(
+      zctx, std::map<std::string, adapters::curve_allow_list>{{bo.zap_domain, *allow}},
+      [&log_out](const adapters::zap_refusal& r) {
+        // The public key identifies the peer; no secret ever reaches a refusal.
+        log_out.write("infrarsi daemon: ", "refused a " + r.mechanism + " peer from "
+                                             + r.address
+                                             + (r.public_key.empty() ? std::string{}
+                                                                     : " with key " + r.public_key)
+                                             + ": " + r.reason + "\n");
+      });
+    if (auto e = zap->start()) {
+      err << "infrarsi daemon: " << describe(e) << '\n';
+      return 1;
+    }
+    bo.zap = zap.get();
+    err << "infrarsi daemon: CURVE on, " << allow->size() << " allowed key(s) from "
+        << config.allow << '\n';
+  } else {
+    err << "infrarsi daemon: CURVE off (no [security] keys): plain TCP; keep the endpoints on "
+           "127.0.0.1 or a trusted network\n";
+  }
+  caf::actor_system_config cfg;
+  cfg.add_message_types<caf::id_block::infrarsi>();
+  caf::actor_system sys{cfg};
+  actors::node_pool_actor pool;
+  caf::actor ctl;
+  adapters::node_broker_sink sink;
+  sink.node_message = [&pool](const std::string& id, const messages::envelope_msg& env) {
+    caf::anon_send(pool, actors::node_atom_v, id, env);
+  };
+  sink.node_gone = [&pool](const std::string& id, const std::string& why) {
+    caf::anon_send(pool, actors::gone_atom_v, id, why);
+  };
+  sink.node_send_failed = [&pool](const std::string& id, const messages::envelope_msg& env,
+                                  const std::string& why) {
+    caf::anon_send(pool, actors::sendfail_atom_v, id, env, why);
+  };
+  sink.client_message = [&ctl](const std::string& id, const messages::envelope_msg& env) {
+    caf::anon_send(ctl, client_atom::value, id, env);
+  };
+  adapters::node_broker broker{zctx, bo, sink};
+  actors::node_pool_options po;
+  po.broker = &broker;
+  po.log = nullptr;
+  prefixed_stream pool_log{log_out, ""};
+  po.log = &pool_log;
+  pool = sys.spawn(actors::node_pool, po);
+  int status = 0;
+  {
+    caf::scoped_actor main{sys};
+    if (auto e = broker.start()) {
+      err << "infrarsi daemon: " << describe(e) << '\n';
+      caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);
+      return 1;
+    }
+    err << "infrarsi daemon: store " << config.store_dir << ", nodes on " << broker.node_endpoint()
+        << ", clients on " << broker.client_endpoint() << ", protocol "
+        << messages::node_protocol_version << std::endl;
+    out << "nodes " << broker.node_endpoint() << "\nclients " << broker.client_endpoint()
+        << std::endl;
+    ctl = sys.spawn([&](caf::stateful_actor<controller_state>* self) {
+      self->state.config = &config;
+      self->state.log = log->get();
+      self->state.bank = bank->get();
+      self->state.pool = pool;
+      self->state.broker = &broker;
+      self->state.out = &log_out;
+      self->state.main = caf::actor{main};
+      return controller(self);
+    });
+    signals.start("infrarsi daemon",
+                  [&ctl](int) { caf::anon_send(ctl, actors::drain_atom_v); }, err);
+    main->receive([&](done_atom) {});
+    err << "infrarsi daemon: drained; every run resumes where it stopped at the next start"
+        << std::endl;
+  }
+  broker.stop();
+  caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);
+  if (zap)
+    zap->stop();
+  return status;
+}
+
+// -- clients --------------------------------------------------------------------------------------
+
+int run_submit(const client_options& client, const std::string& task_path,
+               std::optional<std::uint64_t> seed, std::optional<std::uint32_t> trials,
+               std::uint32_t max_slots, std::ostream& out, std::ostream& err) {
+  auto task = adapters::load_task_file(task_path);
+  if (!task) {
+    err << "infrarsi submit: " << describe(task.error()) << '\n';
+    return 1;
+  }
+  std::ifstream in{task->source};
+  wire::SubmitTaskT s;
+  s.task_toml.assign(std::istreambuf_iterator<char>{in}, {});
+  s.task_path = fs::absolute(task->source).string();
+  std::vector<std::string> globs = task->scope.editable;
+  globs.insert(globs.end(), task->scope.frozen.begin(), task->scope.frozen.end());
+  for (const auto& rel : adapters::match_scope(task->workload.workdir, globs)) {
+    auto h = adapters::sha256_file(task->workload.workdir + "/" + rel);
+    if (!h) {
+      err << "infrarsi submit: " << describe(h.error()) << '\n';
+      return 1;
+    }
+    auto fh = std::make_unique<wire::FileHashT>();
+    fh->path = rel;
+    fh->sha256 = *h;
+    s.scope.push_back(std::move(fh));
+  }
+  s.seed = seed ? flatbuffers::Optional<std::uint64_t>{*seed} : flatbuffers::nullopt;
+  s.trials = trials ? flatbuffers::Optional<std::uint32_t>{*trials} : flatbuffers::nullopt;
+  s.max_slots = max_slots;
+  auto env = messages::seal(messages::submit_task_msg::pack(s), "", "client", 0);
+  if (!env) {
+    err << "infrarsi submit: " << describe(env.error()) << '\n';
+    return 1;
+  }
+  auto answer = ask(client, *env);
+  if (!answer) {
+    err << "infrarsi submit: " << describe(answer.error()) << '\n';
+    return 1;
+  }
+  if (!(*answer)->ok()) {
+    err << "infrarsi submit: the daemon refused " << task_path << ": "
+        << ((*answer)->error() != nullptr ? (*answer)->error()->str() : "") << '\n';
+    return 1;
+  }
+  auto doc = nlohmann::json::parse((*answer)->json()->str(), nullptr, false);
+  out << doc.value("run_id", "") << '\n';
+  return 0;
+}
+
+int run_daemon_status(const client_options& client, bool json, std::ostream& out,
+                      std::ostream& err) {
+  wire::ClientRequestT r;
+  r.command = "status";
+  auto env = messages::seal(messages::client_request_msg::pack(r), "", "client", 0);
+  if (!env) {
+    err << "infrarsi daemon status: " << describe(env.error()) << '\n';
+    return 1;
+  }
+  auto answer = ask(client, *env);
+  if (!answer) {
+    err << "infrarsi daemon status: " << describe(answer.error()) << '\n';
+    return 1;
+  }
+  if (!(*answer)->ok()) {
+    err << "infrarsi daemon status: "
+        << ((*answer)->error() != nullptr ? (*answer)->error()->str() : "") << '\n';
+    return 1;
+  }
+  auto doc = nlohmann::json::parse((*answer)->json()->str(), nullptr, false);
+  if (json || doc.is_discarded()) {
+    out << (*answer)->json()->str() << '\n';
+    return 0;
+  }
+  out << "store " << doc.value("store", "") << (doc.value("draining", false) ? " (draining)" : "")
+      << "\n\nruns (" << doc["daemon_runs"].size() << "):\n";
+  for (const auto& r : doc["daemon_runs"]) {
+    out << "  " << std::left << std::setw(44) << r.value("run_id", "") << " "
+        << std::setw(8) << (r.value("active", false) ? "active" : "ended") << " stage "
+        << std::setw(8) << r.value("stage", "?") << " trials " << r.value("trials", 0);
+    if (r.contains("promoted"))
+      out << (r.value("promoted", false) ? ", promoted" : ", nothing promoted");
+    out << '\n';
+  }
+  out << "\nnodes (" << doc["nodes"].size() << "):\n";
+  for (const auto& n : doc["nodes"]) {
+    std::size_t busy = 0;
+    for (const auto& s : n["slots"])
+      busy += s.value("busy", false) ? 1 : 0;
+    out << "  " << std::setw(24) << n.value("name", "") << " slots " << busy << "/"
+        << n["slots"].size() << " busy, " << n.value("trials_assigned", 0)
+        << " trials assigned\n";
+    for (const auto& s : n["slots"])
+      if (s.value("busy", false))
+        out << "    slot " << s.value("name", "") << ": run "
+            << s["running"].value("run_id", "") << " trial "
+            << s["running"].value("trial_id", 0) << " attempt "
+            << s["running"].value("attempt", 0) << '\n';
+  }
+  out << "\ntrials in flight " << doc.value("in_flight", 0) << ", queued "
+      << doc.value("queued", 0) << ", lost " << doc.value("lost_attempts", 0) << ", stale results "
+      << doc.value("stale_results", 0) << '\n';
+  return 0;
+}
+
+// -- node-runner ----------------------------------------------------------------------------------
+
+int run_node(const node_options& o, std::ostream& out, std::ostream& err) {
+  signal_guard signals;
+  (void) out;
+  adapters::node_agent_options a;
+  a.connect = o.connect;
+  a.workdir = fs::absolute(o.workdir).string();
+  a.name = o.name;
+  a.heartbeat_ms = o.heartbeat_ms;
+  a.liveness = o.liveness;
+  a.disk_reserve_bytes = o.disk_reserve_bytes;
+  a.log = &err;
+  auto n = std::max<std::uint32_t>(
+    {o.slots, static_cast<std::uint32_t>(o.slot_env.size()),
+     static_cast<std::uint32_t>(o.slot_cpus.size())});
+  for (std::uint32_t i = 0; i < n; ++i) {
+    adapters::node_slot_config s;
+    s.name = std::to_string(i);
+    if (i < o.slot_env.size()) {
+      std::string text = o.slot_env[i];
+      std::size_t at = 0;
+      while (at < text.size()) {
+        auto end = text.find(';', at);
+        auto item = text.substr(at, end == std::string::npos ? std::string::npos : end - at);
+        auto eq = item.find('=');
+        if (eq == std::string::npos || eq == 0) {
+          err << "infrarsi node: --slot-env '" << text << "': expected K=V entries separated by "
+                                                          "';', got '"
+              << item << "'\n";
+          return 2;
+        }
+        s.env[item.substr(0, eq)] = item.substr(eq + 1);
+        if (end == std::string::npos)
+          break;
+        at = end + 1;
+      }
+    }
+    if (i < o.slot_cpus.size())
+      s.cpus = o.slot_cpus[i];
+    a.slots.push_back(std::move(s));
+  }
+  if (!o.server_key.empty() || !o.key.empty()) {
+    if (o.server_key.empty() || o.key.empty()) {
+      err << "infrarsi node: --server-key and --key go together (CURVE needs both)\n";
+      return 2;
+    }
+    auto server = adapters::load_public_key_file(o.server_key);
+    if (!server) {
+      err << "infrarsi node: " << describe(server.error()) << '\n';
+      return 1;
+    }
+    auto mine = adapters::load_secret_key_file(o.key);
+    if (!mine) {
+      err << "infrarsi node: " << describe(mine.error()) << '\n';
+      return 1;
+    }
+    a.server_public_key = *server;
+    a.public_key = mine->public_key;
+    a.secret_key = mine->secret_key;
+  }
+  std::error_code ec;
+  fs::create_directories(a.workdir, ec);
+  if (ec) {
+    err << "infrarsi node: cannot create --workdir '" << a.workdir << "': " << ec.message()
+        << '\n';
+    return 1;
+  }
+  zmq::context_t ctx;
+  adapters::node_agent agent{ctx, a};
+  std::atomic<bool> stop{false};
+  signals.start("infrarsi node", [&stop](int) { stop = true; }, err);
+  err << "infrarsi node: " << (a.name.empty() ? std::string{"(host name)"} : a.name)
+      << " connecting to " << a.connect << " with " << a.slots.size() << " slot(s), trials under "
+      << a.workdir << (a.server_public_key.empty() ? ", plain TCP" : ", CURVE") << std::endl;
+  auto status = agent.run(stop);
+  auto st = agent.stats();
+  err << "infrarsi node: stopped (" << st.trials_run << " trial(s) run, " << st.trials_refused
+      << " refused, " << st.malformed_frames << " malformed frame(s) dropped)" << std::endl;
+  return status;
+}
+
+} // namespace infrarsi::runtime

@@ -1,0 +1,404 @@
+// The daemon across machines (issue 14), with real processes: `infrarsi daemon`, `infrarsi
+// node` and `infrarsi submit` / `daemon status`, on loopback or in network namespaces the test
+// makes itself. Each test runs the real simulator through the real launcher.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <string>
+
+#include "durability/daemon_cluster.hpp"
+#include "durability/sim_task.hpp"
+#include "durability/tune_process.hpp"
+#include "test_util.hpp"
+
+namespace infrarsi {
+namespace {
+
+using namespace std::chrono_literals;
+using test::eventually;
+using test::file_contains;
+using test::file_text;
+
+/// The endpoint the daemon printed for `what` ("nodes" or "clients"), once it listens.
+std::string bound(const std::string& output, const std::string& what) {
+  std::string found;
+  eventually(20s, [&] {
+    std::smatch m;
+    auto text = file_text(output);
+    if (std::regex_search(text, m, std::regex{"(^|\\n)" + what + " (tcp://[^\\s]+)"})) {
+      found = m[2];
+      return true;
+    }
+    return false;
+  });
+  return found;
+}
+
+/// A small sim task (every trial sleeps `sleep_s` first) with `trials` search trials.
+std::string write_sim_task(const test::temp_dir& dir, const std::string& name, double sleep_s,
+                           int trials) {
+  auto text = test::small_sim_task_text(
+    dir, "sleep " + std::to_string(sleep_s) + " && exec \"$0\" \"$@\"",
+    "\n[budget]\ntrials = " + std::to_string(trials)
+      + "\nbaseline_repeats = 3\nverify_top = 1\nverify_repeats = 2\n");
+  auto path = dir.sub(name + ".toml");
+  std::ofstream{path} << text;
+  return path;
+}
+
+/// Search trials (explore) that completed with a result, by trial id.
+std::set<std::uint64_t> explore_trials(const test::logged_run& r) {
+  std::set<std::uint64_t> explore;
+  for (const auto* e : r.of(wire::EventKind::TrialProposed))
+    if (e->purpose == wire::Purpose::Explore)
+      explore.insert(e->trial);
+  return explore;
+}
+
+std::string submit(const std::vector<std::string>& prefix, const std::string& client,
+                   const std::string& task, const test::temp_dir& dir,
+                   const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> args{"submit", task, "--daemon", client};
+  args.insert(args.end(), extra.begin(), extra.end());
+  auto [rc, text] = test::run_capture(prefix, args, dir.sub("submit.out"));
+  EXPECT_EQ(rc, 0) << text;
+  auto nl = text.find('\n');
+  return text.substr(0, nl);
+}
+
+TEST(Daemon, TwoNodesInTwoNetworkNamespacesShareASimRunThatFinishesAndReplays) {
+  if (!test::netns_set::available())
+    GTEST_SKIP() << "needs root and iproute2 (ip netns) to make its own network namespaces";
+  test::temp_dir dir;
+  test::netns_set ns;
+  auto head = ns.add("d");
+  auto host_a = ns.add("a");
+  auto host_b = ns.add("b");
+  ASSERT_FALSE(head.empty() || host_a.empty() || host_b.empty()) << "ip netns add failed";
+  ASSERT_FALSE(ns.link(head, host_a, 1).first.empty());
+  ASSERT_FALSE(ns.link(head, host_b, 2).first.empty());
+  test::process_set procs;
+  const std::vector<std::string> in_head{"ip", "netns", "exec", head};
+  auto config = test::write_daemon_config(dir, "daemon", "tcp://*:5555", "tcp://127.0.0.1:5556");
+  auto daemon_out = dir.sub("daemon.out");
+  pid_t daemon = procs.add(test::start_in(in_head, {"daemon", "--config", config}, daemon_out));
+  ASSERT_FALSE(bound(daemon_out, "clients").empty()) << file_text(daemon_out);
+  // Each node reaches the daemon over its own veth link: 10.231.1.1 and 10.231.2.1.
+  procs.add(test::start_in({"ip", "netns", "exec", host_a},
+                           {"node", "--connect", "tcp://10.231.1.1:5555", "--workdir",
+                            dir.sub("node-a"), "--name", "node-a"},
+                           dir.sub("node-a.out")));
+  procs.add(test::start_in({"ip", "netns", "exec", host_b},
+                           {"node", "--connect", "tcp://10.231.2.1:5555", "--workdir",
+                            dir.sub("node-b"), "--name", "node-b"},
+                           dir.sub("node-b.out")));
+  ASSERT_TRUE(eventually(20s, [&] {
+    return file_contains(daemon_out, "node node-a joined")
+           && file_contains(daemon_out, "node node-b joined");
+  })) << file_text(daemon_out);
+  auto task = write_sim_task(dir, "sim-daemon", 0.2, 8);
+  auto run_id = submit(in_head, "tcp://127.0.0.1:5556", task, dir);
+  ASSERT_FALSE(run_id.empty());
+  auto store = dir.sub("daemon-store");
+  ASSERT_TRUE(eventually(240s, [&] { return test::run_applied(store, run_id); }))
+    << file_text(daemon_out);
+  // Status over the client socket names both nodes.
+  auto [src, status] = test::run_capture(in_head, {"daemon", "status", "--daemon",
+                                                   "tcp://127.0.0.1:5556"},
+                                         dir.sub("status.out"));
+  EXPECT_EQ(src, 0) << status;
+  EXPECT_NE(status.find("node-a"), std::string::npos) << status;
+  EXPECT_NE(status.find("node-b"), std::string::npos) << status;
+  EXPECT_EQ(test::terminate(daemon, 30s), 0) << file_text(daemon_out);
+  procs.reaped(daemon);
+  auto r = test::read_logged_run(store, run_id);
+  ASSERT_TRUE(r);
+  std::map<std::string, int> per_node;
+  for (const auto* e : r->of(wire::EventKind::TrialCompleted))
+    ++per_node[e->node];
+  EXPECT_GT(per_node["node-a"], 0) << "trials on node-a";
+  EXPECT_GT(per_node["node-b"], 0) << "trials on node-b";
+  EXPECT_EQ(per_node["node-a"] + per_node["node-b"],
+            static_cast<int>(r->of(wire::EventKind::TrialCompleted).size()))
+    << "every trial ran on one of the two nodes";
+  EXPECT_EQ(explore_trials(*r).size(), 8u);
+  auto [rc, replay] = test::run_capture({}, {"replay", run_id, "--store", store},
+                                        dir.sub("replay.out"));
+  EXPECT_EQ(rc, 0) << replay;
+}
+
+/// Daemon and two nodes on loopback; returns the daemon's client endpoint.
+struct loopback_cluster {
+  test::temp_dir& dir;
+  test::process_set& procs;
+  std::string config;
+  std::string daemon_out;
+  std::string clients;
+  pid_t daemon = -1;
+  std::map<std::string, pid_t> nodes;
+
+  void start_daemon() {
+    daemon = procs.add(test::start_in({}, {"daemon", "--config", config}, daemon_out));
+    clients = bound(daemon_out, "clients");
+  }
+  std::string nodes_endpoint() {
+    // The last "nodes" line: a restarted daemon prints its own.
+    auto text = file_text(daemon_out);
+    std::string ep;
+    std::smatch m;
+    auto re = std::regex{"(^|\\n)nodes (tcp://[^\\s]+)"};
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), re);
+         it != std::sregex_iterator(); ++it)
+      ep = (*it)[2];
+    return ep;
+  }
+  void start_node(const std::string& name, const std::string& endpoint) {
+    nodes[name] = procs.add(test::start_in(
+      {}, {"node", "--connect", endpoint, "--workdir", dir.sub(name), "--name", name},
+      dir.sub(name + ".out")));
+  }
+};
+
+TEST(Daemon, AKilledNodeLosesItsTrialWithinFiveSecondsAndTheOtherNodeFinishesTheRun) {
+  test::temp_dir dir;
+  test::process_set procs;
+  // Fixed loopback ports would collide between parallel tests: port 0, read back.
+  loopback_cluster c{dir, procs,
+                     test::write_daemon_config(dir, "daemon", "tcp://127.0.0.1:*",
+                                               "tcp://127.0.0.1:*"),
+                     dir.sub("daemon.out"), {}, -1, {}};
+  c.start_daemon();
+  ASSERT_FALSE(c.clients.empty()) << file_text(c.daemon_out);
+  auto nodes_ep = c.nodes_endpoint();
+  c.start_node("node-a", nodes_ep);
+  c.start_node("node-b", nodes_ep);
+  ASSERT_TRUE(eventually(20s, [&] {
+    return file_contains(c.daemon_out, "node node-a joined")
+           && file_contains(c.daemon_out, "node node-b joined");
+  })) << file_text(c.daemon_out);
+  const int budget = 6;
+  auto task = write_sim_task(dir, "sim-kill", 1.5, budget);
+  auto run_id = submit({}, c.clients, task, dir);
+  ASSERT_FALSE(run_id.empty());
+  auto store = dir.sub("daemon-store");
+  // Wait for node-a to be running an attempt, then kill -9 the node-runner.
+  ASSERT_TRUE(eventually(60s, [&] {
+    return file_contains(dir.sub("node-a.out"), "starts in slot");
+  })) << file_text(dir.sub("node-a.out"));
+  ::kill(c.nodes["node-a"], SIGKILL);
+  auto killed_at = std::chrono::steady_clock::now();
+  std::chrono::milliseconds lost_after{-1};
+  ASSERT_TRUE(eventually(10s, [&] {
+    auto r = test::read_logged_run(store, run_id);
+    if (r && !r->of(wire::EventKind::TrialLost).empty()) {
+      lost_after = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - killed_at);
+      return true;
+    }
+    return false;
+  })) << file_text(c.daemon_out);
+  EXPECT_LT(lost_after.count(), 5000) << "TrialLost logged " << lost_after.count()
+                                      << " ms after the kill";
+  std::cout << "TrialLost logged " << lost_after.count() << " ms after kill -9 of node-a\n";
+  ASSERT_TRUE(eventually(240s, [&] { return test::run_applied(store, run_id); }))
+    << file_text(c.daemon_out);
+  auto r = test::read_logged_run(store, run_id);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->of(wire::EventKind::TrialLost).size(), 1u);
+  const auto* lost = r->of(wire::EventKind::TrialLost).front();
+  // Re-queued once, as the next attempt, and that attempt completed on node-b.
+  bool requeued = false;
+  for (const auto* e : r->of(wire::EventKind::TrialCompleted))
+    if (e->trial == lost->trial && e->attempt == lost->attempt + 1) {
+      requeued = true;
+      EXPECT_EQ(e->node, "node-b");
+    }
+  EXPECT_TRUE(requeued) << "trial " << lost->trial << " attempt " << lost->attempt + 1;
+  EXPECT_EQ(explore_trials(*r).size(), static_cast<std::size_t>(budget))
+    << "the run spent exactly its budget";
+  EXPECT_EQ(test::terminate(c.daemon, 30s), 0);
+  procs.reaped(c.daemon);
+  auto [rc, replay] = test::run_capture({}, {"replay", run_id, "--store", store},
+                                        dir.sub("replay.out"));
+  EXPECT_EQ(rc, 0) << replay;
+}
+
+TEST(Daemon, AStoppedNodesLateResultIsLoggedStaleAndNeverCounted) {
+  test::temp_dir dir;
+  test::process_set procs;
+  loopback_cluster c{dir, procs,
+                     test::write_daemon_config(dir, "daemon", "tcp://127.0.0.1:*",
+                                               "tcp://127.0.0.1:*"),
+                     dir.sub("daemon.out"), {}, -1, {}};
+  c.start_daemon();
+  ASSERT_FALSE(c.clients.empty()) << file_text(c.daemon_out);
+  auto nodes_ep = c.nodes_endpoint();
+  c.start_node("node-a", nodes_ep);
+  c.start_node("node-b", nodes_ep);
+  ASSERT_TRUE(eventually(20s, [&] {
+    return file_contains(c.daemon_out, "node node-a joined")
+           && file_contains(c.daemon_out, "node node-b joined");
+  })) << file_text(c.daemon_out);
+  auto task = write_sim_task(dir, "sim-stop", 1.5, 4);
+  auto run_id = submit({}, c.clients, task, dir);
+  ASSERT_FALSE(run_id.empty());
+  auto store = dir.sub("daemon-store");
+  ASSERT_TRUE(eventually(60s, [&] {
+    return file_contains(dir.sub("node-a.out"), "starts in slot");
+  })) << file_text(dir.sub("node-a.out"));
+  ::kill(c.nodes["node-a"], SIGSTOP);
+  std::this_thread::sleep_for(10s);
+  ::kill(c.nodes["node-a"], SIGCONT);
+  ASSERT_TRUE(eventually(240s, [&] { return test::run_applied(store, run_id); }))
+    << file_text(c.daemon_out);
+  auto r = test::read_logged_run(store, run_id);
+  ASSERT_TRUE(r);
+  ASSERT_GE(r->of(wire::EventKind::TrialLost).size(), 1u);
+  ASSERT_GE(r->of(wire::EventKind::TrialResultStale).size(), 1u) << file_text(c.daemon_out);
+  const auto* stale = r->of(wire::EventKind::TrialResultStale).front();
+  EXPECT_EQ(stale->node, "node-a");
+  // The stale attempt was lost first, and no TrialCompleted counts it.
+  bool was_lost = false;
+  for (const auto* e : r->of(wire::EventKind::TrialLost))
+    was_lost = was_lost || (e->trial == stale->trial && e->attempt == stale->attempt);
+  EXPECT_TRUE(was_lost);
+  for (const auto* e : r->of(wire::EventKind::TrialCompleted))
+    EXPECT_FALSE(e->trial == stale->trial && e->attempt == stale->attempt);
+  EXPECT_EQ(explore_trials(*r).size(), 4u);
+  // Both node-runners are still alive: nothing crashed.
+  EXPECT_EQ(::waitpid(c.nodes["node-a"], nullptr, WNOHANG), 0);
+  EXPECT_EQ(test::terminate(c.daemon, 30s), 0);
+  procs.reaped(c.daemon);
+  auto [rc, replay] = test::run_capture({}, {"replay", run_id, "--store", store},
+                                        dir.sub("replay.out"));
+  EXPECT_EQ(rc, 0) << replay;
+}
+
+TEST(Daemon, KilledWithTwoRunsInFlightItResumesBothAndReplayReproducesThem) {
+  test::temp_dir dir;
+  test::process_set procs;
+  // Fixed ports: the restarted daemon must be where the nodes reconnect.
+  auto port = 20000 + (::getpid() % 20000);
+  auto nodes_ep = "tcp://127.0.0.1:" + std::to_string(port);
+  auto clients_ep = "tcp://127.0.0.1:" + std::to_string(port + 1);
+  loopback_cluster c{dir, procs, test::write_daemon_config(dir, "daemon", nodes_ep, clients_ep),
+                     dir.sub("daemon.out"), {}, -1, {}};
+  c.start_daemon();
+  ASSERT_EQ(c.clients, clients_ep) << file_text(c.daemon_out);
+  c.start_node("node-a", nodes_ep);
+  c.start_node("node-b", nodes_ep);
+  ASSERT_TRUE(eventually(20s, [&] {
+    return file_contains(c.daemon_out, "node node-a joined")
+           && file_contains(c.daemon_out, "node node-b joined");
+  })) << file_text(c.daemon_out);
+  auto run1 = submit({}, clients_ep, write_sim_task(dir, "sim-one", 0.3, 6), dir);
+  auto run2 = submit({}, clients_ep, write_sim_task(dir, "sim-two", 0.3, 6), dir, {"--seed", "7"});
+  ASSERT_FALSE(run1.empty());
+  ASSERT_FALSE(run2.empty());
+  ASSERT_NE(run1, run2);
+  auto store = dir.sub("daemon-store");
+  // Both runs have trials completed, neither has finished: kill -9 the daemon.
+  ASSERT_TRUE(eventually(120s, [&] {
+    auto a = test::read_logged_run(store, run1);
+    auto b = test::read_logged_run(store, run2);
+    return a && b && a->of(wire::EventKind::TrialCompleted).size() >= 2
+           && b->of(wire::EventKind::TrialCompleted).size() >= 2;
+  })) << file_text(c.daemon_out);
+  ASSERT_FALSE(test::run_applied(store, run1));
+  ASSERT_FALSE(test::run_applied(store, run2));
+  ::kill(-c.daemon, SIGKILL);
+  int st = 0;
+  ::waitpid(c.daemon, &st, 0);
+  procs.reaped(c.daemon);
+  c.start_daemon();
+  ASSERT_EQ(c.clients, clients_ep) << file_text(c.daemon_out);
+  EXPECT_TRUE(eventually(10s, [&] { return file_contains(c.daemon_out, "resuming run " + run1); }))
+    << file_text(c.daemon_out);
+  EXPECT_TRUE(eventually(10s, [&] { return file_contains(c.daemon_out, "resuming run " + run2); }))
+    << file_text(c.daemon_out);
+  ASSERT_TRUE(eventually(300s, [&] {
+    return test::run_applied(store, run1) && test::run_applied(store, run2);
+  })) << file_text(c.daemon_out);
+  EXPECT_EQ(test::terminate(c.daemon, 30s), 0);
+  procs.reaped(c.daemon);
+  for (const auto& run : {run1, run2}) {
+    auto r = test::read_logged_run(store, run);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(explore_trials(*r).size(), 6u) << run;
+    auto [rc, replay] = test::run_capture({}, {"replay", run, "--store", store},
+                                          dir.sub("replay.out"));
+    EXPECT_EQ(rc, 0) << run << ": " << replay;
+  }
+}
+
+TEST(Daemon, ANodeWhoseKeyIsNotAllowedIsRefusedAndAPlainClientGetsNothing) {
+  test::temp_dir dir;
+  test::process_set procs;
+  auto keys = dir.sub("keys");
+  auto allowed = dir.sub("allowed");
+  std::filesystem::create_directories(allowed);
+  for (const auto& name : {"daemon", "good-node", "bad-node", "client"}) {
+    auto [rc, text] = test::run_capture({}, {"keys", "generate", "--out", keys, "--name", name},
+                                        dir.sub("keys.out"));
+    ASSERT_EQ(rc, 0) << text;
+  }
+  for (const auto& name : {"good-node", "client"})
+    std::filesystem::copy_file(keys + "/" + name + ".pub", allowed + "/" + name + ".pub");
+  auto config = test::write_daemon_config(
+    dir, "daemon", "tcp://127.0.0.1:*", "tcp://127.0.0.1:*",
+    "[security]\nsecret_key = \"" + keys + "/daemon.key\"\nallow = \"" + allowed + "\"\n");
+  test::process_set cleanup;
+  loopback_cluster c{dir, procs, config, dir.sub("daemon.out"), {}, -1, {}};
+  c.start_daemon();
+  ASSERT_FALSE(c.clients.empty()) << file_text(c.daemon_out);
+  auto nodes_ep = c.nodes_endpoint();
+  auto node_args = [&](const std::string& name) {
+    return std::vector<std::string>{"node",         "--connect",  nodes_ep,
+                                    "--workdir",    dir.sub(name), "--name",
+                                    name,           "--server-key", keys + "/daemon.pub",
+                                    "--key",        keys + "/" + name + ".key"};
+  };
+  procs.add(test::start_in({}, node_args("bad-node"), dir.sub("bad-node.out")));
+  procs.add(test::start_in({}, node_args("good-node"), dir.sub("good-node.out")));
+  ASSERT_TRUE(eventually(20s, [&] { return file_contains(c.daemon_out, "node good-node joined"); }))
+    << file_text(c.daemon_out);
+  ASSERT_TRUE(eventually(10s, [&] { return file_contains(c.daemon_out, "refused a CURVE peer"); }))
+    << file_text(c.daemon_out);
+  auto bad_pub = file_text(keys + "/bad-node.pub");
+  EXPECT_FALSE(file_contains(c.daemon_out, "node bad-node joined"));
+  EXPECT_FALSE(file_contains(dir.sub("bad-node.out"), "connected to"))
+    << file_text(dir.sub("bad-node.out"));
+  // No secret key appears in any output.
+  for (const auto& name : {"daemon", "good-node", "bad-node", "client"}) {
+    auto key_file = file_text(keys + "/" + std::string{name} + ".key");
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(key_file, m, std::regex{"secret\\s*=\\s*\"([^\"]+)\""}));
+    for (const auto& out : {c.daemon_out, dir.sub("bad-node.out"), dir.sub("good-node.out")})
+      EXPECT_FALSE(file_contains(out, m[1])) << name << "'s secret key in " << out;
+  }
+  // A plain-text client gets nothing; a client with an allowed key gets the status.
+  auto [plain_rc, plain] = test::run_capture(
+    {}, {"daemon", "status", "--daemon", c.clients, "--timeout", "2"}, dir.sub("plain.out"));
+  EXPECT_EQ(plain_rc, 1) << plain;
+  EXPECT_NE(plain.find("no answer"), std::string::npos) << plain;
+  auto [ok_rc, ok] = test::run_capture({}, {"daemon", "status", "--daemon", c.clients,
+                                            "--server-key", keys + "/daemon.pub", "--key",
+                                            keys + "/client.key", "--json"},
+                                       dir.sub("ok.out"));
+  ASSERT_EQ(ok_rc, 0) << ok;
+  auto doc = nlohmann::json::parse(ok.substr(0, ok.find('\n')), nullptr, false);
+  ASSERT_TRUE(doc.is_object()) << ok;
+  ASSERT_EQ(doc["nodes"].size(), 1u) << ok;
+  EXPECT_EQ(doc["nodes"][0].value("name", ""), "good-node");
+  EXPECT_EQ(test::terminate(c.daemon, 30s), 0);
+  procs.reaped(c.daemon);
+}
+
+} // namespace
+} // namespace infrarsi
