@@ -5,6 +5,8 @@
 
 #include "runtime/daemon.hpp"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -600,6 +602,12 @@ caf::expected<messages::client_reply_msg> ask(const client_options& c,
 
 int run_daemon(const daemon_config& config, std::ostream& out, std::ostream& err) {
   signal_guard signals;
+  // One descriptor per connected node-runner and client: the soft limit (often 1024) is raised
+  // to the hard one.
+  if (rlimit rl{}; ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &rl);
+  }
   line_log log_out{err};
   std::error_code ec;
   fs::create_directories(config.store_dir, ec);
@@ -781,9 +789,9 @@ int run_submit(const client_options& client, const std::string& task_path,
 
 int run_daemon_status(const client_options& client, bool json, std::ostream& out,
                       std::ostream& err) {
-  wire::ClientRequestT r;
-  r.command = "status";
-  auto env = messages::seal(messages::client_request_msg::pack(r), "", "client", 0);
+  wire::ClientRequestT request;
+  request.command = "status";
+  auto env = messages::seal(messages::client_request_msg::pack(request), "", "client", 0);
   if (!env) {
     err << "infrarsi daemon status: " << describe(env.error()) << '\n';
     return 1;
