@@ -284,7 +284,7 @@ TEST(Daemon, KilledWithTwoRunsInFlightItResumesBothAndReplayReproducesThem) {
   test::temp_dir dir;
   test::process_set procs;
   // Fixed ports: the restarted daemon must be where the nodes reconnect.
-  auto port = 20000 + (::getpid() % 20000);
+  auto port = 20000 + (::getpid() % 12000) * 2;
   auto nodes_ep = "tcp://127.0.0.1:" + std::to_string(port);
   auto clients_ep = "tcp://127.0.0.1:" + std::to_string(port + 1);
   loopback_cluster c{dir, procs, test::write_daemon_config(dir, "daemon", nodes_ep, clients_ep),
