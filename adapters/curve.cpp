@@ -135,13 +135,22 @@ enum class key_file_kind { secret, public_only };
 /// Reads and checks a key file; `keys.secret_key` stays empty for a public-only file.
 caf::expected<curve_keypair> read_key_file(const std::string& path, key_file_kind kind) {
   const char* what = kind == key_file_kind::secret ? "secret key file" : "public key file";
-  struct ::stat st{};
-  if (::stat(path.c_str(), &st) != 0) {
+  // Opened once; the checks and the read are of that one open file (no swap in between).
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
     if (errno == ENOENT || errno == ENOTDIR)
       return make_error(errc::not_found, std::string{what} + " '" + path + "': no such file");
     return make_error(errc::io_error,
                       std::string{what} + " '" + path + "': " + std::strerror(errno));
   }
+  struct closer {
+    int fd;
+    ~closer() { ::close(fd); }
+  } close_fd{fd};
+  struct ::stat st{};
+  if (::fstat(fd, &st) != 0)
+    return make_error(errc::io_error,
+                      std::string{what} + " '" + path + "': " + std::strerror(errno));
   if (!S_ISREG(st.st_mode))
     return make_error(errc::invalid_argument,
                       std::string{what} + " '" + path + "': not a regular file");
@@ -155,14 +164,27 @@ caf::expected<curve_keypair> read_key_file(const std::string& path, key_file_kin
     return make_error(errc::invalid_argument,
                       path + ": " + std::to_string(st.st_size) + " bytes, more than the limit of "
                         + std::to_string(max_key_file_bytes) + " bytes for a " + what);
-  std::ifstream in{path, std::ios::binary};
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (!in.good() && !in.eof())
-    return make_error(errc::io_error, std::string{what} + " '" + path + "': cannot be read");
+  std::string text;
+  std::array<char, 1024> buf{};
+  for (;;) {
+    auto n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0)
+      return make_error(errc::io_error,
+                        std::string{what} + " '" + path + "': " + std::strerror(errno));
+    if (n == 0)
+      break;
+    text.append(buf.data(), static_cast<std::size_t>(n));
+    if (text.size() > max_key_file_bytes)
+      return make_error(errc::invalid_argument, path + ": more than the limit of "
+                                                  + std::to_string(max_key_file_bytes)
+                                                  + " bytes for a " + what);
+  }
+  ::explicit_bzero(buf.data(), buf.size());
   toml::table root;
   try {
-    root = toml::parse(text.str(), path);
+    root = toml::parse(text, path);
   } catch (const toml::parse_error& e) {
     std::ostringstream os;
     os << path << ':' << e.source().begin.line << ':' << e.source().begin.column
@@ -558,6 +580,7 @@ void zap_handler::serve() {
     } catch (const zmq::error_t& e) {
       if (e.num() == ETERM) {
         socket_->close(); // the context is being terminated and waits for this socket
+        running_ = false;
         return;
       }
       continue; // EINTR; re-check stop_
@@ -611,6 +634,7 @@ void zap_handler::serve() {
     } catch (const zmq::error_t& e) {
       if (e.num() == ETERM) {
         socket_->close();
+        running_ = false;
         return;
       }
     }

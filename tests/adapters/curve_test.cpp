@@ -218,6 +218,13 @@ TEST(CurveKeyFiles, GarbageFilesAreRefusedNamingTheFile) {
   EXPECT_EQ(code_of(missing.error()), errc::not_found);
   EXPECT_NE(describe(missing.error()).find(dir.sub("nope.key")), std::string::npos);
   EXPECT_EQ(code_of(load_secret_key_file(dir.path()).error()), errc::invalid_argument);
+  auto big = dir.sub("big.key");
+  write_text(big, std::string(5000, '#'));
+  auto too_big = load_secret_key_file(big);
+  ASSERT_FALSE(too_big);
+  EXPECT_EQ(describe(too_big.error()), "invalid_argument: " + big
+                                         + ": 5000 bytes, more than the limit of 4096 bytes for "
+                                           "a secret key file");
 }
 
 TEST(CurveKeyFiles, PublicFileWithASecretOrABadKeyIsRefused) {
