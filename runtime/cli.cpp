@@ -20,6 +20,7 @@
 #include "messages/json.hpp"
 #include "adapters/task_file.hpp"
 #include "runtime/daemon.hpp"
+#include "runtime/keys.hpp"
 #include "runtime/replay.hpp"
 #include "runtime/store_paths.hpp"
 #include "runtime/tune.hpp"
@@ -624,6 +625,38 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   status_cmd->add_option("--key", status_client.key,
                          "With --daemon: this client's key file, for CURVE");
 
+  auto* keys_cmd = app.add_subcommand(
+    "keys", "CURVE key pairs of the daemon, its node-runners and clients (ZeroMQ CURVE: the "
+            "traffic is encrypted, the server proves its key, and the daemon admits only the "
+            "public keys on its allow-list; docs/security.md)");
+  keys_cmd->require_subcommand(1);
+  keys_generate_options keys_gen;
+  auto* keys_gen_cmd = keys_cmd->add_subcommand(
+    "generate", "Generate a key pair and write DIR/NAME.key (public and secret key, mode 0600) "
+                "and DIR/NAME.pub (the public key only, to copy into the allow-list directory "
+                "of the daemon that should admit this peer).\n"
+                "Prints the public key and both paths on stdout; the secret key is never "
+                "printed. Existing files are not replaced without --force.\n"
+                "Exit status: 0 written, 1 not written (the files exist, the directory cannot "
+                "be written), 2 bad command line (e.g. a --name with other characters than "
+                "letters, digits, '.', '_', '-').");
+  keys_gen_cmd->add_option("--out", keys_gen.out_dir,
+                           "Directory for the files (created with mode 0700 when missing)")
+    ->required();
+  keys_gen_cmd->add_option("--name", keys_gen.name,
+                           "Base name of the files (default: this host's name, currently '"
+                             + default_key_name() + "')");
+  keys_gen_cmd->add_flag("--force", keys_gen.force,
+                         "Replace an existing key pair of that name (peers holding the old "
+                         "public key are refused until they get the new one)");
+  std::string keys_show_path;
+  auto* keys_show_cmd = keys_cmd->add_subcommand(
+    "show-public", "Print the public key of FILE: a NAME.key file (refused when group or "
+                   "others can read it; its key pair is checked) or a NAME.pub file.\n"
+                   "Exit status: 0 printed, 1 the file is missing or invalid (the message names "
+                   "it and what was expected), 2 bad command line.");
+  keys_show_cmd->add_option("FILE", keys_show_path, "A NAME.key or NAME.pub file")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) { // --help, --help-all, --version
@@ -693,6 +726,10 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       return cmd_check(check_task, out, err);
     if (replay_cmd->parsed())
       return run_replay(replay, out, err);
+    if (keys_gen_cmd->parsed())
+      return run_keys_generate(keys_gen, out, err);
+    if (keys_show_cmd->parsed())
+      return run_keys_show_public(keys_show_path, out, err);
   } catch (const std::exception& e) {
     err << "infrarsi: internal error: " << e.what() << '\n';
     return exit_failure;
