@@ -340,12 +340,17 @@ node_pool_actor::behavior_type node_pool(node_pool_actor::stateful_pointer<node_
       st.runs.erase(run_id);
       st.run_order.erase(std::remove(st.run_order.begin(), st.run_order.end(), run_id),
                          st.run_order.end());
-      // Its requests are answered (the supervisor has ended; nobody reads them) and its queued
-      // attempts dropped; running ones finish on their nodes and come back as stale.
+      // Its requests are answered (the supervisor has ended; nobody reads them), its queued
+      // attempts dropped and its running ones cancelled; their results come back as stale.
       std::vector<pool_key> mine;
-      for (const auto& [k, p] : st.attempts)
-        if (std::get<0>(k) == run_id && p.identity.empty())
-          mine.push_back(k);
+      for (const auto& [k, p] : st.attempts) {
+        if (std::get<0>(k) != run_id)
+          continue;
+        mine.push_back(k);
+        if (!p.identity.empty()) // running on a node: stopped there (its slot frees with the result)
+          control(self, p.identity, "cancel", "the run left the pool", std::get<1>(k),
+                  std::get<2>(k), run_id);
+      }
       for (const auto& k : mine) {
         st.attempts[k].promise.deliver(make_error(errc::interrupted, "the run left the pool"));
         st.attempts.erase(k);

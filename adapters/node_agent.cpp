@@ -93,6 +93,10 @@ struct node_agent::impl {
     socket->set(zmq::sockopt::linger, 0);
     socket->set(zmq::sockopt::sndhwm, 10000);
     socket->set(zmq::sockopt::rcvhwm, 10000);
+    // ZeroMQ's own reconnects (a daemon restart, a failed CURVE handshake: wrong server key)
+    // back off like ours instead of retrying every 100 ms.
+    socket->set(zmq::sockopt::reconnect_ivl, o.reconnect_initial_ms);
+    socket->set(zmq::sockopt::reconnect_ivl_max, o.reconnect_max_ms);
     if (!o.server_public_key.empty())
       if (auto e = make_curve_client(*socket, curve_keypair{o.public_key, o.secret_key},
                                      o.server_public_key))
@@ -236,7 +240,7 @@ struct node_agent::impl {
     workers[slot] = std::move(w);
   }
 
-  void on_control(const messages::node_control_msg& c) {
+  void on_control(const std::string& run_id, const messages::node_control_msg& c) {
     auto command = c->command()->str();
     auto detail = c->detail() != nullptr ? c->detail()->str() : std::string{};
     if (command == "welcome") {
@@ -250,8 +254,12 @@ struct node_agent::impl {
       refused_status = 1;
     } else if (command == "cancel") {
       for (auto& w : workers)
-        if (w && !w->done && w->trial_id == c->trial_id() && w->attempt == c->attempt())
+        if (w && !w->done && w->run_id == run_id && w->trial_id == c->trial_id()
+            && w->attempt == c->attempt()) {
+          note("trial " + std::to_string(w->trial_id) + " attempt " + std::to_string(w->attempt)
+               + " of run " + run_id + " cancelled by the daemon: " + detail);
           w->stop = true;
+        }
     }
   }
 
@@ -271,7 +279,7 @@ struct node_agent::impl {
       case wire::MessageKind::Heartbeat: break;
       case wire::MessageKind::NodeControl:
         if (auto c = messages::open<wire::NodeControl>(*env))
-          on_control(*c);
+          on_control(run_id, *c);
         break;
       case wire::MessageKind::TrialAssignment:
         if (auto a = messages::open<wire::TrialAssignment>(*env))

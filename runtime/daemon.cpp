@@ -675,6 +675,8 @@ int run_daemon(const daemon_config& config, std::ostream& out, std::ostream& err
     err << "infrarsi daemon: CURVE off (no [security] keys): plain TCP; keep the endpoints on "
            "127.0.0.1 or a trusted network\n";
   }
+  // Outlives the actor system: the pool writes to it until it has quit.
+  prefixed_stream pool_log{log_out, ""};
   caf::actor_system_config cfg;
   cfg.add_message_types<caf::id_block::infrarsi>();
   caf::actor_system sys{cfg};
@@ -697,8 +699,6 @@ int run_daemon(const daemon_config& config, std::ostream& out, std::ostream& err
   adapters::node_broker broker{zctx, bo, sink};
   actors::node_pool_options po;
   po.broker = &broker;
-  po.log = nullptr;
-  prefixed_stream pool_log{log_out, ""};
   po.log = &pool_log;
   pool = sys.spawn(actors::node_pool, po);
   int status = 0;

@@ -46,11 +46,14 @@ TEST(FairShare, SharesSumToWhatCanBeUsedAndUncappedOnesDifferByAtMostOne) {
       }
       EXPECT_EQ(sum(s), unlimited ? slots : std::min(slots, usable)) << slots;
       for (std::size_t i = 0; i < s.size(); ++i) {
-        if (limits[i] != 0)
+        if (limits[i] != 0) {
           EXPECT_LE(s[i], limits[i]);
-        for (std::size_t j = 0; j < s.size(); ++j)
-          if (limits[i] == 0 && limits[j] == 0)
+        }
+        for (std::size_t j = 0; j < s.size(); ++j) {
+          if (limits[i] == 0 && limits[j] == 0) {
             EXPECT_LE(s[i], s[j] + 1) << "run " << i << " vs " << j << " at " << slots;
+          }
+        }
       }
     }
 }
