@@ -13,6 +13,7 @@
 #include "adapters/environment.hpp"
 #include "adapters/node_bridge.hpp"
 #include "adapters/task_file.hpp"
+#include "messages/node_frames.hpp"
 #include "messages/node_protocol.hpp"
 #include "store/event_log.hpp"
 
@@ -190,8 +191,7 @@ struct node_agent::impl {
   }
 
   void on_assignment(const std::string& run_id, const messages::trial_assignment_msg& a) {
-    const auto* raw = a->spec();
-    auto spec = messages::trial_spec_msg::decode(raw->data(), raw->size());
+    auto spec = messages::assignment_spec(a);
     if (!spec) { // cannot happen: the assignment was verified with its spec
       std::lock_guard<std::mutex> lock{stats_mutex};
       ++counters.malformed_frames;
@@ -268,22 +268,20 @@ struct node_agent::impl {
     if (frames.empty())
       return false;
     const auto& body = frames.back();
-    auto env = messages::envelope_msg::decode(body.data(), body.size());
-    if (!env) {
+    // Envelope and payload verified, the payload opened by its kind (fuzz/node_frame.cpp).
+    auto frame = messages::read_node_frame(body.data(), body.size(), messages::verify_limits{});
+    if (!frame) {
       std::lock_guard<std::mutex> lock{stats_mutex};
       ++counters.malformed_frames;
       return false;
     }
-    auto run_id = (*env)->run_id() != nullptr ? (*env)->run_id()->str() : std::string{};
-    switch ((*env)->kind()) {
+    switch (frame->kind) {
       case wire::MessageKind::Heartbeat: break;
       case wire::MessageKind::NodeControl:
-        if (auto c = messages::open<wire::NodeControl>(*env))
-          on_control(run_id, *c);
+        on_control(frame->run_id, std::get<messages::node_control_msg>(frame->message));
         break;
       case wire::MessageKind::TrialAssignment:
-        if (auto a = messages::open<wire::TrialAssignment>(*env))
-          on_assignment(run_id, *a);
+        on_assignment(frame->run_id, std::get<messages::trial_assignment_msg>(frame->message));
         break;
       default: {
         std::lock_guard<std::mutex> lock{stats_mutex};

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "messages/errc.hpp"
+#include "messages/node_frames.hpp"
 
 namespace infrarsi::adapters {
 
@@ -162,17 +163,18 @@ void node_broker::serve() {
       const auto& body = frames.back();
       messages::verify_limits limits;
       limits.max_bytes = o_.max_frame_bytes;
-      auto env = messages::envelope_msg::decode(body.data(), body.size(), limits);
-      if (!env) {
+      // Envelope and payload verified, the payload opened by its kind (fuzz/node_frame.cpp).
+      auto frame = messages::read_node_frame(body.data(), body.size(), limits);
+      if (!frame) {
         count(&node_broker_stats::malformed);
         continue; // counted and dropped, never read
       }
       if (from_node) {
         peers[identity] = clock_type::now();
         if (sink_.node_message)
-          sink_.node_message(identity, *env);
+          sink_.node_message(identity, frame->envelope);
       } else if (sink_.client_message) {
-        sink_.client_message(identity, *env);
+        sink_.client_message(identity, frame->envelope);
       }
     }
   };

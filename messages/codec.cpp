@@ -49,11 +49,16 @@ caf::error verify_structure(const std::uint8_t* data, std::size_t size,
   if (declared < size)
     return corrupt(traits::name, "the size prefix declares " + bytes_text(declared) + " but "
                                    + bytes_text(size) + " are present (trailing bytes)");
+  // BufferHasIdentifier reads the 4 identifier bytes after the two offsets unchecked.
+  if (traits::identifier != nullptr
+      && size < 2 * sizeof(uoffset_t) + flatbuffers::kFileIdentifierLength)
+    return corrupt(traits::name, "truncated: " + bytes_text(size)
+                                   + " cannot hold a size-prefixed FlatBuffer with a file "
+                                     "identifier (minimum 12)");
   if (traits::identifier != nullptr
       && !flatbuffers::BufferHasIdentifier(data, traits::identifier, true)) {
     std::string found(reinterpret_cast<const char*>(data) + 2 * sizeof(uoffset_t),
-                      std::min<std::size_t>(flatbuffers::kFileIdentifierLength,
-                                            size - 2 * sizeof(uoffset_t)));
+                      flatbuffers::kFileIdentifierLength);
     for (auto& c : found)
       if (!std::isprint(static_cast<unsigned char>(c)))
         c = '?';
@@ -86,7 +91,9 @@ caf::error check(const wire::TrialSpec& spec, const verify_limits&) {
   if (const auto* knobs = spec.knobs()) {
     for (uoffset_t i = 0; i < knobs->size(); ++i) {
       const auto* k = knobs->Get(i);
-      if (k->value_type() == wire::KnobValue::NONE)
+      // The verifier accepts a union type without its table; readers (configuration_of,
+      // to_json) read the table of the type unconditionally.
+      if (k->value_type() == wire::KnobValue::NONE || k->value() == nullptr)
         return corrupt("TrialSpec", "knob '" + std::string{sv(k->name())} + "' has no value");
       if (i > 0 && !(sv(knobs->Get(i - 1)->name()) < sv(k->name())))
         return corrupt("TrialSpec", "knob names not strictly sorted at '"
@@ -157,7 +164,10 @@ caf::error check(const wire::ClientRequest& r, const verify_limits&) {
   return caf::none;
 }
 
-caf::error check(const wire::ClientReply&, const verify_limits&) {
+caf::error check(const wire::ClientReply& r, const verify_limits&) {
+  // A client reads the answer of an ok reply unconditionally (runtime/daemon.cpp).
+  if (r.ok() && r.json() == nullptr)
+    return corrupt("ClientReply", "an ok reply without its JSON answer");
   return caf::none;
 }
 

@@ -194,10 +194,11 @@ template <class Table>
   return seal(message_kind_of<Table>(), payload.bytes(), run_id, sender, sequence);
 }
 
-/// The payload of a verified envelope as a message of type Table. Error: errc::unknown_kind
-/// if the envelope carries another kind (the message names both).
+/// The payload of a verified envelope as a message of type Table, verified under `limits`.
+/// Error: errc::unknown_kind if the envelope carries another kind (the message names both).
 template <class Table>
-[[nodiscard]] caf::expected<message<Table>> open(const envelope_msg& env) {
+[[nodiscard]] caf::expected<message<Table>> open(const envelope_msg& env,
+                                                 const verify_limits& limits = {}) {
   if (env.empty())
     return make_error(errc::invalid_argument, "open: empty envelope");
   if (env->kind() != message_kind_of<Table>())
@@ -205,7 +206,7 @@ template <class Table>
                       std::string{"envelope carries "} + wire::EnumNameMessageKind(env->kind())
                         + ", expected " + table_traits<Table>::name);
   const auto* p = env->payload();
-  return message<Table>::decode(p->data(), p->size());
+  return message<Table>::decode(p->data(), p->size(), limits);
 }
 
 /// The table an event kind's payload holds (EventKind comments in event.fbs).

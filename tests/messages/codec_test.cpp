@@ -219,6 +219,48 @@ TEST(Codec, DuplicateOrUnsortedKnobNamesAreRejected) {
     << describe(r.error());
 }
 
+// Found by fuzz/node_frame.cpp: a union type without its table passed the verifier, and the
+// node-runner's configuration_of read the missing IntKnob.
+TEST(Codec, KnobWithATypeButNoValueIsRejected) {
+  flatbuffers::FlatBufferBuilder fbb;
+  std::vector<flatbuffers::Offset<wire::KnobAssignment>> knobs{wire::CreateKnobAssignment(
+    fbb, fbb.CreateString("micro_batch"), wire::KnobValue::IntKnob, 0)};
+  auto spec = wire::CreateTrialSpec(fbb, 1, 0, fbb.CreateVector(knobs));
+  fbb.FinishSizePrefixed(spec, "IRTS");
+  auto r = trial_spec_msg::decode(fbb.GetBufferPointer(), fbb.GetSize());
+  ASSERT_FALSE(r);
+  EXPECT_EQ(code_of(r.error()), errc::corrupt_data);
+  EXPECT_NE(describe(r.error()).find("knob 'micro_batch' has no value"), std::string::npos)
+    << describe(r.error());
+}
+
+// Found by fuzz/node_frame.cpp: 8 to 11 bytes whose size prefix matches reached
+// BufferHasIdentifier, which read the identifier past the end (ASan: heap-buffer-overflow).
+TEST(Codec, BufferTooShortForItsIdentifierIsTruncated) {
+  for (std::uint8_t n = 8; n < 12; ++n) {
+    std::vector<std::uint8_t> b(n, 0x2a);
+    b[0] = static_cast<std::uint8_t>(n - 4);
+    b[1] = b[2] = b[3] = 0;
+    auto r = envelope_msg::decode(b.data(), b.size());
+    ASSERT_FALSE(r) << int{n};
+    EXPECT_EQ(code_of(r.error()), errc::corrupt_data);
+    EXPECT_NE(describe(r.error()).find("truncated"), std::string::npos) << describe(r.error());
+  }
+}
+
+// Found by fuzz/node_frame.cpp: a client reads the JSON of an ok reply unconditionally.
+TEST(Codec, OkClientReplyWithoutItsJsonIsRejected) {
+  flatbuffers::FlatBufferBuilder fbb;
+  fbb.FinishSizePrefixed(wire::CreateClientReply(fbb, true));
+  auto r = client_reply_msg::decode(fbb.GetBufferPointer(), fbb.GetSize());
+  ASSERT_FALSE(r);
+  EXPECT_NE(describe(r.error()).find("an ok reply without its JSON answer"), std::string::npos)
+    << describe(r.error());
+  flatbuffers::FlatBufferBuilder refused;
+  refused.FinishSizePrefixed(wire::CreateClientReply(refused, false, refused.CreateString("no")));
+  EXPECT_TRUE(client_reply_msg::decode(refused.GetBufferPointer(), refused.GetSize()));
+}
+
 TEST(Codec, NewerSchemaVersionIsUnsupported) {
   auto payload = sample_spec(1).bytes();
   flatbuffers::FlatBufferBuilder fbb;
