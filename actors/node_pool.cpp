@@ -177,6 +177,16 @@ void on_hello(self_ptr self, const std::string& identity, const messages::node_h
     st.o.broker->forget_node(identity);
     return;
   }
+  // The name appears in logs, status and results: printable ASCII, 1-128 characters.
+  bool printable = !name.empty() && name.size() <= 128;
+  for (char ch : name)
+    printable = printable && ch > ' ' && ch < 127;
+  if (!printable) {
+    control(self, identity, "refused",
+            "a node name must be 1-128 printable ASCII characters without spaces");
+    st.o.broker->forget_node(identity);
+    return;
+  }
   if (h->slots() == nullptr || h->slots()->size() == 0 || h->slots()->size() > 4096) {
     control(self, identity, "refused", "a node must offer between 1 and 4096 slots");
     st.o.broker->forget_node(identity);
@@ -412,7 +422,9 @@ node_pool_actor::behavior_type node_pool(node_pool_actor::stateful_pointer<node_
                             {"runs", runs},
                             {"stale_results", st.stale_results},
                             {"lost_attempts", st.lost_attempts}}
-        .dump();
+        // Slot names, fingerprints and run ids come from peers: invalid UTF-8 is replaced,
+        // never thrown.
+        .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     }};
 }
 

@@ -467,7 +467,7 @@ void on_client(controller_ptr self, const std::string& identity,
                          {"nodes_gone", stats.nodes_gone}};
         wire::ClientReplyT r;
         r.ok = true;
-        r.json = doc.dump();
+        r.json = doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
         reply(self, identity, messages::client_reply_msg::pack(r));
       },
       [self, identity](caf::error& err) { reply_error(self, identity, describe(err)); });
@@ -783,7 +783,12 @@ int run_submit(const client_options& client, const std::string& task_path,
     return 1;
   }
   auto doc = nlohmann::json::parse((*answer)->json()->str(), nullptr, false);
-  out << doc.value("run_id", "") << '\n';
+  if (!doc.is_object() || !doc["run_id"].is_string()) {
+    err << "infrarsi submit: the daemon's answer has no run id: " << (*answer)->json()->str()
+        << '\n';
+    return 1;
+  }
+  out << doc["run_id"].get<std::string>() << '\n';
   return 0;
 }
 
@@ -807,38 +812,46 @@ int run_daemon_status(const client_options& client, bool json, std::ostream& out
     return 1;
   }
   auto doc = nlohmann::json::parse((*answer)->json()->str(), nullptr, false);
-  if (json || doc.is_discarded()) {
+  if (json || !doc.is_object() || !doc["daemon_runs"].is_array() || !doc["nodes"].is_array()) {
     out << (*answer)->json()->str() << '\n';
     return 0;
   }
-  out << "store " << doc.value("store", "") << (doc.value("draining", false) ? " (draining)" : "")
-      << "\n\nruns (" << doc["daemon_runs"].size() << "):\n";
-  for (const auto& r : doc["daemon_runs"]) {
-    out << "  " << std::left << std::setw(44) << r.value("run_id", "") << " "
-        << std::setw(8) << (r.value("active", false) ? "active" : "ended") << " stage "
-        << std::setw(8) << r.value("stage", "?") << " trials " << r.value("trials", 0);
-    if (r.contains("promoted"))
-      out << (r.value("promoted", false) ? ", promoted" : ", nothing promoted");
-    out << '\n';
+  // A document of another shape (another version of the daemon) is printed as it is.
+  std::ostringstream text;
+  try {
+    text << "store " << doc.value("store", "") << (doc.value("draining", false) ? " (draining)" : "")
+        << "\n\nruns (" << doc["daemon_runs"].size() << "):\n";
+    for (const auto& r : doc["daemon_runs"]) {
+      text << "  " << std::left << std::setw(44) << r.value("run_id", "") << " "
+          << std::setw(8) << (r.value("active", false) ? "active" : "ended") << " stage "
+          << std::setw(8) << r.value("stage", "?") << " trials " << r.value("trials", 0);
+      if (r.contains("promoted"))
+        text << (r.value("promoted", false) ? ", promoted" : ", nothing promoted");
+      text << '\n';
+    }
+    text << "\nnodes (" << doc["nodes"].size() << "):\n";
+    for (const auto& n : doc["nodes"]) {
+      std::size_t busy = 0;
+      for (const auto& s : n.at("slots"))
+        busy += s.value("busy", false) ? 1 : 0;
+      text << "  " << std::left << std::setw(24) << n.value("name", "") << " slots " << busy << "/"
+          << n.at("slots").size() << " busy, " << n.value("trials_assigned", 0)
+          << " trials assigned\n";
+      for (const auto& s : n.at("slots"))
+        if (s.value("busy", false))
+          text << "    slot " << s.value("name", "") << ": run "
+              << s.at("running").value("run_id", "") << " trial "
+              << s.at("running").value("trial_id", 0) << " attempt "
+              << s.at("running").value("attempt", 0) << '\n';
+    }
+    text << "\ntrials in flight " << doc.value("in_flight", 0) << ", queued "
+        << doc.value("queued", 0) << ", lost " << doc.value("lost_attempts", 0) << ", stale results "
+        << doc.value("stale_results", 0) << '\n';
+  } catch (const nlohmann::json::exception&) {
+    out << (*answer)->json()->str() << '\n';
+    return 0;
   }
-  out << "\nnodes (" << doc["nodes"].size() << "):\n";
-  for (const auto& n : doc["nodes"]) {
-    std::size_t busy = 0;
-    for (const auto& s : n["slots"])
-      busy += s.value("busy", false) ? 1 : 0;
-    out << "  " << std::setw(24) << n.value("name", "") << " slots " << busy << "/"
-        << n["slots"].size() << " busy, " << n.value("trials_assigned", 0)
-        << " trials assigned\n";
-    for (const auto& s : n["slots"])
-      if (s.value("busy", false))
-        out << "    slot " << s.value("name", "") << ": run "
-            << s["running"].value("run_id", "") << " trial "
-            << s["running"].value("trial_id", 0) << " attempt "
-            << s["running"].value("attempt", 0) << '\n';
-  }
-  out << "\ntrials in flight " << doc.value("in_flight", 0) << ", queued "
-      << doc.value("queued", 0) << ", lost " << doc.value("lost_attempts", 0) << ", stale results "
-      << doc.value("stale_results", 0) << '\n';
+  out << text.str();
   return 0;
 }
 

@@ -133,6 +133,73 @@ TEST(Daemon, TwoNodesInTwoNetworkNamespacesShareASimRunThatFinishesAndReplays) {
   EXPECT_EQ(rc, 0) << replay;
 }
 
+TEST(Daemon, APartitionedNodeRejoinsAndALossyLinkStillFinishesTheRun) {
+  if (!test::netns_set::available() || test::shell("command -v iptables") != 0)
+    GTEST_SKIP() << "needs root, iproute2 (ip netns) and iptables in its own namespaces";
+  test::temp_dir dir;
+  test::netns_set ns;
+  auto head = ns.add("d");
+  auto host_a = ns.add("a");
+  auto host_b = ns.add("b");
+  ASSERT_FALSE(head.empty() || host_a.empty() || host_b.empty()) << "ip netns add failed";
+  auto link_a = ns.link(head, host_a, 1);
+  ASSERT_FALSE(link_a.first.empty());
+  ASSERT_FALSE(ns.link(head, host_b, 2).first.empty());
+  // node-b's link drops 10 % of the packets it receives (inside its own namespace only).
+  ASSERT_EQ(test::shell("ip netns exec " + host_b
+                        + " iptables -A INPUT -p tcp -m statistic --mode random --probability "
+                          "0.1 -j DROP"),
+            0);
+  test::process_set procs;
+  const std::vector<std::string> in_head{"ip", "netns", "exec", head};
+  auto config = test::write_daemon_config(dir, "daemon", "tcp://*:5555", "tcp://127.0.0.1:5556");
+  auto daemon_out = dir.sub("daemon.out");
+  pid_t daemon = procs.add(test::start_in(in_head, {"daemon", "--config", config}, daemon_out));
+  ASSERT_FALSE(bound(daemon_out, "clients").empty()) << file_text(daemon_out);
+  procs.add(test::start_in({"ip", "netns", "exec", host_a},
+                           {"node", "--connect", "tcp://10.231.1.1:5555", "--workdir",
+                            dir.sub("node-a"), "--name", "node-a"},
+                           dir.sub("node-a.out")));
+  procs.add(test::start_in({"ip", "netns", "exec", host_b},
+                           {"node", "--connect", "tcp://10.231.2.1:5555", "--workdir",
+                            dir.sub("node-b"), "--name", "node-b"},
+                           dir.sub("node-b.out")));
+  ASSERT_TRUE(eventually(30s, [&] {
+    return file_contains(daemon_out, "node node-a joined")
+           && file_contains(daemon_out, "node node-b joined");
+  })) << file_text(daemon_out);
+  auto task = write_sim_task(dir, "sim-partition", 1.0, 6);
+  auto run_id = submit(in_head, "tcp://127.0.0.1:5556", task, dir);
+  ASSERT_FALSE(run_id.empty());
+  auto store = dir.sub("daemon-store");
+  ASSERT_TRUE(eventually(60s, [&] {
+    return file_contains(dir.sub("node-a.out"), "starts in slot");
+  })) << file_text(dir.sub("node-a.out"));
+  // Partition node-a for 8 s: the daemon loses its attempt and re-queues it on node-b.
+  ASSERT_EQ(test::shell("ip -n " + head + " link set " + link_a.first + " down"), 0);
+  EXPECT_TRUE(eventually(8s, [&] { return file_contains(daemon_out, "node node-a is gone"); }))
+    << file_text(daemon_out);
+  std::this_thread::sleep_for(4s);
+  ASSERT_EQ(test::shell("ip -n " + head + " link set " + link_a.first + " up"), 0);
+  ASSERT_EQ(test::shell("ip -n " + head + " addr replace 10.231.1.1/24 dev " + link_a.first), 0);
+  ASSERT_TRUE(eventually(240s, [&] { return test::run_applied(store, run_id); }))
+    << file_text(daemon_out);
+  // node-a came back and rejoined (said hello again) after the partition.
+  EXPECT_TRUE(eventually(60s, [&] {
+    auto text = file_text(daemon_out);
+    return text.find("node node-a joined", text.find("node node-a is gone")) != std::string::npos;
+  })) << file_text(daemon_out);
+  EXPECT_EQ(test::terminate(daemon, 30s), 0) << file_text(daemon_out);
+  procs.reaped(daemon);
+  auto r = test::read_logged_run(store, run_id);
+  ASSERT_TRUE(r);
+  EXPECT_GE(r->of(wire::EventKind::TrialLost).size(), 1u);
+  EXPECT_EQ(explore_trials(*r).size(), 6u);
+  auto [rc, replay] = test::run_capture({}, {"replay", run_id, "--store", store},
+                                        dir.sub("replay.out"));
+  EXPECT_EQ(rc, 0) << replay;
+}
+
 /// Daemon and two nodes on loopback; returns the daemon's client endpoint.
 struct loopback_cluster {
   test::temp_dir& dir;
