@@ -361,7 +361,13 @@ struct node_agent::impl {
       if (now - last_heard > hb * o.liveness) {
         note("the daemon at " + o.connect + " was silent for "
              + std::to_string(std::chrono::duration_cast<milliseconds>(now - last_heard).count())
-             + " ms; reconnecting in " + std::to_string(backoff.count()) + " ms");
+             + " ms; reconnecting in " + std::to_string(backoff.count()) + " ms"
+             + (welcomed ? ""
+                         : o.server_public_key.empty()
+                           ? " (never welcomed: is the daemon running there? does it require "
+                             "CURVE keys: --server-key, --key?)"
+                           : " (never welcomed: is this node's public key on the daemon's "
+                             "allow-list, and --server-key the daemon's?)"));
         socket.reset();
         welcomed = false;
         auto until = clock_type::now() + backoff;
