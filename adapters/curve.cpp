@@ -1,5 +1,7 @@
 #include "adapters/curve.hpp"
 
+#include <iterator>
+#include <zmq_addon.hpp>
 #include <algorithm>
 #include <array>
 #include <cctype>
@@ -568,15 +570,7 @@ void zap_handler::serve() {
       zmq::poll(&item, 1, std::chrono::milliseconds(100));
       if ((item.revents & ZMQ_POLLIN) == 0)
         continue;
-      for (;;) {
-        zmq::message_t frame;
-        if (!socket_->recv(frame, zmq::recv_flags::none))
-          break;
-        bool more = frame.more();
-        frames.push_back(std::move(frame));
-        if (!more)
-          break;
-      }
+      (void) zmq::recv_multipart(*socket_, std::back_inserter(frames), zmq::recv_flags::none);
     } catch (const zmq::error_t& e) {
       if (e.num() == ETERM) {
         socket_->close(); // the context is being terminated and waits for this socket

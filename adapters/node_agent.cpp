@@ -1,5 +1,7 @@
 #include "adapters/node_agent.hpp"
 
+#include <iterator>
+#include <zmq_addon.hpp>
 #include <chrono>
 #include <deque>
 #include <filesystem>
@@ -335,15 +337,7 @@ struct node_agent::impl {
       if ((item.revents & ZMQ_POLLIN) != 0) {
         for (int burst = 0; burst < 1000; ++burst) {
           std::vector<zmq::message_t> frames;
-          for (;;) {
-            zmq::message_t frame;
-            if (!socket->recv(frame, zmq::recv_flags::dontwait))
-              break;
-            bool more = frame.more();
-            frames.push_back(std::move(frame));
-            if (!more)
-              break;
-          }
+          (void) zmq::recv_multipart(*socket, std::back_inserter(frames), zmq::recv_flags::dontwait);
           if (frames.empty())
             break;
           if (on_frames(frames)) {

@@ -1,5 +1,7 @@
 #include "adapters/node_bridge.hpp"
 
+#include <iterator>
+#include <zmq_addon.hpp>
 #include <chrono>
 #include <filesystem>
 
@@ -133,15 +135,7 @@ void node_server::serve() {
     if ((item.revents & ZMQ_POLLIN) == 0)
       continue;
     std::vector<zmq::message_t> frames;
-    for (;;) {
-      zmq::message_t frame;
-      if (!socket_->recv(frame, zmq::recv_flags::none))
-        break;
-      bool more = frame.more();
-      frames.push_back(std::move(frame));
-      if (!more)
-        break;
-    }
+    (void) zmq::recv_multipart(*socket_, std::back_inserter(frames), zmq::recv_flags::none);
     if (frames.size() < 2)
       continue;
     auto& identity = frames.front();
@@ -200,15 +194,7 @@ node_client::run(const messages::trial_spec_msg& spec, double timeout_s,
       if ((item.revents & ZMQ_POLLIN) == 0)
         continue;
       std::vector<zmq::message_t> frames;
-      for (;;) {
-        zmq::message_t frame;
-        if (!socket_.recv(frame, zmq::recv_flags::none))
-          break;
-        bool more = frame.more();
-        frames.push_back(std::move(frame));
-        if (!more)
-          break;
-      }
+      (void) zmq::recv_multipart(socket_, std::back_inserter(frames), zmq::recv_flags::none);
       const auto& body = frames.back();
       auto reply = messages::envelope_msg::decode(body.data(), body.size());
       if (!reply)

@@ -2,7 +2,10 @@
 
 #include <chrono>
 #include <sstream>
+#include <iterator>
 #include <vector>
+
+#include <zmq_addon.hpp>
 
 #include "messages/errc.hpp"
 #include "messages/node_frames.hpp"
@@ -17,15 +20,7 @@ using std::chrono::milliseconds;
 /// Reads one multipart message without blocking; empty when none is waiting.
 std::vector<zmq::message_t> receive_all(zmq::socket_t& s) {
   std::vector<zmq::message_t> frames;
-  for (;;) {
-    zmq::message_t frame;
-    if (!s.recv(frame, zmq::recv_flags::dontwait))
-      break;
-    bool more = frame.more();
-    frames.push_back(std::move(frame));
-    if (!more)
-      break;
-  }
+  (void) zmq::recv_multipart(s, std::back_inserter(frames), zmq::recv_flags::dontwait);
   return frames;
 }
 

@@ -598,6 +598,24 @@ caf::expected<messages::client_reply_msg> ask(const client_options& c,
   }
 }
 
+/// Sends `request` and returns the JSON text of an ok answer. Errors: those of ask(), or
+/// errc::invalid_argument "`refused`: the daemon's reason" for an answer that is not ok.
+template <class Table>
+caf::expected<std::string> ask_json(const client_options& c, const messages::message<Table>& request,
+                                    const std::string& refused) {
+  auto env = messages::seal(request, "", "client", 0);
+  if (!env)
+    return std::move(env.error());
+  auto answer = ask(c, *env);
+  if (!answer)
+    return std::move(answer.error());
+  if (!(*answer)->ok())
+    return make_error(errc::invalid_argument,
+                      refused + ": "
+                        + ((*answer)->error() != nullptr ? (*answer)->error()->str() : ""));
+  return (*answer)->json() != nullptr ? (*answer)->json()->str() : std::string{};
+}
+
 } // namespace
 
 int run_daemon(const daemon_config& config, std::ostream& out, std::ostream& err) {
@@ -767,25 +785,14 @@ int run_submit(const client_options& client, const std::string& task_path,
   s.seed = seed ? flatbuffers::Optional<std::uint64_t>{*seed} : flatbuffers::nullopt;
   s.trials = trials ? flatbuffers::Optional<std::uint32_t>{*trials} : flatbuffers::nullopt;
   s.max_slots = max_slots;
-  auto env = messages::seal(messages::submit_task_msg::pack(s), "", "client", 0);
-  if (!env) {
-    err << "infrarsi submit: " << describe(env.error()) << '\n';
-    return 1;
-  }
-  auto answer = ask(client, *env);
+  auto answer = ask_json(client, messages::submit_task_msg::pack(s), "the daemon refused " + task_path);
   if (!answer) {
     err << "infrarsi submit: " << describe(answer.error()) << '\n';
     return 1;
   }
-  if (!(*answer)->ok()) {
-    err << "infrarsi submit: the daemon refused " << task_path << ": "
-        << ((*answer)->error() != nullptr ? (*answer)->error()->str() : "") << '\n';
-    return 1;
-  }
-  auto doc = nlohmann::json::parse((*answer)->json()->str(), nullptr, false);
+  auto doc = nlohmann::json::parse(*answer, nullptr, false);
   if (!doc.is_object() || !doc["run_id"].is_string()) {
-    err << "infrarsi submit: the daemon's answer has no run id: " << (*answer)->json()->str()
-        << '\n';
+    err << "infrarsi submit: the daemon's answer has no run id: " << *answer << '\n';
     return 1;
   }
   out << doc["run_id"].get<std::string>() << '\n';
@@ -796,24 +803,14 @@ int run_daemon_status(const client_options& client, bool json, std::ostream& out
                       std::ostream& err) {
   wire::ClientRequestT request;
   request.command = "status";
-  auto env = messages::seal(messages::client_request_msg::pack(request), "", "client", 0);
-  if (!env) {
-    err << "infrarsi daemon status: " << describe(env.error()) << '\n';
-    return 1;
-  }
-  auto answer = ask(client, *env);
+  auto answer = ask_json(client, messages::client_request_msg::pack(request), "the daemon said");
   if (!answer) {
     err << "infrarsi daemon status: " << describe(answer.error()) << '\n';
     return 1;
   }
-  if (!(*answer)->ok()) {
-    err << "infrarsi daemon status: "
-        << ((*answer)->error() != nullptr ? (*answer)->error()->str() : "") << '\n';
-    return 1;
-  }
-  auto doc = nlohmann::json::parse((*answer)->json()->str(), nullptr, false);
+  auto doc = nlohmann::json::parse(*answer, nullptr, false);
   if (json || !doc.is_object() || !doc["daemon_runs"].is_array() || !doc["nodes"].is_array()) {
-    out << (*answer)->json()->str() << '\n';
+    out << *answer << '\n';
     return 0;
   }
   // A document of another shape (another version of the daemon) is printed as it is.
@@ -848,7 +845,7 @@ int run_daemon_status(const client_options& client, bool json, std::ostream& out
         << doc.value("queued", 0) << ", lost " << doc.value("lost_attempts", 0) << ", stale results "
         << doc.value("stale_results", 0) << '\n';
   } catch (const nlohmann::json::exception&) {
-    out << (*answer)->json()->str() << '\n';
+    out << *answer << '\n';
     return 0;
   }
   out << text.str();

@@ -27,32 +27,6 @@ inline int shell(const std::string& command) {
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
-/// Starts `prefix... infrarsi ARGS...` in its own process group, output appended to `output`.
-inline pid_t start_in(const std::vector<std::string>& prefix, const std::vector<std::string>& args,
-                      const std::string& output) {
-  std::cout.flush();
-  std::fflush(nullptr);
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    if (std::freopen(output.c_str(), "a", stderr) == nullptr
-        || std::freopen(output.c_str(), "a", stdout) == nullptr)
-      ::_exit(126);
-    std::vector<std::string> all = prefix;
-    all.push_back(INFRARSI_CLI_PATH);
-    all.insert(all.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : all)
-      argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execvp(argv[0], argv.data());
-    ::_exit(127);
-  }
-  if (pid > 0)
-    ::setpgid(pid, pid);
-  return pid;
-}
-
 /// Network namespaces made by one test, removed with everything in them when it ends.
 class netns_set {
 public:

@@ -72,51 +72,127 @@ std::string submit(const std::vector<std::string>& prefix, const std::string& cl
   return text.substr(0, nl);
 }
 
+/// A daemon and its node-runners: on loopback, or each in its own network namespace (`prefix`:
+/// `ip netns exec NS`).
+struct cluster {
+  cluster(test::temp_dir& d, test::process_set& p, std::string c)
+    : dir(d), procs(p), config(std::move(c)) {}
+  test::temp_dir& dir;
+  test::process_set& procs;
+  std::string config;
+  std::vector<std::string> daemon_prefix;
+  std::string daemon_out = dir.sub("daemon.out");
+  std::string clients;
+  pid_t daemon = -1;
+  std::map<std::string, pid_t> nodes;
+
+  void start_daemon() {
+    daemon = procs.add(test::start_in(daemon_prefix, {"daemon", "--config", config}, daemon_out));
+    clients = bound(daemon_out, "clients");
+  }
+  /// The last "nodes" line: a restarted daemon prints its own.
+  std::string nodes_endpoint() const {
+    auto text = file_text(daemon_out);
+    std::string ep;
+    auto re = std::regex{"(^|\\n)nodes (tcp://[^\\s]+)"};
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), re);
+         it != std::sregex_iterator(); ++it)
+      ep = (*it)[2];
+    return ep;
+  }
+  void start_node(const std::string& name, const std::string& endpoint,
+                  const std::vector<std::string>& prefix = {},
+                  const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args{"node",       "--connect", endpoint, "--workdir",
+                                  dir.sub(name), "--name",    name};
+    args.insert(args.end(), extra.begin(), extra.end());
+    nodes[name] = procs.add(test::start_in(prefix, args, dir.sub(name + ".out")));
+  }
+  /// Whether every node of `names` joined within `timeout`.
+  bool joined(const std::vector<std::string>& names, std::chrono::seconds timeout = 30s) const {
+    return eventually(timeout, [&] {
+      for (const auto& n : names)
+        if (!file_contains(daemon_out, "node " + n + " joined"))
+          return false;
+      return true;
+    });
+  }
+  /// SIGTERM (drain); the daemon's exit code.
+  int drain() {
+    auto rc = test::terminate(daemon, 30s);
+    procs.reaped(daemon);
+    return rc;
+  }
+};
+
+/// A head namespace linked to two host namespaces: head 10.231.1.1 <-> a, 10.231.2.1 <-> b.
+struct netns_layout {
+  test::netns_set ns;
+  std::string head = ns.add("d");
+  std::string host_a = ns.add("a");
+  std::string host_b = ns.add("b");
+  std::pair<std::string, std::string> link_a = ok_names() ? ns.link(head, host_a, 1)
+                                                          : std::pair<std::string, std::string>{};
+  std::pair<std::string, std::string> link_b = ok_names() ? ns.link(head, host_b, 2)
+                                                          : std::pair<std::string, std::string>{};
+  [[nodiscard]] bool ok_names() const {
+    return !head.empty() && !host_a.empty() && !host_b.empty();
+  }
+  [[nodiscard]] bool ok() const { return ok_names() && !link_a.first.empty() && !link_b.first.empty(); }
+  [[nodiscard]] std::vector<std::string> in(const std::string& name) const {
+    return {"ip", "netns", "exec", name};
+  }
+};
+
+/// The daemon in the head namespace, node-a and node-b in theirs, all joined.
+void start_in_namespaces(cluster& c, const netns_layout& net) {
+  c.daemon_prefix = net.in(net.head);
+  c.start_daemon();
+  ASSERT_FALSE(c.clients.empty()) << file_text(c.daemon_out);
+  c.start_node("node-a", "tcp://10.231.1.1:5555", net.in(net.host_a));
+  c.start_node("node-b", "tcp://10.231.2.1:5555", net.in(net.host_b));
+  ASSERT_TRUE(c.joined({"node-a", "node-b"})) << file_text(c.daemon_out);
+}
+
+/// The daemon and node-a, node-b on loopback, all joined.
+void start_on_loopback(cluster& c) {
+  c.start_daemon();
+  ASSERT_FALSE(c.clients.empty()) << file_text(c.daemon_out);
+  auto ep = c.nodes_endpoint();
+  c.start_node("node-a", ep);
+  c.start_node("node-b", ep);
+  ASSERT_TRUE(c.joined({"node-a", "node-b"})) << file_text(c.daemon_out);
+}
+
+/// `infrarsi replay RUN --store STORE`'s exit code (0: every decision reproduced).
+void expect_replays(const test::temp_dir& dir, const std::string& store, const std::string& run) {
+  auto [rc, replay] = test::run_capture({}, {"replay", run, "--store", store},
+                                        dir.sub("replay.out"));
+  EXPECT_EQ(rc, 0) << run << ": " << replay;
+}
+
 TEST(Daemon, TwoNodesInTwoNetworkNamespacesShareASimRunThatFinishesAndReplays) {
   if (!test::netns_set::available())
     GTEST_SKIP() << "needs root and iproute2 (ip netns) to make its own network namespaces";
   test::temp_dir dir;
-  test::netns_set ns;
-  auto head = ns.add("d");
-  auto host_a = ns.add("a");
-  auto host_b = ns.add("b");
-  ASSERT_FALSE(head.empty() || host_a.empty() || host_b.empty()) << "ip netns add failed";
-  ASSERT_FALSE(ns.link(head, host_a, 1).first.empty());
-  ASSERT_FALSE(ns.link(head, host_b, 2).first.empty());
+  netns_layout net;
+  ASSERT_TRUE(net.ok()) << "ip netns add / veth failed";
   test::process_set procs;
-  const std::vector<std::string> in_head{"ip", "netns", "exec", head};
-  auto config = test::write_daemon_config(dir, "daemon", "tcp://*:5555", "tcp://127.0.0.1:5556");
-  auto daemon_out = dir.sub("daemon.out");
-  pid_t daemon = procs.add(test::start_in(in_head, {"daemon", "--config", config}, daemon_out));
-  ASSERT_FALSE(bound(daemon_out, "clients").empty()) << file_text(daemon_out);
-  // Each node reaches the daemon over its own veth link: 10.231.1.1 and 10.231.2.1.
-  procs.add(test::start_in({"ip", "netns", "exec", host_a},
-                           {"node", "--connect", "tcp://10.231.1.1:5555", "--workdir",
-                            dir.sub("node-a"), "--name", "node-a"},
-                           dir.sub("node-a.out")));
-  procs.add(test::start_in({"ip", "netns", "exec", host_b},
-                           {"node", "--connect", "tcp://10.231.2.1:5555", "--workdir",
-                            dir.sub("node-b"), "--name", "node-b"},
-                           dir.sub("node-b.out")));
-  ASSERT_TRUE(eventually(20s, [&] {
-    return file_contains(daemon_out, "node node-a joined")
-           && file_contains(daemon_out, "node node-b joined");
-  })) << file_text(daemon_out);
-  auto task = write_sim_task(dir, "sim-daemon", 0.2, 8);
-  auto run_id = submit(in_head, "tcp://127.0.0.1:5556", task, dir);
+  cluster c{dir, procs,
+            test::write_daemon_config(dir, "daemon", "tcp://*:5555", "tcp://127.0.0.1:5556")};
+  start_in_namespaces(c, net);
+  auto run_id = submit(c.daemon_prefix, c.clients, write_sim_task(dir, "sim-daemon", 0.2, 8), dir);
   ASSERT_FALSE(run_id.empty());
   auto store = dir.sub("daemon-store");
   ASSERT_TRUE(eventually(240s, [&] { return test::run_applied(store, run_id); }))
-    << file_text(daemon_out);
+    << file_text(c.daemon_out);
   // Status over the client socket names both nodes.
-  auto [src, status] = test::run_capture(in_head, {"daemon", "status", "--daemon",
-                                                   "tcp://127.0.0.1:5556"},
+  auto [src, status] = test::run_capture(c.daemon_prefix, {"daemon", "status", "--daemon", c.clients},
                                          dir.sub("status.out"));
   EXPECT_EQ(src, 0) << status;
   EXPECT_NE(status.find("node-a"), std::string::npos) << status;
   EXPECT_NE(status.find("node-b"), std::string::npos) << status;
-  EXPECT_EQ(test::terminate(daemon, 30s), 0) << file_text(daemon_out);
-  procs.reaped(daemon);
+  EXPECT_EQ(c.drain(), 0) << file_text(c.daemon_out);
   auto r = test::read_logged_run(store, run_id);
   ASSERT_TRUE(r);
   std::map<std::string, int> per_node;
@@ -128,130 +204,62 @@ TEST(Daemon, TwoNodesInTwoNetworkNamespacesShareASimRunThatFinishesAndReplays) {
             static_cast<int>(r->of(wire::EventKind::TrialCompleted).size()))
     << "every trial ran on one of the two nodes";
   EXPECT_EQ(explore_trials(*r).size(), 8u);
-  auto [rc, replay] = test::run_capture({}, {"replay", run_id, "--store", store},
-                                        dir.sub("replay.out"));
-  EXPECT_EQ(rc, 0) << replay;
+  expect_replays(dir, store, run_id);
 }
 
 TEST(Daemon, APartitionedNodeRejoinsAndALossyLinkStillFinishesTheRun) {
   if (!test::netns_set::available() || test::shell("command -v iptables") != 0)
     GTEST_SKIP() << "needs root, iproute2 (ip netns) and iptables in its own namespaces";
   test::temp_dir dir;
-  test::netns_set ns;
-  auto head = ns.add("d");
-  auto host_a = ns.add("a");
-  auto host_b = ns.add("b");
-  ASSERT_FALSE(head.empty() || host_a.empty() || host_b.empty()) << "ip netns add failed";
-  auto link_a = ns.link(head, host_a, 1);
-  ASSERT_FALSE(link_a.first.empty());
-  ASSERT_FALSE(ns.link(head, host_b, 2).first.empty());
+  netns_layout net;
+  ASSERT_TRUE(net.ok()) << "ip netns add / veth failed";
   // node-b's link drops 10 % of the packets it receives (inside its own namespace only).
-  ASSERT_EQ(test::shell("ip netns exec " + host_b
+  ASSERT_EQ(test::shell("ip netns exec " + net.host_b
                         + " iptables -A INPUT -p tcp -m statistic --mode random --probability "
                           "0.1 -j DROP"),
             0);
   test::process_set procs;
-  const std::vector<std::string> in_head{"ip", "netns", "exec", head};
-  auto config = test::write_daemon_config(dir, "daemon", "tcp://*:5555", "tcp://127.0.0.1:5556");
-  auto daemon_out = dir.sub("daemon.out");
-  pid_t daemon = procs.add(test::start_in(in_head, {"daemon", "--config", config}, daemon_out));
-  ASSERT_FALSE(bound(daemon_out, "clients").empty()) << file_text(daemon_out);
-  procs.add(test::start_in({"ip", "netns", "exec", host_a},
-                           {"node", "--connect", "tcp://10.231.1.1:5555", "--workdir",
-                            dir.sub("node-a"), "--name", "node-a"},
-                           dir.sub("node-a.out")));
-  procs.add(test::start_in({"ip", "netns", "exec", host_b},
-                           {"node", "--connect", "tcp://10.231.2.1:5555", "--workdir",
-                            dir.sub("node-b"), "--name", "node-b"},
-                           dir.sub("node-b.out")));
-  ASSERT_TRUE(eventually(30s, [&] {
-    return file_contains(daemon_out, "node node-a joined")
-           && file_contains(daemon_out, "node node-b joined");
-  })) << file_text(daemon_out);
-  auto task = write_sim_task(dir, "sim-partition", 1.0, 6);
-  auto run_id = submit(in_head, "tcp://127.0.0.1:5556", task, dir);
+  cluster c{dir, procs,
+            test::write_daemon_config(dir, "daemon", "tcp://*:5555", "tcp://127.0.0.1:5556")};
+  start_in_namespaces(c, net);
+  auto run_id =
+    submit(c.daemon_prefix, c.clients, write_sim_task(dir, "sim-partition", 1.0, 6), dir);
   ASSERT_FALSE(run_id.empty());
   auto store = dir.sub("daemon-store");
   ASSERT_TRUE(eventually(60s, [&] {
     return file_contains(dir.sub("node-a.out"), "starts in slot");
   })) << file_text(dir.sub("node-a.out"));
-  // Partition node-a for 8 s: the daemon loses its attempt and re-queues it on node-b.
-  ASSERT_EQ(test::shell("ip -n " + head + " link set " + link_a.first + " down"), 0);
-  EXPECT_TRUE(eventually(8s, [&] { return file_contains(daemon_out, "node node-a is gone"); }))
-    << file_text(daemon_out);
+  // Partition node-a for about 8 s: the daemon loses its attempt and re-queues it on node-b.
+  const auto& link = net.link_a.first;
+  ASSERT_EQ(test::shell("ip -n " + net.head + " link set " + link + " down"), 0);
+  EXPECT_TRUE(eventually(8s, [&] { return file_contains(c.daemon_out, "node node-a is gone"); }))
+    << file_text(c.daemon_out);
   std::this_thread::sleep_for(4s);
-  ASSERT_EQ(test::shell("ip -n " + head + " link set " + link_a.first + " up"), 0);
-  ASSERT_EQ(test::shell("ip -n " + head + " addr replace 10.231.1.1/24 dev " + link_a.first), 0);
+  ASSERT_EQ(test::shell("ip -n " + net.head + " link set " + link + " up"), 0);
   ASSERT_TRUE(eventually(240s, [&] { return test::run_applied(store, run_id); }))
-    << file_text(daemon_out);
-  // node-a came back and rejoined (said hello again) after the partition.
+    << file_text(c.daemon_out);
+  // node-a came back and said hello again after the partition.
   EXPECT_TRUE(eventually(60s, [&] {
-    auto text = file_text(daemon_out);
+    auto text = file_text(c.daemon_out);
     return text.find("node node-a joined", text.find("node node-a is gone")) != std::string::npos;
-  })) << file_text(daemon_out);
-  EXPECT_EQ(test::terminate(daemon, 30s), 0) << file_text(daemon_out);
-  procs.reaped(daemon);
+  })) << file_text(c.daemon_out);
+  EXPECT_EQ(c.drain(), 0) << file_text(c.daemon_out);
   auto r = test::read_logged_run(store, run_id);
   ASSERT_TRUE(r);
   EXPECT_GE(r->of(wire::EventKind::TrialLost).size(), 1u);
   EXPECT_EQ(explore_trials(*r).size(), 6u);
-  auto [rc, replay] = test::run_capture({}, {"replay", run_id, "--store", store},
-                                        dir.sub("replay.out"));
-  EXPECT_EQ(rc, 0) << replay;
+  expect_replays(dir, store, run_id);
 }
-
-/// Daemon and two nodes on loopback; returns the daemon's client endpoint.
-struct loopback_cluster {
-  test::temp_dir& dir;
-  test::process_set& procs;
-  std::string config;
-  std::string daemon_out;
-  std::string clients;
-  pid_t daemon = -1;
-  std::map<std::string, pid_t> nodes;
-
-  void start_daemon() {
-    daemon = procs.add(test::start_in({}, {"daemon", "--config", config}, daemon_out));
-    clients = bound(daemon_out, "clients");
-  }
-  std::string nodes_endpoint() {
-    // The last "nodes" line: a restarted daemon prints its own.
-    auto text = file_text(daemon_out);
-    std::string ep;
-    std::smatch m;
-    auto re = std::regex{"(^|\\n)nodes (tcp://[^\\s]+)"};
-    for (auto it = std::sregex_iterator(text.begin(), text.end(), re);
-         it != std::sregex_iterator(); ++it)
-      ep = (*it)[2];
-    return ep;
-  }
-  void start_node(const std::string& name, const std::string& endpoint) {
-    nodes[name] = procs.add(test::start_in(
-      {}, {"node", "--connect", endpoint, "--workdir", dir.sub(name), "--name", name},
-      dir.sub(name + ".out")));
-  }
-};
 
 TEST(Daemon, AKilledNodeLosesItsTrialWithinFiveSecondsAndTheOtherNodeFinishesTheRun) {
   test::temp_dir dir;
   test::process_set procs;
   // Fixed loopback ports would collide between parallel tests: port 0, read back.
-  loopback_cluster c{dir, procs,
-                     test::write_daemon_config(dir, "daemon", "tcp://127.0.0.1:*",
-                                               "tcp://127.0.0.1:*"),
-                     dir.sub("daemon.out"), {}, -1, {}};
-  c.start_daemon();
-  ASSERT_FALSE(c.clients.empty()) << file_text(c.daemon_out);
-  auto nodes_ep = c.nodes_endpoint();
-  c.start_node("node-a", nodes_ep);
-  c.start_node("node-b", nodes_ep);
-  ASSERT_TRUE(eventually(20s, [&] {
-    return file_contains(c.daemon_out, "node node-a joined")
-           && file_contains(c.daemon_out, "node node-b joined");
-  })) << file_text(c.daemon_out);
+  cluster c{dir, procs,
+            test::write_daemon_config(dir, "daemon", "tcp://127.0.0.1:*", "tcp://127.0.0.1:*")};
+  start_on_loopback(c);
   const int budget = 6;
-  auto task = write_sim_task(dir, "sim-kill", 1.5, budget);
-  auto run_id = submit({}, c.clients, task, dir);
+  auto run_id = submit({}, c.clients, write_sim_task(dir, "sim-kill", 1.5, budget), dir);
   ASSERT_FALSE(run_id.empty());
   auto store = dir.sub("daemon-store");
   // Wait for node-a to be running an attempt, then kill -9 the node-runner.
@@ -289,31 +297,17 @@ TEST(Daemon, AKilledNodeLosesItsTrialWithinFiveSecondsAndTheOtherNodeFinishesThe
   EXPECT_TRUE(requeued) << "trial " << lost->trial << " attempt " << lost->attempt + 1;
   EXPECT_EQ(explore_trials(*r).size(), static_cast<std::size_t>(budget))
     << "the run spent exactly its budget";
-  EXPECT_EQ(test::terminate(c.daemon, 30s), 0);
-  procs.reaped(c.daemon);
-  auto [rc, replay] = test::run_capture({}, {"replay", run_id, "--store", store},
-                                        dir.sub("replay.out"));
-  EXPECT_EQ(rc, 0) << replay;
+  EXPECT_EQ(c.drain(), 0);
+  expect_replays(dir, store, run_id);
 }
 
 TEST(Daemon, AStoppedNodesLateResultIsLoggedStaleAndNeverCounted) {
   test::temp_dir dir;
   test::process_set procs;
-  loopback_cluster c{dir, procs,
-                     test::write_daemon_config(dir, "daemon", "tcp://127.0.0.1:*",
-                                               "tcp://127.0.0.1:*"),
-                     dir.sub("daemon.out"), {}, -1, {}};
-  c.start_daemon();
-  ASSERT_FALSE(c.clients.empty()) << file_text(c.daemon_out);
-  auto nodes_ep = c.nodes_endpoint();
-  c.start_node("node-a", nodes_ep);
-  c.start_node("node-b", nodes_ep);
-  ASSERT_TRUE(eventually(20s, [&] {
-    return file_contains(c.daemon_out, "node node-a joined")
-           && file_contains(c.daemon_out, "node node-b joined");
-  })) << file_text(c.daemon_out);
-  auto task = write_sim_task(dir, "sim-stop", 1.5, 4);
-  auto run_id = submit({}, c.clients, task, dir);
+  cluster c{dir, procs,
+            test::write_daemon_config(dir, "daemon", "tcp://127.0.0.1:*", "tcp://127.0.0.1:*")};
+  start_on_loopback(c);
+  auto run_id = submit({}, c.clients, write_sim_task(dir, "sim-stop", 1.5, 4), dir);
   ASSERT_FALSE(run_id.empty());
   auto store = dir.sub("daemon-store");
   ASSERT_TRUE(eventually(60s, [&] {
@@ -340,30 +334,20 @@ TEST(Daemon, AStoppedNodesLateResultIsLoggedStaleAndNeverCounted) {
   EXPECT_EQ(explore_trials(*r).size(), 4u);
   // Both node-runners are still alive: nothing crashed.
   EXPECT_EQ(::waitpid(c.nodes["node-a"], nullptr, WNOHANG), 0);
-  EXPECT_EQ(test::terminate(c.daemon, 30s), 0);
-  procs.reaped(c.daemon);
-  auto [rc, replay] = test::run_capture({}, {"replay", run_id, "--store", store},
-                                        dir.sub("replay.out"));
-  EXPECT_EQ(rc, 0) << replay;
+  EXPECT_EQ(c.drain(), 0);
+  expect_replays(dir, store, run_id);
 }
 
 TEST(Daemon, KilledWithTwoRunsInFlightItResumesBothAndReplayReproducesThem) {
   test::temp_dir dir;
   test::process_set procs;
   // Fixed ports: the restarted daemon must be where the nodes reconnect.
-  auto port = 20000 + (::getpid() % 12000) * 2;
+  auto port = 20000 + (::getpid() % 6000) * 2;
   auto nodes_ep = "tcp://127.0.0.1:" + std::to_string(port);
   auto clients_ep = "tcp://127.0.0.1:" + std::to_string(port + 1);
-  loopback_cluster c{dir, procs, test::write_daemon_config(dir, "daemon", nodes_ep, clients_ep),
-                     dir.sub("daemon.out"), {}, -1, {}};
-  c.start_daemon();
+  cluster c{dir, procs, test::write_daemon_config(dir, "daemon", nodes_ep, clients_ep)};
+  start_on_loopback(c);
   ASSERT_EQ(c.clients, clients_ep) << file_text(c.daemon_out);
-  c.start_node("node-a", nodes_ep);
-  c.start_node("node-b", nodes_ep);
-  ASSERT_TRUE(eventually(20s, [&] {
-    return file_contains(c.daemon_out, "node node-a joined")
-           && file_contains(c.daemon_out, "node node-b joined");
-  })) << file_text(c.daemon_out);
   auto run1 = submit({}, clients_ep, write_sim_task(dir, "sim-one", 0.3, 6), dir);
   auto run2 = submit({}, clients_ep, write_sim_task(dir, "sim-two", 0.3, 6), dir, {"--seed", "7"});
   ASSERT_FALSE(run1.empty());
@@ -385,22 +369,18 @@ TEST(Daemon, KilledWithTwoRunsInFlightItResumesBothAndReplayReproducesThem) {
   procs.reaped(c.daemon);
   c.start_daemon();
   ASSERT_EQ(c.clients, clients_ep) << file_text(c.daemon_out);
-  EXPECT_TRUE(eventually(10s, [&] { return file_contains(c.daemon_out, "resuming run " + run1); }))
-    << file_text(c.daemon_out);
-  EXPECT_TRUE(eventually(10s, [&] { return file_contains(c.daemon_out, "resuming run " + run2); }))
-    << file_text(c.daemon_out);
+  for (const auto& run : {run1, run2})
+    EXPECT_TRUE(eventually(10s, [&] { return file_contains(c.daemon_out, "resuming run " + run); }))
+      << file_text(c.daemon_out);
   ASSERT_TRUE(eventually(300s, [&] {
     return test::run_applied(store, run1) && test::run_applied(store, run2);
   })) << file_text(c.daemon_out);
-  EXPECT_EQ(test::terminate(c.daemon, 30s), 0);
-  procs.reaped(c.daemon);
+  EXPECT_EQ(c.drain(), 0);
   for (const auto& run : {run1, run2}) {
     auto r = test::read_logged_run(store, run);
     ASSERT_TRUE(r);
     EXPECT_EQ(explore_trials(*r).size(), 6u) << run;
-    auto [rc, replay] = test::run_capture({}, {"replay", run, "--store", store},
-                                          dir.sub("replay.out"));
-    EXPECT_EQ(rc, 0) << run << ": " << replay;
+    expect_replays(dir, store, run);
   }
 }
 
@@ -417,31 +397,26 @@ TEST(Daemon, ANodeWhoseKeyIsNotAllowedIsRefusedAndAPlainClientGetsNothing) {
   }
   for (const auto& name : {"good-node", "client"})
     std::filesystem::copy_file(keys + "/" + name + ".pub", allowed + "/" + name + ".pub");
-  auto config = test::write_daemon_config(
-    dir, "daemon", "tcp://127.0.0.1:*", "tcp://127.0.0.1:*",
-    "[security]\nsecret_key = \"" + keys + "/daemon.key\"\nallow = \"" + allowed + "\"\n");
-  test::process_set cleanup;
-  loopback_cluster c{dir, procs, config, dir.sub("daemon.out"), {}, -1, {}};
+  cluster c{dir, procs,
+            test::write_daemon_config(dir, "daemon", "tcp://127.0.0.1:*", "tcp://127.0.0.1:*",
+                                      "[security]\nsecret_key = \"" + keys
+                                        + "/daemon.key\"\nallow = \"" + allowed + "\"\n")};
   c.start_daemon();
   ASSERT_FALSE(c.clients.empty()) << file_text(c.daemon_out);
-  auto nodes_ep = c.nodes_endpoint();
-  auto node_args = [&](const std::string& name) {
-    return std::vector<std::string>{"node",         "--connect",  nodes_ep,
-                                    "--workdir",    dir.sub(name), "--name",
-                                    name,           "--server-key", keys + "/daemon.pub",
-                                    "--key",        keys + "/" + name + ".key"};
-  };
-  procs.add(test::start_in({}, node_args("bad-node"), dir.sub("bad-node.out")));
-  procs.add(test::start_in({}, node_args("good-node"), dir.sub("good-node.out")));
-  ASSERT_TRUE(eventually(20s, [&] { return file_contains(c.daemon_out, "node good-node joined"); }))
-    << file_text(c.daemon_out);
+  for (const auto& name : {"bad-node", "good-node"})
+    c.start_node(name, c.nodes_endpoint(), {},
+                 {"--server-key", keys + "/daemon.pub", "--key", keys + "/" + name + ".key"});
+  ASSERT_TRUE(c.joined({"good-node"})) << file_text(c.daemon_out);
   ASSERT_TRUE(eventually(10s, [&] { return file_contains(c.daemon_out, "refused a CURVE peer"); }))
     << file_text(c.daemon_out);
-  auto bad_pub = file_text(keys + "/bad-node.pub");
   EXPECT_FALSE(file_contains(c.daemon_out, "node bad-node joined"));
   EXPECT_FALSE(file_contains(dir.sub("bad-node.out"), "connected to"))
     << file_text(dir.sub("bad-node.out"));
-  // No secret key appears in any output.
+  // The refusal names the refused node's public key, never a secret one.
+  auto bad_public = file_text(keys + "/bad-node.pub");
+  std::smatch pub;
+  ASSERT_TRUE(std::regex_search(bad_public, pub, std::regex{"public\\s*=\\s*\"([^\"]+)\""}));
+  EXPECT_TRUE(file_contains(c.daemon_out, pub[1])) << file_text(c.daemon_out);
   for (const auto& name : {"daemon", "good-node", "bad-node", "client"}) {
     auto key_file = file_text(keys + "/" + std::string{name} + ".key");
     std::smatch m;
@@ -463,8 +438,7 @@ TEST(Daemon, ANodeWhoseKeyIsNotAllowedIsRefusedAndAPlainClientGetsNothing) {
   ASSERT_TRUE(doc.is_object()) << ok;
   ASSERT_EQ(doc["nodes"].size(), 1u) << ok;
   EXPECT_EQ(doc["nodes"][0].value("name", ""), "good-node");
-  EXPECT_EQ(test::terminate(c.daemon, 30s), 0);
-  procs.reaped(c.daemon);
+  EXPECT_EQ(c.drain(), 0);
 }
 
 } // namespace

@@ -46,9 +46,11 @@ inline bool wait_dispatched(pid_t pid, const std::string& trace) {
   return false;
 }
 
-/// Starts `infrarsi ARGS...` in its own process group (so the whole tree can be SIGKILLed), stdout
-/// and stderr appended to `output`; returns its pid.
-inline pid_t start_cli(const std::vector<std::string>& args, const std::string& output) {
+/// Starts `prefix... infrarsi ARGS...` (e.g. prefix `ip netns exec NS`; empty: infrarsi itself)
+/// in its own process group (so the whole tree can be SIGKILLed), stdout and stderr appended to
+/// `output`; returns its pid.
+inline pid_t start_in(const std::vector<std::string>& prefix, const std::vector<std::string>& args,
+                      const std::string& output) {
   std::cout.flush(); // the child's freopen would write the parent's unflushed output again
   std::fflush(nullptr);
   pid_t pid = ::fork();
@@ -57,18 +59,24 @@ inline pid_t start_cli(const std::vector<std::string>& args, const std::string& 
     if (std::freopen(output.c_str(), "a", stderr) == nullptr
         || std::freopen(output.c_str(), "a", stdout) == nullptr)
       ::_exit(126);
-    std::string bin = INFRARSI_CLI_PATH;
-    std::vector<std::string> copy = args;
-    std::vector<char*> argv{bin.data()};
-    for (auto& a : copy)
+    std::vector<std::string> all = prefix;
+    all.push_back(INFRARSI_CLI_PATH);
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : all)
       argv.push_back(a.data());
     argv.push_back(nullptr);
-    ::execv(bin.c_str(), argv.data());
+    ::execvp(argv[0], argv.data());
     ::_exit(127);
   }
   if (pid > 0)
     ::setpgid(pid, pid); // also from here: no race with a kill(-pid) right after the fork
   return pid;
+}
+
+/// Starts `infrarsi ARGS...` in its own process group, output appended to `output`.
+inline pid_t start_cli(const std::vector<std::string>& args, const std::string& output) {
+  return start_in({}, args, output);
 }
 
 /// Waits up to `timeout` for `pid` to exit; its wait status, or nothing if it still runs.
