@@ -45,37 +45,37 @@ std::string_view trim(std::string_view s) {
 const std::string& slurm_rank_script() {
   // POSIX sh (dash): no arrays, no [[ ]]. "$0" is "infrarsi-rank", "$@" the workload's argv.
   static const std::string script =
-    "RANK=${SLURM_PROCID:?\"not a Slurm task (no SLURM_PROCID)\"}\n"
-    "WORLD_SIZE=${SLURM_NTASKS:?\"not a Slurm task (no SLURM_NTASKS)\"}\n"
-    "LOCAL_RANK=${SLURM_LOCALID:-0}\n"
-    "n=${SLURM_NODEID:-0}\n"
-    "LOCAL_WORLD_SIZE=\n"
-    "saved_ifs=$IFS\n"
-    "IFS=,\n"
-    "for item in ${SLURM_STEP_TASKS_PER_NODE:-${SLURM_TASKS_PER_NODE:-$SLURM_NTASKS}}; do\n"
-    "  count=${item%%(*}\n"
-    "  repeat=1\n"
-    "  case $item in *'(x'*) repeat=${item#*(x}; repeat=${repeat%)};; esac\n"
-    "  if [ \"$n\" -lt \"$repeat\" ]; then LOCAL_WORLD_SIZE=$count; break; fi\n"
-    "  n=$((n - repeat))\n"
-    "done\n"
-    "IFS=$saved_ifs\n"
-    "LOCAL_WORLD_SIZE=${LOCAL_WORLD_SIZE:-$WORLD_SIZE}\n"
-    "if [ \"${SLURM_STEP_NUM_NODES:-1}\" = 1 ]; then\n"
-    "  MASTER_ADDR=127.0.0.1\n"
-    "else\n"
-    "  MASTER_ADDR=$(scontrol show hostnames \"$SLURM_STEP_NODELIST\" | head -n 1)\n"
-    "fi\n"
-    "if [ -z \"$MASTER_ADDR\" ]; then\n"
-    "  echo \"infrarsi: cannot name the first host of SLURM_STEP_NODELIST"
-    "='$SLURM_STEP_NODELIST'\" >&2\n"
-    "  exit 97\n"
-    "fi\n"
-    "export RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR\n"
-    "if [ \"$RANK\" = 0 ]; then\n"
-    "  echo \"INFRARSI_SLURM_STEP $SLURM_JOB_ID.$SLURM_STEP_ID\" >&2\n"
-    "fi\n"
-    "exec \"$@\"\n";
+      "RANK=${SLURM_PROCID:?\"not a Slurm task (no SLURM_PROCID)\"}\n"
+      "WORLD_SIZE=${SLURM_NTASKS:?\"not a Slurm task (no SLURM_NTASKS)\"}\n"
+      "LOCAL_RANK=${SLURM_LOCALID:-0}\n"
+      "n=${SLURM_NODEID:-0}\n"
+      "LOCAL_WORLD_SIZE=\n"
+      "saved_ifs=$IFS\n"
+      "IFS=,\n"
+      "for item in ${SLURM_STEP_TASKS_PER_NODE:-${SLURM_TASKS_PER_NODE:-$SLURM_NTASKS}}; do\n"
+      "  count=${item%%(*}\n"
+      "  repeat=1\n"
+      "  case $item in *'(x'*) repeat=${item#*(x}; repeat=${repeat%)};; esac\n"
+      "  if [ \"$n\" -lt \"$repeat\" ]; then LOCAL_WORLD_SIZE=$count; break; fi\n"
+      "  n=$((n - repeat))\n"
+      "done\n"
+      "IFS=$saved_ifs\n"
+      "LOCAL_WORLD_SIZE=${LOCAL_WORLD_SIZE:-$WORLD_SIZE}\n"
+      "if [ \"${SLURM_STEP_NUM_NODES:-1}\" = 1 ]; then\n"
+      "  MASTER_ADDR=127.0.0.1\n"
+      "else\n"
+      "  MASTER_ADDR=$(scontrol show hostnames \"$SLURM_STEP_NODELIST\" | head -n 1)\n"
+      "fi\n"
+      "if [ -z \"$MASTER_ADDR\" ]; then\n"
+      "  echo \"infrarsi: cannot name the first host of SLURM_STEP_NODELIST"
+      "='$SLURM_STEP_NODELIST'\" >&2\n"
+      "  exit 97\n"
+      "fi\n"
+      "export RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR\n"
+      "if [ \"$RANK\" = 0 ]; then\n"
+      "  echo \"INFRARSI_SLURM_STEP $SLURM_JOB_ID.$SLURM_STEP_ID\" >&2\n"
+      "fi\n"
+      "exec \"$@\"\n";
   return script;
 }
 
@@ -85,6 +85,7 @@ std::vector<std::string> srun_command(const srun_plan& plan) {
                                   "--kill-on-bad-exit=1",
                                   "--label",
                                   "--input=none",
+                                  "--export=ALL",
                                   "--chdir=" + plan.workdir,
                                   "--job-name=" + plan.step_name};
   cmd.insert(cmd.end(), plan.extra_args.begin(), plan.extra_args.end());
@@ -95,11 +96,11 @@ std::vector<std::string> srun_command(const srun_plan& plan) {
 
 std::vector<std::string> torchrun_command(const torchrun_plan& plan) {
   std::vector<std::string> cmd = plan.program;
-  cmd.insert(cmd.end(), {"--nnodes=1", "--nproc_per_node=" + std::to_string(plan.world_size),
-                         "--rdzv_backend=c10d",
-                         "--rdzv_endpoint=127.0.0.1:" + std::to_string(plan.port),
-                         "--rdzv_id=" + plan.rdzv_id, "--max_restarts=0", "--tee=3",
-                         "--log_dir=" + plan.log_dir});
+  cmd.insert(cmd.end(),
+             {"--nnodes=1", "--nproc_per_node=" + std::to_string(plan.world_size),
+              "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:" + std::to_string(plan.port),
+              "--rdzv_id=" + plan.rdzv_id, "--max_restarts=0", "--tee=3",
+              "--log_dir=" + plan.log_dir});
   cmd.insert(cmd.end(), plan.extra_args.begin(), plan.extra_args.end());
   cmd.emplace_back("--no_python");
   cmd.insert(cmd.end(), plan.argv.begin(), plan.argv.end());
@@ -108,10 +109,18 @@ std::vector<std::string> torchrun_command(const torchrun_plan& plan) {
 
 std::string reserved_srun_option(const std::string& arg) {
   static const std::vector<std::pair<std::string, std::string>> names = {
-    {"--ntasks", "-n"},   {"--label", "-l"},     {"--input", "-i"},
-    {"--output", "-o"},   {"--error", "-e"},     {"--unbuffered", "-u"},
-    {"--kill-on-bad-exit", "-K"}, {"--chdir", "-D"}, {"--job-name", "-J"},
-    {"--jobid", ""},      {"--pty", ""}};
+      {"--ntasks", "-n"},
+      {"--label", "-l"},
+      {"--input", "-i"},
+      {"--output", "-o"},
+      {"--error", "-e"},
+      {"--unbuffered", "-u"},
+      {"--kill-on-bad-exit", "-K"},
+      {"--chdir", "-D"},
+      {"--job-name", "-J"},
+      {"--export", ""},
+      {"--jobid", ""},
+      {"--pty", ""}};
   auto name = option_name(arg);
   if (name.empty())
     return {};
@@ -123,9 +132,10 @@ std::string reserved_srun_option(const std::string& arg) {
 
 std::string reserved_torchrun_option(const std::string& arg) {
   static const std::vector<std::string> names = {
-    "--nnodes",  "--nproc_per_node", "--rdzv_backend", "--rdzv_endpoint", "--rdzv_id",
-    "--max_restarts", "--tee",       "--redirects",    "--log_dir",       "--no_python",
-    "--standalone",   "--master_addr", "--master_port", "--node_rank"};
+      "--nnodes",      "--nproc_per_node", "--rdzv_backend", "--rdzv_endpoint",
+      "--rdzv_id",     "--max_restarts",   "--tee",          "--redirects",
+      "--log_dir",     "--no_python",      "--standalone",   "--master_addr",
+      "--master_port", "--node_rank"};
   auto name = option_name(arg);
   if (name == "-r")
     return "--redirects";

@@ -45,11 +45,13 @@ const std::string& slurm_rank_script();
 inline constexpr std::string_view slurm_step_marker = "INFRARSI_SLURM_STEP ";
 
 /// The command of a trial's Slurm job step:
-/// `srun --ntasks=N --kill-on-bad-exit=1 --label --input=none --chdir=WORKDIR
+/// `srun --ntasks=N --kill-on-bad-exit=1 --label --input=none --export=ALL --chdir=WORKDIR
 /// --job-name=NAME EXTRA... /bin/sh -c SCRIPT infrarsi-rank ARGV...` (SCRIPT:
 /// slurm_rank_script()). `--label` prefixes every output line with its task's rank, which the
 /// launcher uses to write each rank's log and to read the reporting rank's metrics live;
-/// `--kill-on-bad-exit=1` ends the step when a task fails (nobody waits for a lost peer).
+/// `--kill-on-bad-exit=1` ends the step when a task fails (nobody waits for a lost peer);
+/// `--export=ALL`: every task gets srun's environment, whatever SLURM_EXPORT_ENV says (an
+/// `sbatch --export=NONE` script has it set to NONE).
 std::vector<std::string> srun_command(const srun_plan& plan);
 
 /// What the torchrun command of a trial needs.
@@ -81,7 +83,8 @@ std::vector<std::string> torchrun_command(const torchrun_plan& plan);
 /// The options infrarsi sets itself on srun (a `workload.srun_args` entry may not set them):
 /// the option `arg` sets ("--ntasks" for "-n4", "--label" for "-l"), or "" when it is none of
 /// them. Reserved: --ntasks (-n), --label (-l), --input (-i), --output (-o), --error (-e),
-/// --unbuffered (-u), --kill-on-bad-exit (-K), --chdir (-D), --job-name (-J), --jobid, --pty.
+/// --unbuffered (-u), --kill-on-bad-exit (-K), --chdir (-D), --job-name (-J), --export, --jobid,
+/// --pty.
 std::string reserved_srun_option(const std::string& arg);
 
 /// The same for `workload.torchrun_args`: --nnodes, --nproc_per_node, --rdzv_backend,

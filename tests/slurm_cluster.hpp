@@ -98,8 +98,8 @@ public:
   /// Why this machine cannot run the cluster ("" when it can): not root, or a program missing.
   static std::string cannot_run() {
     if (::geteuid() != 0)
-      return "the Slurm tests start slurmd and slurmctld, which need root (euid is "
-             + std::to_string(::geteuid()) + ")";
+      return "the Slurm tests start slurmd and slurmctld, which need root (euid is " +
+             std::to_string(::geteuid()) + ")";
     for (const char* program : {"/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd",
                                 "/usr/bin/srun", "/usr/bin/salloc", "/usr/bin/scontrol",
                                 "/usr/bin/squeue", "/usr/bin/scancel", "/usr/bin/sinfo"})
@@ -157,8 +157,8 @@ private:
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t len = sizeof addr;
-    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0
-        || ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
       if (fd >= 0)
         ::close(fd);
       throw std::runtime_error("slurm_cluster: no free port on 127.0.0.1");
@@ -207,14 +207,14 @@ private:
         int status = 0;
         if (::waitpid(pid, &status, WNOHANG) == pid) {
           pids_.erase(std::find(pids_.begin(), pids_.end(), pid));
-          throw std::runtime_error("slurm_cluster: a daemon exited while waiting for " + what
-                                   + diagnostics());
+          throw std::runtime_error("slurm_cluster: a daemon exited while waiting for " + what +
+                                   diagnostics());
         }
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    throw std::runtime_error("slurm_cluster: " + what + " not ready after "
-                             + std::to_string(static_cast<int>(limit_s)) + " s" + diagnostics());
+    throw std::runtime_error("slurm_cluster: " + what + " not ready after " +
+                             std::to_string(static_cast<int>(limit_s)) + " s" + diagnostics());
   }
 
   std::string diagnostics() const {
@@ -242,9 +242,8 @@ private:
     }
     ::chmod(key.c_str(), 0600);
     auto socket = dir_.sub("run/munge.sock");
-    start_daemon("munged", {"/usr/sbin/munged", "--foreground", "--force",
-                            "--socket=" + socket, "--key-file=" + key,
-                            "--pid-file=" + dir_.sub("run/munged.pid"),
+    start_daemon("munged", {"/usr/sbin/munged", "--foreground", "--force", "--socket=" + socket,
+                            "--key-file=" + key, "--pid-file=" + dir_.sub("run/munged.pid"),
                             "--seed-file=" + dir_.sub("run/munged.seed"),
                             "--log-file=" + dir_.sub("log/munged.log")});
     wait_for("munged", 20, [&] { return std::filesystem::exists(socket); });
@@ -279,8 +278,9 @@ private:
       << " Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO\n";
     c.close();
     start_daemon("slurmctld", {"/usr/sbin/slurmctld", "-D", "-i", "-f", conf_});
-    wait_for("slurmctld", 30, [&] { return run_shell("scontrol ping 2>&1").output.find("UP")
-                                           != std::string::npos; });
+    wait_for("slurmctld", 30, [&] {
+      return run_shell("scontrol ping 2>&1").output.find("UP") != std::string::npos;
+    });
     start_daemon("slurmd", {"/usr/sbin/slurmd", "-D", "-f", conf_});
     wait_for("slurmd (node idle)", 60, [&] {
       return run_shell("sinfo -h -n " + node_ + " -o %T 2>/dev/null").output.rfind("idle", 0) == 0;

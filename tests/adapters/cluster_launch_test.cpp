@@ -5,14 +5,16 @@
 
 #include <signal.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include <gtest/gtest.h>
 
 #include "adapters/cluster_launch.hpp"
 #include "adapters/task_file.hpp"
+#include "adapters/trial_launcher.hpp"
 #include "messages/errc.hpp"
 #include "test_util.hpp"
-
-#include <fstream>
 
 namespace infrarsi::adapters {
 namespace {
@@ -27,17 +29,31 @@ TEST(ClusterLaunch, SrunCommandIsOneStepOfWorldSizeTasks) {
   plan.extra_args = {"--nodes=2", "--cpus-per-task=8"};
   plan.argv = {"/usr/bin/python3", "train.py", "--steps", "10"};
   auto cmd = srun_command(plan);
-  strings expected = {"srun", "--ntasks=4", "--kill-on-bad-exit=1", "--label", "--input=none",
-                      "--chdir=/work/job", "--job-name=infrarsi-trial-7-1", "--nodes=2",
-                      "--cpus-per-task=8", "/bin/sh", "-c", slurm_rank_script(),
-                      "infrarsi-rank", "/usr/bin/python3", "train.py", "--steps", "10"};
+  strings expected = {"srun",
+                      "--ntasks=4",
+                      "--kill-on-bad-exit=1",
+                      "--label",
+                      "--input=none",
+                      "--export=ALL",
+                      "--chdir=/work/job",
+                      "--job-name=infrarsi-trial-7-1",
+                      "--nodes=2",
+                      "--cpus-per-task=8",
+                      "/bin/sh",
+                      "-c",
+                      slurm_rank_script(),
+                      "infrarsi-rank",
+                      "/usr/bin/python3",
+                      "train.py",
+                      "--steps",
+                      "10"};
   EXPECT_EQ(cmd, expected);
   // The script names each variable it derives from Slurm's.
   const auto& script = slurm_rank_script();
-  for (const char* text : {"RANK=${SLURM_PROCID", "WORLD_SIZE=${SLURM_NTASKS",
-                           "LOCAL_RANK=${SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE",
-                           "scontrol show hostnames \"$SLURM_STEP_NODELIST\" | head -n 1",
-                           "exec \"$@\""})
+  for (const char* text :
+       {"RANK=${SLURM_PROCID", "WORLD_SIZE=${SLURM_NTASKS", "LOCAL_RANK=${SLURM_LOCALID",
+        "SLURM_STEP_TASKS_PER_NODE", "scontrol show hostnames \"$SLURM_STEP_NODELIST\" | head -n 1",
+        "exec \"$@\""})
     EXPECT_NE(script.find(text), std::string::npos) << text;
 }
 
@@ -50,12 +66,23 @@ TEST(ClusterLaunch, TorchrunCommandNamesEveryFlag) {
   plan.log_dir = "/tmp/trial/torchrun";
   plan.extra_args = {"--monitor_interval=1"};
   plan.argv = {"/usr/bin/python3", "train.py", "--micro-batch", "2"};
-  strings expected = {"/usr/bin/python3", "-m", "torch.distributed.run", "--nnodes=1",
-                      "--nproc_per_node=2", "--rdzv_backend=c10d",
-                      "--rdzv_endpoint=127.0.0.1:29517", "--rdzv_id=infrarsi-3-0",
-                      "--max_restarts=0", "--tee=3", "--log_dir=/tmp/trial/torchrun",
-                      "--monitor_interval=1", "--no_python", "/usr/bin/python3", "train.py",
-                      "--micro-batch", "2"};
+  strings expected = {"/usr/bin/python3",
+                      "-m",
+                      "torch.distributed.run",
+                      "--nnodes=1",
+                      "--nproc_per_node=2",
+                      "--rdzv_backend=c10d",
+                      "--rdzv_endpoint=127.0.0.1:29517",
+                      "--rdzv_id=infrarsi-3-0",
+                      "--max_restarts=0",
+                      "--tee=3",
+                      "--log_dir=/tmp/trial/torchrun",
+                      "--monitor_interval=1",
+                      "--no_python",
+                      "/usr/bin/python3",
+                      "train.py",
+                      "--micro-batch",
+                      "2"};
   EXPECT_EQ(torchrun_command(plan), expected);
   torchrun_plan plain;
   plain.world_size = 8;
@@ -65,8 +92,8 @@ TEST(ClusterLaunch, TorchrunCommandNamesEveryFlag) {
   plain.argv = {"./job"};
   EXPECT_EQ(torchrun_command(plain),
             (strings{"torchrun", "--nnodes=1", "--nproc_per_node=8", "--rdzv_backend=c10d",
-                     "--rdzv_endpoint=127.0.0.1:1234", "--rdzv_id=r", "--max_restarts=0",
-                     "--tee=3", "--log_dir=d", "--no_python", "./job"}));
+                     "--rdzv_endpoint=127.0.0.1:1234", "--rdzv_id=r", "--max_restarts=0", "--tee=3",
+                     "--log_dir=d", "--no_python", "./job"}));
 }
 
 TEST(ClusterLaunch, ReservedOptions) {
@@ -76,6 +103,7 @@ TEST(ClusterLaunch, ReservedOptions) {
   EXPECT_EQ(reserved_srun_option("--output=x.%t"), "--output");
   EXPECT_EQ(reserved_srun_option("-K0"), "--kill-on-bad-exit");
   EXPECT_EQ(reserved_srun_option("--jobid=5"), "--jobid");
+  EXPECT_EQ(reserved_srun_option("--export=NONE"), "--export");
   EXPECT_EQ(reserved_srun_option("--nodes=2"), "");
   EXPECT_EQ(reserved_srun_option("-N2"), "");
   EXPECT_EQ(reserved_srun_option("--ntasks-per-node=4"), "");
@@ -144,8 +172,8 @@ TEST(ClusterLaunch, SrunTaskReports) {
 
 TEST(ClusterLaunch, TorchrunFailureLine) {
   auto f = parse_torchrun_failure(
-    "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 3) local_rank: 1 "
-    "(pid: 4711) of binary: /usr/bin/python3");
+      "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 3) local_rank: 1 "
+      "(pid: 4711) of binary: /usr/bin/python3");
   ASSERT_TRUE(f);
   EXPECT_EQ(f->rank, 1);
   EXPECT_EQ(f->exit_code, 3);
@@ -177,9 +205,9 @@ TEST(ClusterLaunch, TaskFileKeys) {
   EXPECT_EQ(task->workload.torchrun_program, (strings{"torchrun"}));
 
   std::ofstream{path, std::ios::trunc}
-    << "name = \"t\"\n[workload]\nlauncher = \"torchrun\"\nargv = [\"./job\"]\n"
-    << "torchrun_program = [\"/usr/bin/python3\", \"-m\", \"torch.distributed.run\"]\n"
-    << "torchrun_args = [\"--monitor_interval=1\"]\n[contract]\nsteps = 1\n";
+      << "name = \"t\"\n[workload]\nlauncher = \"torchrun\"\nargv = [\"./job\"]\n"
+      << "torchrun_program = [\"/usr/bin/python3\", \"-m\", \"torch.distributed.run\"]\n"
+      << "torchrun_args = [\"--monitor_interval=1\"]\n[contract]\nsteps = 1\n";
   task = load_task_file(path);
   ASSERT_TRUE(task) << describe(task.error());
   EXPECT_EQ(task->workload.launcher, tuning::launcher_kind::torchrun);
@@ -192,28 +220,70 @@ TEST(ClusterLaunch, TaskFileErrorsNameFileKeyAndValue) {
   test::temp_dir dir;
   auto file = dir.sub("task.toml");
   EXPECT_EQ(load_error(dir, "launcher = \"sbatch\"\nargv = [\"x\"]"),
-            "invalid_argument: " + file + ":3:12: workload.launcher: expected \"ranks\", \"command\", \"slurm\" (one "
-                   "srun job step in the allocation infrarsi runs in) or \"torchrun\", got "
-                   "string \"sbatch\"");
+            "invalid_argument: " + file +
+                ":3:12: workload.launcher: expected \"ranks\", \"command\", \"slurm\" (one "
+                "srun job step in the allocation infrarsi runs in) or \"torchrun\", got "
+                "string \"sbatch\"");
   EXPECT_EQ(load_error(dir, "launcher = \"slurm\"\nargv = [\"x\"]\n"
                             "srun_args = [\"--nodes=2\", \"-n8\"]"),
-            "invalid_argument: " + file + ":5:27: workload.srun_args[1]: infrarsi sets --ntasks itself "
-                   "(docs/node-runner.md \"Launching through Slurm and torchrun\"), got string "
-                   "\"-n8\"");
+            "invalid_argument: " + file +
+                ":5:27: workload.srun_args[1]: infrarsi sets --ntasks itself "
+                "(docs/node-runner.md \"Launching through Slurm and torchrun\"), got string "
+                "\"-n8\"");
   EXPECT_EQ(load_error(dir, "argv = [\"x\"]\nsrun_args = [\"--nodes=2\"]"),
-            "invalid_argument: " + file + ":4:13: workload.srun_args: only for workload.launcher = \"slurm\", got "
-                   "launcher \"ranks\"");
+            "invalid_argument: " + file +
+                ":4:13: workload.srun_args: only for workload.launcher = \"slurm\", got "
+                "launcher \"ranks\"");
   EXPECT_EQ(load_error(dir, "launcher = \"torchrun\"\nargv = [\"x\"]\n"
                             "torchrun_args = [\"--nproc_per_node=2\"]"),
-            "invalid_argument: " + file + ":5:18: workload.torchrun_args[0]: infrarsi sets --nproc_per_node itself "
-                   "(docs/node-runner.md \"Launching through Slurm and torchrun\"), got string "
-                   "\"--nproc_per_node=2\"");
+            "invalid_argument: " + file +
+                ":5:18: workload.torchrun_args[0]: infrarsi sets --nproc_per_node itself "
+                "(docs/node-runner.md \"Launching through Slurm and torchrun\"), got string "
+                "\"--nproc_per_node=2\"");
   EXPECT_EQ(load_error(dir, "launcher = \"torchrun\"\nargv = [\"x\"]\ntorchrun_program = []"),
-            "invalid_argument: " + file + ":5:20: workload.torchrun_program: expected the program that is torchrun, "
-                   "e.g. [\"torchrun\"], got []");
+            "invalid_argument: " + file +
+                ":5:20: workload.torchrun_program: expected the program that is torchrun, "
+                "e.g. [\"torchrun\"], got []");
   EXPECT_EQ(load_error(dir, "launcher = \"slurm\"\nargv = [\"x\"]\nsrun_args = \"--nodes=2\""),
-            "invalid_argument: " + file + ":5:13: workload.srun_args: expected an array of strings, got string "
-                   "\"--nodes=2\"");
+            "invalid_argument: " + file +
+                ":5:13: workload.srun_args: expected an array of strings, got string "
+                "\"--nodes=2\"");
+}
+
+TEST(ClusterLaunch, TorchrunTrialRunsTheBuiltCommand) {
+  // The trial launcher runs exactly torchrun_command(): here a torchrun that does not exist,
+  // so the trial is a launch_error naming it, and its argv is the command line.
+  test::temp_dir dir;
+  auto path = dir.sub("task.toml");
+  std::ofstream{path} << "name = \"t\"\n[workload]\nlauncher = \"torchrun\"\nworld_size = 2\n"
+                      << "argv = [\"/usr/bin/python3\", \"train.py\"]\n"
+                      << "torchrun_program = [\"/nonexistent/torchrun\"]\n"
+                      << "torchrun_args = [\"--monitor_interval=1\"]\n[contract]\nsteps = 1\n";
+  auto task = load_task_file(path);
+  ASSERT_TRUE(task) << describe(task.error());
+  trial_request req;
+  req.task = &*task;
+  req.trial_id = 5;
+  req.trial_dir = dir.sub("trial");
+  auto rep = run_trial(req);
+  ASSERT_TRUE(rep) << describe(rep.error());
+  EXPECT_EQ(rep->result.get()->outcome(), wire::Outcome::LaunchError);
+  EXPECT_NE(rep->result.get()->detail()->str().find("/nonexistent/torchrun"), std::string::npos)
+      << rep->result.get()->detail()->str();
+  ASSERT_GE(rep->argv.size(), 13u);
+  auto endpoint = rep->argv[4]; // --rdzv_endpoint=127.0.0.1:PORT, a free port of this trial
+  ASSERT_EQ(endpoint.rfind("--rdzv_endpoint=127.0.0.1:", 0), 0u) << endpoint;
+  torchrun_plan plan;
+  plan.program = {"/nonexistent/torchrun"};
+  plan.world_size = 2;
+  plan.port = std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
+  plan.rdzv_id = "infrarsi-5-0";
+  plan.log_dir =
+      std::filesystem::absolute(dir.sub("trial")).lexically_normal().string() + "/torchrun";
+  plan.extra_args = {"--monitor_interval=1"};
+  plan.argv = {"/usr/bin/python3", "train.py"};
+  EXPECT_EQ(rep->argv, torchrun_command(plan));
+  EXPECT_GT(plan.port, 0);
 }
 
 } // namespace

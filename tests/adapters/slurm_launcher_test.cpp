@@ -51,8 +51,8 @@ std::string task_path(const std::string& name) {
 
 /// `infrarsi trial run TASK --trial-dir DIR --quiet [ARGS]`, its JSON into DIR.json.
 std::string trial_run(const std::string& task, const std::string& dir, const std::string& args) {
-  return sh_quote(INFRARSI_CLI_PATH) + " trial run " + sh_quote(task) + " --trial-dir " + sh_quote(dir)
-         + " --quiet " + args + " > " + sh_quote(dir + ".json");
+  return sh_quote(INFRARSI_CLI_PATH) + " trial run " + sh_quote(task) + " --trial-dir " +
+         sh_quote(dir) + " --quiet " + args + " > " + sh_quote(dir + ".json");
 }
 
 nlohmann::json result_of(const std::string& dir) {
@@ -63,8 +63,8 @@ nlohmann::json result_of(const std::string& dir) {
   return doc;
 }
 
-#define SKIP_WITHOUT_SLURM()                                                                      \
-  if (auto why = test::slurm_cluster::cannot_run(); !why.empty())                                \
+#define SKIP_WITHOUT_SLURM()                                                                       \
+  if (auto why = test::slurm_cluster::cannot_run(); !why.empty())                                  \
   GTEST_SKIP() << why
 
 TEST(SlurmLauncher, TorchGptTwoRanksAsOneJobStep) {
@@ -74,9 +74,9 @@ TEST(SlurmLauncher, TorchGptTwoRanksAsOneJobStep) {
   auto dir = tmp.sub("trial");
   auto t0 = clock_type::now();
   // The allocation: 2 tasks; infrarsi runs in it (SLURM_JOB_ID set) and starts the job step.
-  auto run = cluster.run("salloc --quiet -n 2 "
-                         + trial_run(task_path("torch_gpt_slurm.toml"), dir, "")
-                         + "; echo \"steps left: $(squeue -h -s -o %j)\"");
+  auto run = cluster.run("timeout -k 5 150 salloc --quiet -n 2 " +
+                         trial_run(task_path("torch_gpt_slurm.toml"), dir, "") +
+                         "; echo \"steps left: $(squeue -h -s -o %j)\"");
   double wall = std::chrono::duration<double>(clock_type::now() - t0).count();
   ASSERT_EQ(run.status, 0) << run.output << cluster.log_tail("slurmctld");
   auto doc = result_of(dir);
@@ -147,7 +147,7 @@ TEST(SlurmLauncher, TorchGptTwoRanksAsOneJobStep) {
   for (std::size_t i = 0; i < 4; ++i)
     EXPECT_NEAR(r->steps()->Get(static_cast<flatbuffers::uoffset_t>(i))->loss(),
                 result["steps"][i]["loss"].get<double>(), 1e-7)
-      << "step " << i;
+        << "step " << i;
 }
 
 TEST(SlurmLauncher, WallClockLimitEndsTheStepAndEveryTask) {
@@ -159,9 +159,9 @@ TEST(SlurmLauncher, WallClockLimitEndsTheStepAndEveryTask) {
   // Inside the allocation, right after infrarsi returned: the step's name in squeue (none) and
   // the processes of the trial (none).
   auto t0 = clock_type::now();
-  auto run = cluster.run(
-    "salloc --quiet -n 2 sh -c " + sh_quote(trial_run(task_path("slurm_hang.toml"), dir, "")
-                                          + "; echo \"steps left: $(squeue -h -s -o %j)\""));
+  auto run = cluster.run("timeout -k 5 150 salloc --quiet -n 2 sh -c " +
+                         sh_quote(trial_run(task_path("slurm_hang.toml"), dir, "") +
+                                  "; echo \"steps left: $(squeue -h -s -o %j)\""));
   double wall = std::chrono::duration<double>(clock_type::now() - t0).count();
   ASSERT_EQ(run.status, 0) << run.output;
   auto doc = result_of(dir);
@@ -186,11 +186,11 @@ TEST(SlurmLauncher, StopRequestEndsTheStep) {
   test::temp_dir tmp;
   auto dir = tmp.sub("trial");
   // SIGINT to infrarsi once the step is running (its marker in srun.stderr): preempted.
-  auto script = trial_run(task_path("slurm_hang.toml"), dir, "--timeout 60") + " & p=$!; "
-                + "for i in $(seq 100); do grep -q 'job step' " + sh_quote(dir + "/srun.stderr")
-                + " 2>/dev/null && break; sleep 0.1; done; kill -INT $p; wait $p; "
-                + "echo \"steps left: $(squeue -h -s -o %j)\"";
-  auto run = cluster.run("salloc --quiet -n 2 sh -c " + sh_quote(script));
+  auto script = trial_run(task_path("slurm_hang.toml"), dir, "--timeout 60") + " & p=$!; " +
+                "for i in $(seq 100); do grep -q 'job step' " + sh_quote(dir + "/srun.stderr") +
+                " 2>/dev/null && break; sleep 0.1; done; kill -INT $p; wait $p; " +
+                "echo \"steps left: $(squeue -h -s -o %j)\"";
+  auto run = cluster.run("timeout -k 5 150 salloc --quiet -n 2 sh -c " + sh_quote(script));
   ASSERT_EQ(run.status, 0) << run.output;
   auto doc = result_of(dir);
   EXPECT_EQ(doc["result"]["outcome"], "preempted") << doc.dump(2);
@@ -204,8 +204,8 @@ TEST(SlurmLauncher, FailingRankIsNamedWithItsStatusAndStderr) {
   test::slurm_cluster cluster;
   test::temp_dir tmp;
   auto dir = tmp.sub("trial");
-  auto run = cluster.run("salloc --quiet -n 2 "
-                         + trial_run(task_path("slurm_hang.toml"), dir, "--set rank1_exit=3"));
+  auto run = cluster.run("timeout -k 5 150 salloc --quiet -n 2 " +
+                         trial_run(task_path("slurm_hang.toml"), dir, "--set rank1_exit=3"));
   ASSERT_EQ(run.status, 0) << run.output;
   auto doc = result_of(dir);
   const auto& result = doc["result"];
@@ -214,7 +214,7 @@ TEST(SlurmLauncher, FailingRankIsNamedWithItsStatusAndStderr) {
   EXPECT_EQ(result["exit_code"], 3);
   EXPECT_EQ(result["detail"],
             "rank 1: exited with status 3 (srun); stderr: rank 1 failing with status 3")
-    << doc.dump(2);
+      << doc.dump(2);
   EXPECT_LT(result["wall_time_s"].get<double>(), 5.0);
   EXPECT_EQ(read_file(dir + "/rank-1.stderr"), "rank 1 failing with status 3\n");
   EXPECT_NE(read_file(dir + "/srun.stderr").find("task 1: Exited with exit code 3"),
@@ -224,9 +224,9 @@ TEST(SlurmLauncher, FailingRankIsNamedWithItsStatusAndStderr) {
 /// Runs slurm_rank_script() with `env` (nothing inherited but PATH and SLURM_CONF) and `env` as
 /// the program: its stdout (the rank's environment) and stderr.
 test::command_result rank_script(const std::string& env) {
-  return test::run_shell("env -i PATH=/usr/bin:/bin SLURM_CONF=" + sh_quote(std::getenv("SLURM_CONF"))
-                         + " " + env + " /bin/sh -c " + sh_quote(slurm_rank_script())
-                         + " infrarsi-rank env 2>&1");
+  return test::run_shell(
+      "env -i PATH=/usr/bin:/bin SLURM_CONF=" + sh_quote(std::getenv("SLURM_CONF")) + " " + env +
+      " /bin/sh -c " + sh_quote(slurm_rank_script()) + " infrarsi-rank env 2>&1");
 }
 
 std::string env_value(const std::string& env_text, const std::string& name) {
@@ -275,7 +275,7 @@ TEST(SlurmRankScript, DerivesTheTorchrunVariablesOfAMultiNodeStep) {
   auto none = rank_script("");
   EXPECT_EQ(none.status, 2);
   EXPECT_NE(none.output.find("not a Slurm task (no SLURM_PROCID)"), std::string::npos)
-    << none.output;
+      << none.output;
   EXPECT_EQ(none.output.find("PATH="), std::string::npos);
 }
 
@@ -298,7 +298,7 @@ TEST(SlurmLauncher, OutsideAnAllocationIsALaunchError) {
   const auto* r = rep->result.get();
   EXPECT_EQ(r->outcome(), wire::Outcome::LaunchError);
   EXPECT_NE(r->detail()->str().find("SLURM_JOB_ID is not set"), std::string::npos)
-    << r->detail()->str();
+      << r->detail()->str();
   EXPECT_LT(r->wall_time_s(), 1.0); // nothing ran
   EXPECT_FALSE(fs::exists(tmp.sub("trial/rank-0.stdout")));
 }
