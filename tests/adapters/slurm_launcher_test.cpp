@@ -221,6 +221,26 @@ TEST(SlurmLauncher, FailingRankIsNamedWithItsStatusAndStderr) {
             std::string::npos);
 }
 
+TEST(SlurmLauncher, AStepSlurmCannotCreateIsALaunchErrorInSrunsWords) {
+  SKIP_WITHOUT_SLURM();
+  test::slurm_cluster cluster;
+  test::temp_dir tmp;
+  auto dir = tmp.sub("trial");
+  // srun_args = ["--nodes={nodes}"] with nodes = 2 in a one-node allocation: no task starts.
+  auto run = cluster.run("timeout -k 5 150 salloc --quiet -n 2 " +
+                         trial_run(task_path("slurm_hang.toml"), dir, "--set nodes=2"));
+  ASSERT_EQ(run.status, 0) << run.output;
+  auto doc = result_of(dir);
+  const auto& result = doc["result"];
+  EXPECT_EQ(result["outcome"], "launch_error") << doc.dump(2);
+  EXPECT_EQ(result["detail"],
+            "slurm launcher: srun exited with status 1: srun: error: Only allocated 1 nodes "
+            "asked for 2");
+  EXPECT_EQ(result["steps"].size(), 0u);
+  EXPECT_EQ(doc["argv"][8], "--nodes=2");
+  EXPECT_EQ(read_file(dir + "/rank-0.stdout"), "");
+}
+
 /// Runs slurm_rank_script() with `env` (nothing inherited but PATH and SLURM_CONF) and `env` as
 /// the program: its stdout (the rank's environment) and stderr.
 test::command_result rank_script(const std::string& env) {
