@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "adapters/cluster_launch.hpp"
+#include "adapters/launch_config.hpp"
 #include "adapters/task_file.hpp"
 #include "adapters/trial_launcher.hpp"
 #include "messages/errc.hpp"
@@ -284,6 +285,30 @@ TEST(ClusterLaunch, TorchrunTrialRunsTheBuiltCommand) {
   plan.argv = {"/usr/bin/python3", "train.py"};
   EXPECT_EQ(rep->argv, torchrun_command(plan));
   EXPECT_GT(plan.port, 0);
+}
+
+TEST(ClusterLaunch, LaunchJsonNamesTheLauncherAndItsRenderedOptions) {
+  test::temp_dir dir;
+  auto path = dir.sub("task.toml");
+  std::ofstream{path} << "name = \"t\"\n[workload]\nlauncher = \"slurm\"\nworld_size = 4\n"
+                      << "argv = [\"./job\", \"--threads\", \"{threads}\"]\n"
+                      << "srun_args = [\"--nodes=2\", \"--cpus-per-task={threads}\"]\n"
+                      << "[contract]\nsteps = 1\n[[knobs]]\nname = \"threads\"\ntype = \"int\"\n"
+                      << "values = [1, 8]\ndefault = 1\n";
+  auto task = load_task_file(path);
+  ASSERT_TRUE(task) << describe(task.error());
+  tuning::configuration config;
+  config.knobs = {{"threads", std::int64_t{8}}};
+  auto j = launch_config(*task, config, 1.5, 1.2);
+  EXPECT_EQ(j["launcher"], "slurm");
+  EXPECT_EQ(j["srun_args"], (nlohmann::json{"--nodes=2", "--cpus-per-task=8"}));
+  EXPECT_EQ(j["argv"], (nlohmann::json{"./job", "--threads", "8"}));
+  EXPECT_EQ(j["world_size"], "4");
+  // The ranks launcher's document has none of these keys (as before the cluster launchers).
+  task->workload.launcher = tuning::launcher_kind::ranks;
+  auto plain = launch_config(*task, config, 1.5, 1.2);
+  EXPECT_FALSE(plain.contains("launcher"));
+  EXPECT_FALSE(plain.contains("srun_args"));
 }
 
 } // namespace
