@@ -2,8 +2,10 @@
 // (tests/slurm_cluster.hpp; ctest label `slurm`, docs/testing.md): the real PyTorch workload
 // with 2 ranks as one srun job step inside an allocation (`salloc -n 2 infrarsi trial run`),
 // each rank's RANK from SLURM_PROCID; the wall-clock limit ends the step and every task (nothing
-// left, no step in squeue); a failing rank is named; the rank script derives the torchrun
-// variables of a multi-node step; outside an allocation a trial is a launch_error.
+// left, no step in squeue), so does a stop request; a failing rank is named; a step Slurm cannot
+// create is a launch_error in srun's words; a whole `infrarsi tune` runs each trial as its own
+// step; the rank script derives the torchrun variables of a multi-node step; outside an
+// allocation a trial is a launch_error.
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -15,6 +17,7 @@
 #include <fstream>
 #include <optional>
 #include <regex>
+#include <set>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -22,6 +25,7 @@
 #include "adapters/cluster_launch.hpp"
 #include "adapters/task_file.hpp"
 #include "adapters/trial_launcher.hpp"
+#include "durability/sim_task.hpp"
 #include "messages/errc.hpp"
 #include "slurm_cluster.hpp"
 #include "test_util.hpp"
@@ -239,6 +243,50 @@ TEST(SlurmLauncher, AStepSlurmCannotCreateIsALaunchErrorInSrunsWords) {
   EXPECT_EQ(result["steps"].size(), 0u);
   EXPECT_EQ(doc["argv"][8], "--nodes=2");
   EXPECT_EQ(read_file(dir + "/rank-0.stdout"), "");
+}
+
+TEST(SlurmLauncher, TuneRunsEveryTrialAsAJobStepOfItsAllocation) {
+  SKIP_WITHOUT_SLURM();
+  test::slurm_cluster cluster;
+  test::temp_dir tmp;
+  // The simulator's small task (tests/durability/sim_task.hpp), its one process per trial
+  // started by srun: a whole `infrarsi tune` (doctor, search, re-verification, report) inside
+  // one allocation.
+  auto text = test::small_sim_task_text(
+      tmp, "exec \"$0\" \"$@\"",
+      "\n[budget]\ntrials = 3\nbaseline_repeats = 2\nmax_baseline_repeats = 2\nverify_top = 1\n"
+      "verify_repeats = 2\nmax_verify_repeats = 2\n");
+  test::replace_first(text, "launcher = \"command\"", "launcher = \"slurm\"");
+  test::replace_first(text, "world_size = \"8\"", "world_size = \"1\"");
+  auto task = tmp.sub("sim-slurm.toml");
+  std::ofstream{task} << text;
+  auto store = tmp.sub("store");
+  auto run = cluster.run("timeout -k 5 150 salloc --quiet -n 1 sh -c " +
+                         sh_quote(sh_quote(INFRARSI_CLI_PATH) + " tune " + sh_quote(task) +
+                                  " --store " + sh_quote(store) + " --seed 3 --quiet; " +
+                                  "echo \"tune: $?; steps left: $(squeue -h -s -o %j)\""));
+  ASSERT_NE(run.output.find("tune: 0; steps left: \n"), std::string::npos) << run.output;
+  // Every trial's directory: one job step of its own, named by task 0, its metrics on rank 0.
+  std::set<std::string> steps;
+  int trials = 0;
+  for (const auto& runs : fs::directory_iterator{store + "/runs"})
+    for (const auto& trial : fs::directory_iterator{runs.path() / "trials"}) {
+      ++trials;
+      auto srun_err = read_file((trial.path() / "srun.stderr").string());
+      std::smatch m;
+      ASSERT_TRUE(std::regex_search(srun_err, m, std::regex{"infrarsi: job step (\\d+\\.\\d+)"}))
+          << trial.path() << ": " << srun_err;
+      steps.insert(m[1]);
+      EXPECT_NE(read_file((trial.path() / "rank-0.stdout").string()).find("INFRARSI_METRICS"),
+                std::string::npos)
+          << trial.path();
+    }
+  EXPECT_GE(trials, 7); // 2 baselines, 3 searched, 2 re-verification pairs at least
+  EXPECT_EQ(steps.size(), static_cast<std::size_t>(trials)); // a step per trial
+  EXPECT_NE(run.output.find(": " + std::to_string(trials) + " trials, "), std::string::npos)
+      << run.output; // tune's summary counts the same trials
+  for (const auto& runs : fs::directory_iterator{store + "/runs"})
+    EXPECT_TRUE(fs::exists(runs.path() / "report.json")) << runs.path();
 }
 
 /// Runs slurm_rank_script() with `env` (nothing inherited but PATH and SLURM_CONF) and `env` as
