@@ -45,6 +45,22 @@ nlohmann::json launch_config(const tuning::task_spec& task, const tuning::config
                         {"ci_low", ci_low}};
   if (!env_unset.empty())
     doc["env_unset"] = env_unset;
+  // The cluster launchers' own options are part of how the configuration is launched (a knob
+  // may render into them); the ranks and command launchers' documents stay as they were.
+  auto rendered = [&](const std::vector<std::string>& templates) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& a : templates)
+      out.push_back(tuning::render_template(a, vars, why).value_or(a));
+    return out;
+  };
+  if (task.workload.launcher == tuning::launcher_kind::slurm) {
+    doc["launcher"] = tuning::to_string(task.workload.launcher);
+    doc["srun_args"] = rendered(task.workload.srun_args);
+  } else if (task.workload.launcher == tuning::launcher_kind::torchrun) {
+    doc["launcher"] = tuning::to_string(task.workload.launcher);
+    doc["torchrun_program"] = task.workload.torchrun_program;
+    doc["torchrun_args"] = rendered(task.workload.torchrun_args);
+  }
   return doc;
 }
 

@@ -20,7 +20,8 @@ namespace infrarsi::adapters {
 /// "argv": [...], "env": {...}, "world_size": text ("1" when the template does not render),
 /// "speedup", "ci_low"}, and "env_unset": [names] when a workload.env knob of the configuration is
 /// "unset" (tuning::unset_env_value: the variable is left out of "env" and must not be set when
-/// launching). `speedup` and `ci_low` are the verified speedup (x, baseline time over
+/// launching). With workload.launcher "slurm" also "launcher": "slurm" and "srun_args": [...]
+/// (rendered); with "torchrun", "launcher", "torchrun_program" and "torchrun_args" (rendered). `speedup` and `ci_low` are the verified speedup (x, baseline time over
 /// candidate time) and the lower end of its 95% interval. A template that does not render (an
 /// unknown placeholder, an unbalanced brace) is kept as written; never fails. This is the content
 /// of promoted/launch.json (written as dump(2) plus a newline).

@@ -8,6 +8,7 @@
 
 #include <toml++/toml.h>
 
+#include "adapters/cluster_launch.hpp"
 #include "messages/errc.hpp"
 #include "tuning/expr.hpp"
 #include "tuning/search_space.hpp"
@@ -544,15 +545,51 @@ tuning::task_spec parse_task(const reader& r, const toml::table& root) {
 
   const auto& w = r.table(root, "workload", "", true);
   r.only_keys(w, "workload", {"workdir", "launcher", "argv", "env", "world_size", "writable",
-                              "distributed_env"});
+                              "distributed_env", "srun_args", "torchrun_program",
+                              "torchrun_args"});
   task.workload.workdir = r.resolve(r.string(w, "workdir", "workload", false).value_or("."));
   if (auto l = r.string(w, "launcher", "workload", false)) {
-    if (*l == "ranks")
-      task.workload.launcher = tuning::launcher_kind::ranks;
-    else if (*l == "command")
-      task.workload.launcher = tuning::launcher_kind::command;
-    else
-      r.expected(*w.get("launcher"), "workload.launcher", "\"ranks\" or \"command\"");
+    bool known = false;
+    for (auto kind : {tuning::launcher_kind::ranks, tuning::launcher_kind::command,
+                      tuning::launcher_kind::slurm, tuning::launcher_kind::torchrun})
+      if (*l == tuning::to_string(kind)) {
+        task.workload.launcher = kind;
+        known = true;
+      }
+    if (!known)
+      r.expected(*w.get("launcher"), "workload.launcher",
+                 "\"ranks\", \"command\", \"slurm\" (one srun job step in the allocation "
+                 "infrarsi runs in) or \"torchrun\"");
+  }
+  // Launcher-specific keys: only with their launcher, never an option infrarsi sets itself.
+  auto launcher_args = [&](const char* key, tuning::launcher_kind kind,
+                           std::string (*reserved)(const std::string&)) {
+    auto values = r.strings(w, key, "workload", false);
+    const auto* node = w.get(key);
+    if (node != nullptr && task.workload.launcher != kind)
+      r.fail(node, std::string{"workload."} + key,
+             std::string{"only for workload.launcher = \""} + tuning::to_string(kind)
+               + "\", got launcher \"" + tuning::to_string(task.workload.launcher) + "\"");
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      auto name = reserved == nullptr ? std::string{} : reserved(values[i]);
+      if (!name.empty())
+        r.fail((*node->as_array()).get(i),
+               std::string{"workload."} + key + "[" + std::to_string(i) + "]",
+               "infrarsi sets " + name + " itself (docs/node-runner.md \"Launching through "
+               "Slurm and torchrun\"), got string \"" + values[i] + "\"");
+    }
+    return values;
+  };
+  task.workload.srun_args =
+    launcher_args("srun_args", tuning::launcher_kind::slurm, &reserved_srun_option);
+  task.workload.torchrun_args =
+    launcher_args("torchrun_args", tuning::launcher_kind::torchrun, &reserved_torchrun_option);
+  if (w.get("torchrun_program") != nullptr) {
+    auto program = launcher_args("torchrun_program", tuning::launcher_kind::torchrun, nullptr);
+    if (program.empty())
+      r.fail(w.get("torchrun_program"), "workload.torchrun_program",
+             "expected the program that is torchrun, e.g. [\"torchrun\"], got []");
+    task.workload.torchrun_program = std::move(program);
   }
   if (auto d = r.string(w, "distributed_env", "workload", false)) {
     if (*d == "always")

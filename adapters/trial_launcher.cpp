@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "adapters/classify.hpp"
+#include "adapters/cluster_launch.hpp"
 #include "adapters/descendants.hpp"
 #include "adapters/environment.hpp"
 #include "adapters/process.hpp"
@@ -100,14 +101,60 @@ std::string gib_text(std::uint64_t bytes) {
   return os.str();
 }
 
-/// One output stream of one rank: pipe, log file, partial line.
+/// One output stream of one rank: pipe, log file, partial line. A labelled stream (srun's or
+/// torchrun's) carries the lines of every rank, each with its rank's label.
 struct stream_state {
   int fd = -1;
   int rank = 0;
   bool is_stdout = true;
+  bool labelled = false;
   std::ofstream log;
   std::string partial;
 };
+
+/// Runs a short helper command (scancel) to its end, at most `limit_s` seconds (then SIGKILL);
+/// its output is discarded. Returns its exit status, or -1 when it could not run or was killed.
+int run_helper(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+               double limit_s) {
+  auto child = spawn(spawn_request{argv, env, fs::current_path().string()});
+  if (!child)
+    return -1;
+  auto deadline = clock_type::now()
+                  + std::chrono::duration_cast<clock_type::duration>(
+                    std::chrono::duration<double>(limit_s));
+  int open_fds = 2;
+  char buf[4096];
+  while (open_fds > 0 && clock_type::now() < deadline) {
+    pollfd fds[2] = {{child->stdout_fd, POLLIN, 0}, {child->stderr_fd, POLLIN, 0}};
+    ::poll(fds, 2, 50);
+    for (auto& f : fds)
+      if (f.fd >= 0 && f.revents != 0) {
+        auto n = ::read(f.fd, buf, sizeof buf);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+          (f.fd == child->stdout_fd ? child->stdout_fd : child->stderr_fd) = -1;
+          ::close(f.fd);
+          --open_fds;
+        }
+      }
+  }
+  int status = 0;
+  pid_t got = 0;
+  // Its output ended (it exits now) or its time is up; it gets at least 1 s more to exit.
+  auto exit_deadline = std::max(deadline, clock_type::now()
+                                             + std::chrono::duration_cast<clock_type::duration>(
+                                               std::chrono::seconds(1)));
+  while ((got = reap_child(child->pid, status, WNOHANG)) == 0 && clock_type::now() < exit_deadline)
+    ::usleep(10'000);
+  if (got == 0) {
+    signal_group(child->pid, SIGKILL);
+    reap_child(child->pid, status, 0);
+    status = -1;
+  }
+  for (int fd : {child->stdout_fd, child->stderr_fd})
+    if (fd >= 0)
+      ::close(fd);
+  return status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
 
 /// One rank (or the command's single process).
 struct rank_state {
@@ -143,9 +190,39 @@ struct supervisor {
   /// The last lines of each rank's stderr, for the detail of a failure (index: rank).
   std::vector<stderr_tail> tails;
 
+  // Launchers that start the ranks through the cluster's engine (slurm: srun; torchrun): one
+  // process whose stdout and stderr carry every rank's lines with a label.
+  tuning::launcher_kind launcher = tuning::launcher_kind::ranks;
+  /// Ranks of a labelled launcher (labels outside 0..labelled_ranks-1 are the launcher's own).
+  int labelled_ranks = 0;
+  /// Per-rank logs of a labelled launcher: rank-N.stdout at 2N, rank-N.stderr at 2N+1.
+  std::vector<std::ofstream> rank_logs;
+  /// The launcher's own lines (srun's, torchrun's): stdout at 0, stderr at 1.
+  std::ofstream launcher_logs[2];
+  /// The last lines of the launcher's own stderr (its error messages).
+  stderr_tail launcher_tail;
+  /// slurm: the job step ("JOBID.STEPID") task 0 reported; empty until it did.
+  std::string slurm_step;
+  /// slurm: the environment scancel runs with (SLURM_CONF and the rest of infrarsi's).
+  std::map<std::string, std::string> helper_env;
+  /// slurm: whether the step was already told to end by force (scancel KILL, SIGTERM to srun).
+  bool sent_step_kill = false;
+  /// slurm: seconds a forced step end may take before srun itself is killed.
+  static constexpr double step_kill_wait_s = 10.0;
+
   supervisor(const trial_request& r, double timeout, std::uint64_t memory_cap)
     : req(r), task(*r.task), timeout_s(timeout), cap(memory_cap), parser(r.task->metrics),
       tree(r.allow_cgroup) {}
+
+  bool labelled() const {
+    return launcher == tuning::launcher_kind::slurm || launcher == tuning::launcher_kind::torchrun;
+  }
+
+  /// Sends `signal` ("TERM", "KILL") to every task of the trial's Slurm step (scancel).
+  void signal_step(const char* signal) {
+    if (!slurm_step.empty())
+      run_helper({"scancel", std::string{"--signal="} + signal, slurm_step}, helper_env, 5.0);
+  }
 
   double now_s() const {
     return std::chrono::duration<double>(clock_type::now() - start).count();
@@ -162,8 +239,16 @@ struct supervisor {
     stop_time = clock_type::now();
     obs.stop_began_at_s = now_s();
     std::set<pid_t> signalled;
+    if (launcher == tuning::launcher_kind::slurm && !slurm_step.empty()) {
+      // Every task gets SIGTERM from Slurm, as the ranks launcher's ranks do; SIGTERM to srun
+      // would SIGKILL them at once ("forcing job termination"), so srun is left to end with
+      // its step.
+      signal_step("TERM");
+      for (auto& r : ranks)
+        signalled.insert(r.pid);
+    }
     for (auto& r : ranks)
-      if (r.running) {
+      if (r.running && signalled.count(r.pid) == 0) {
         signal_group(r.pid, SIGTERM);
         signalled.insert(r.pid);
       }
@@ -177,13 +262,81 @@ struct supervisor {
     return false;
   }
 
-  void on_line(stream_state& s, std::string_view line) {
-    if (!s.is_stdout) {
-      if (tails.size() <= static_cast<std::size_t>(s.rank))
-        tails.resize(static_cast<std::size_t>(s.rank) + 1);
-      tails[static_cast<std::size_t>(s.rank)].add(line);
+  /// A line of a labelled stream: the rank's line goes to its log and on_rank_line; the
+  /// launcher's own line (srun's task reports, torchrun's failure line) to the launcher's log.
+  void on_labelled_line(const stream_state& s, std::string_view line) {
+    bool slurm = launcher == tuning::launcher_kind::slurm;
+    auto label = slurm ? parse_srun_label(line) : parse_torchrun_label(line);
+    if (label && label->rank < labelled_ranks) {
+      if (slurm && label->rank == 0 && !s.is_stdout && slurm_step.empty()
+          && label->text.rfind(slurm_step_marker, 0) == 0) {
+        slurm_step = std::string{label->text.substr(slurm_step_marker.size())};
+        launcher_logs[1] << "infrarsi: job step " << slurm_step << '\n';
+        launcher_logs[1].flush();
+        if (stopping) // asked to stop before the step was known: it ends now
+          signal_step("TERM");
+        return;
+      }
+      auto& log = rank_logs[static_cast<std::size_t>(2 * label->rank + (s.is_stdout ? 0 : 1))];
+      log << label->text << '\n';
+      log.flush();
+      on_rank_line(label->rank, s.is_stdout, label->text);
+      return;
     }
-    if (s.is_stdout && s.rank == task.metrics.reporting_rank) {
+    auto& log = launcher_logs[s.is_stdout ? 0 : 1];
+    log << line << '\n';
+    log.flush();
+    if (s.is_stdout)
+      return;
+    launcher_tail.add(line);
+    if (slurm) {
+      auto report = parse_srun_task_report(line);
+      if (!report)
+        return;
+      using kind = srun_task_report::kind_t;
+      for (int rank : report->ranks) {
+        if (rank >= labelled_ranks)
+          continue;
+        if (report->kind == kind::exited && report->code != 0)
+          add_cause(trial_cause::kind_t::exit_nonzero, rank, report->code,
+                    "exited with status " + std::to_string(report->code) + " (srun)");
+        else if (report->kind == kind::signalled)
+          add_cause(trial_cause::kind_t::killed_by_signal, rank, report->code,
+                    "killed by signal " + std::to_string(report->code) + " (" + report->what
+                      + "; srun)");
+        else if (report->kind == kind::oom)
+          add_cause(trial_cause::kind_t::oom_text, rank, 0,
+                    "out of memory (Slurm: '" + report->what + "')");
+        else
+          continue;
+        begin_stop(); // the step's other tasks end too (also --kill-on-bad-exit)
+      }
+    } else if (auto failure = parse_torchrun_failure(line);
+               failure && failure->rank < labelled_ranks) {
+      if (failure->exit_code > 0)
+        add_cause(trial_cause::kind_t::exit_nonzero, failure->rank, failure->exit_code,
+                  "exited with status " + std::to_string(failure->exit_code) + " (torchrun)");
+      else if (failure->exit_code < 0)
+        add_cause(trial_cause::kind_t::killed_by_signal, failure->rank, -failure->exit_code,
+                  "killed by signal " + std::to_string(-failure->exit_code) + " (torchrun)");
+      begin_stop();
+    }
+  }
+
+  void on_line(stream_state& s, std::string_view line) {
+    if (s.labelled)
+      on_labelled_line(s, line);
+    else
+      on_rank_line(s.rank, s.is_stdout, line);
+  }
+
+  void on_rank_line(int rank, bool is_stdout, std::string_view line) {
+    if (!is_stdout) {
+      if (tails.size() <= static_cast<std::size_t>(rank))
+        tails.resize(static_cast<std::size_t>(rank) + 1);
+      tails[static_cast<std::size_t>(rank)].add(line);
+    }
+    if (is_stdout && rank == task.metrics.reporting_rank) {
       auto before = parser.steps().size();
       parser.feed(line);
       while (observed_at.size() < parser.steps().size())
@@ -196,8 +349,8 @@ struct supervisor {
       }
     }
     if (const auto* pattern = find_oom_pattern(task.metrics, line)) {
-      if (!seen_cause(trial_cause::kind_t::oom_text, s.rank)) {
-        add_cause(trial_cause::kind_t::oom_text, s.rank, 0,
+      if (!seen_cause(trial_cause::kind_t::oom_text, rank)) {
+        add_cause(trial_cause::kind_t::oom_text, rank, 0,
                   "out of memory ('" + *pattern + "'): " + std::string{line.substr(0, 300)});
         // The OOM is the cause, whatever the rank does next (exit, or hang in a collective):
         // the trial ends soon, not at its wall-clock limit. The rank gets oom_exit_grace_s to
@@ -206,8 +359,8 @@ struct supervisor {
           oom_stop_at_s = now_s() + oom_exit_grace_s;
       }
     } else if (const auto* collective = find_collective_pattern(line)) {
-      if (!seen_cause(trial_cause::kind_t::collective_text, s.rank))
-        add_cause(trial_cause::kind_t::collective_text, s.rank, 0,
+      if (!seen_cause(trial_cause::kind_t::collective_text, rank))
+        add_cause(trial_cause::kind_t::collective_text, rank, 0,
                   std::string{collective->what} + ": " + std::string{line.substr(0, 300)});
     }
   }
@@ -219,8 +372,10 @@ struct supervisor {
       auto n = ::read(s.fd, buf, sizeof buf);
       if (n > 0) {
         // Written as read, so a trial killed with the harness (kill -9) keeps its evidence.
-        s.log.write(buf, n);
-        s.log.flush();
+        if (s.log.is_open()) {
+          s.log.write(buf, n);
+          s.log.flush();
+        }
         s.partial.append(buf, static_cast<std::size_t>(n));
         std::size_t begin = 0;
         for (auto nl = s.partial.find('\n'); nl != std::string::npos;
@@ -267,6 +422,33 @@ struct supervisor {
           ::close(s.fd);
           s.fd = -1;
         }
+      if (labelled()) {
+        // srun's (torchrun's) exit: the ranks' own exits were reported by it, line by line; a
+        // failure it did not attribute to a rank (no step could be created, a bad srun option,
+        // torchrun's own error) is the trial's, with its own last words.
+        bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        bool attributed = false;
+        for (const auto& c : obs.causes)
+          attributed = attributed || (c.rank >= 0
+                                      && (c.kind == trial_cause::kind_t::exit_nonzero
+                                          || c.kind == trial_cause::kind_t::killed_by_signal
+                                          || c.kind == trial_cause::kind_t::oom_text));
+        if (failed && !attributed && !stopping) {
+          auto tail = launcher_tail.text();
+          std::string what = WIFEXITED(status)
+                               ? "exited with status " + std::to_string(WEXITSTATUS(status))
+                               : "killed by signal " + std::to_string(WTERMSIG(status));
+          add_cause(WIFEXITED(status) ? trial_cause::kind_t::exit_nonzero
+                                      : trial_cause::kind_t::killed_by_signal,
+                    -1, WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status),
+                    std::string{tuning::to_string(launcher)} + " launcher: "
+                      + (launcher == tuning::launcher_kind::slurm ? "srun " : "torchrun ") + what
+                      + (tail.empty() ? "" : ": " + tail));
+        }
+        if (failed)
+          begin_stop();
+        continue;
+      }
       if (WIFEXITED(status) && WEXITSTATUS(status) != 0) {
         add_cause(trial_cause::kind_t::exit_nonzero, rank, WEXITSTATUS(status),
                   "exited with status " + std::to_string(WEXITSTATUS(status)));
@@ -287,6 +469,8 @@ struct supervisor {
 
   void sample_memory(const std::vector<process_entry>& table) {
     static const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+    if (labelled())
+      return; // the ranks are Slurm's (maybe on other nodes) or torchrun's: see the task's cap
     for (std::size_t i = 0; i < ranks.size(); ++i) {
       auto& r = ranks[i];
       if (!r.running)
@@ -360,8 +544,21 @@ struct supervisor {
         add_cause(trial_cause::kind_t::stop_requested, -1, 0, "stop requested (preempted)");
         begin_stop();
       }
+      double since_stop = stopping ? std::chrono::duration<double>(now - stop_time).count() : 0;
+      if (stopping && launcher == tuning::launcher_kind::slurm && !sent_step_kill
+          && since_stop >= task.limits.kill_grace_s) {
+        // The step's tasks did not end by SIGTERM: SIGKILL through Slurm, and SIGTERM to srun
+        // (it SIGKILLs every task and waits for the step to end). srun itself is SIGKILLed
+        // only step_kill_wait_s later, should the step not end.
+        signal_step("KILL");
+        for (auto& r : ranks)
+          if (r.running)
+            signal_group(r.pid, SIGTERM);
+        sent_step_kill = true;
+      }
       if (stopping && !sent_kill
-          && std::chrono::duration<double>(now - stop_time).count() >= task.limits.kill_grace_s) {
+          && since_stop >= task.limits.kill_grace_s
+                             + (launcher == tuning::launcher_kind::slurm ? step_kill_wait_s : 0)) {
         for (auto& r : ranks)
           signal_group(r.pid, SIGKILL);
         tree.signal_all(SIGKILL);
@@ -630,13 +827,19 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
   const long world_size = *ws;
   auto vars = tuning::template_vars(task, *knobs, builtins);
   vars.emplace("world_size", std::to_string(world_size));
-  bool ranks_launcher = task.workload.launcher == tuning::launcher_kind::ranks;
+  const auto launcher = task.workload.launcher;
+  bool ranks_launcher = launcher == tuning::launcher_kind::ranks;
+  // slurm and torchrun: one process (srun, torchrun) starts the ranks and labels their lines.
+  bool labelled = launcher == tuning::launcher_kind::slurm
+                  || launcher == tuning::launcher_kind::torchrun;
   int processes = ranks_launcher ? static_cast<int>(world_size) : 1;
 
   trial_report report;
   report.world_size = static_cast<int>(world_size);
   report.workdir = task.workload.workdir;
   supervisor sup{req, timeout_s, cap};
+  sup.launcher = launcher;
+  sup.labelled_ranks = labelled ? static_cast<int>(world_size) : 0;
   sup.obs.final_line_required = task.metrics.require_final_line
                                 && task.metrics.format
                                      == tuning::metrics_spec::format_kind::json_lines;
@@ -664,6 +867,14 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
       return finish({wire::Outcome::ContractViolation, 0,
                      "constraint: " + v.substr(std::string{"constraint "}.size())});
   }
+  auto base_env = current_environment();
+  // A Slurm trial is a job step of the allocation infrarsi runs in; it never asks Slurm for an
+  // allocation of its own (that would queue, and the queue's wait would count as its time).
+  if (launcher == tuning::launcher_kind::slurm && base_env.count("SLURM_JOB_ID") == 0)
+    return finish({wire::Outcome::LaunchError, 0,
+                   "workload.launcher = \"slurm\" runs the ranks as a job step (srun) of the "
+                   "Slurm allocation infrarsi runs in, and SLURM_JOB_ID is not set: run infrarsi "
+                   "inside one (salloc -n N infrarsi ..., or in an sbatch script)"});
   workload_copy copy; // the trial's copy of the workload, when it runs in one
   if (!req.patches.empty() || !req.scope_lock.empty()) {
     std::string failure;
@@ -688,13 +899,12 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
   if (ranks_launcher && !distributed)
     unset.insert(torchrun_env_names().begin(), torchrun_env_names().end());
   int port = 0;
-  if (distributed) {
+  if (distributed || labelled) {
     auto p = free_tcp_port();
     if (!p)
       return std::move(p.error());
     port = *p;
   }
-  auto base_env = current_environment();
   for (const auto& name : unset)
     base_env.erase(name);
   base_env.emplace("PYTHONUNBUFFERED", "1"); // line-timely output from Python workloads
@@ -732,6 +942,16 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
       if (rank == 0)
         report.env[k] = *rendered;
     }
+    if (launcher == tuning::launcher_kind::slurm) {
+      // Each task derives RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE and MASTER_ADDR from
+      // Slurm's variables (slurm_rank_script); the port is the launcher's.
+      for (const auto& name : torchrun_env_names())
+        sreq.env.erase(name);
+      sreq.env["MASTER_PORT"] = std::to_string(port);
+    } else if (launcher == tuning::launcher_kind::torchrun) {
+      for (const auto& name : torchrun_env_names()) // torchrun sets them for every rank
+        sreq.env.erase(name);
+    }
     if (distributed) {
       sreq.env["RANK"] = std::to_string(rank);
       sreq.env["LOCAL_RANK"] = std::to_string(rank);
@@ -752,6 +972,38 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
     if (!sreq.argv.empty() && sreq.argv[0].find('/') != std::string::npos
         && sreq.argv[0].front() != '/')
       sreq.argv[0] = (fs::path{task.workload.workdir} / sreq.argv[0]).lexically_normal().string();
+    if (launcher == tuning::launcher_kind::slurm) {
+      srun_plan plan;
+      plan.world_size = static_cast<int>(world_size);
+      plan.workdir = report.workdir;
+      plan.step_name =
+        "infrarsi-trial-" + std::to_string(req.trial_id) + "-" + std::to_string(req.attempt);
+      for (const auto& a : task.workload.srun_args) {
+        auto rendered = tuning::render_template(a, rank_vars, why);
+        if (!rendered)
+          return make_error(errc::invalid_argument, "workload.srun_args: " + why);
+        plan.extra_args.push_back(*rendered);
+      }
+      plan.argv = std::move(sreq.argv);
+      sreq.argv = srun_command(plan);
+      sup.helper_env = sreq.env;
+    } else if (launcher == tuning::launcher_kind::torchrun) {
+      torchrun_plan plan;
+      plan.program = task.workload.torchrun_program;
+      plan.world_size = static_cast<int>(world_size);
+      plan.port = port;
+      plan.rdzv_id =
+        "infrarsi-" + std::to_string(req.trial_id) + "-" + std::to_string(req.attempt);
+      plan.log_dir = trial_dir + "/torchrun";
+      for (const auto& a : task.workload.torchrun_args) {
+        auto rendered = tuning::render_template(a, rank_vars, why);
+        if (!rendered)
+          return make_error(errc::invalid_argument, "workload.torchrun_args: " + why);
+        plan.extra_args.push_back(*rendered);
+      }
+      plan.argv = std::move(sreq.argv);
+      sreq.argv = torchrun_command(plan);
+    }
     if (rank == 0)
       report.argv = sreq.argv;
 
@@ -773,13 +1025,36 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
       s.fd = is_out ? child->stdout_fd : child->stderr_fd;
       s.rank = rank;
       s.is_stdout = is_out;
-      auto path = trial_dir + "/rank-" + std::to_string(rank) + (is_out ? ".stdout" : ".stderr");
-      s.log.open(path, std::ios::binary | std::ios::trunc);
-      report.log_files.push_back(path);
+      s.labelled = labelled;
+      if (!labelled) {
+        auto path =
+          trial_dir + "/rank-" + std::to_string(rank) + (is_out ? ".stdout" : ".stderr");
+        s.log.open(path, std::ios::binary | std::ios::trunc);
+        report.log_files.push_back(path);
+      }
       sup.streams.push_back(std::move(s));
+    }
+    if (labelled) {
+      // Every rank's lines, demultiplexed by their labels, in rank-N.stdout / rank-N.stderr as
+      // for the ranks launcher; srun's (torchrun's) own lines in srun.* (torchrun.*).
+      for (int r = 0; r < world_size; ++r)
+        for (bool is_out : {true, false}) {
+          auto path = trial_dir + "/rank-" + std::to_string(r) + (is_out ? ".stdout" : ".stderr");
+          sup.rank_logs.emplace_back(path, std::ios::binary | std::ios::trunc);
+          report.log_files.push_back(path);
+        }
+      std::string name = launcher == tuning::launcher_kind::slurm ? "srun" : "torchrun";
+      for (int i = 0; i < 2; ++i) {
+        auto path = trial_dir + "/" + name + (i == 0 ? ".stdout" : ".stderr");
+        sup.launcher_logs[i].open(path, std::ios::binary | std::ios::trunc);
+        report.log_files.push_back(path);
+      }
     }
   }
   sup.loop();
+  if (launcher == tuning::launcher_kind::slurm && !sup.slurm_step.empty() && !sup.ranks.empty()
+      && WIFSIGNALED(sup.ranks.front().wait_status))
+    sup.signal_step("KILL"); // srun was killed before its step ended: nothing may outlive it
   for (const auto& name : unset) // a variable the task's own env sets again is not removed
     if (report.env.count(name) == 0
         && std::find(report.env_unset.begin(), report.env_unset.end(), name)

@@ -52,6 +52,16 @@ const char* to_string(knob_type type) {
   return "?";
 }
 
+const char* to_string(launcher_kind kind) {
+  switch (kind) {
+    case launcher_kind::ranks: return "ranks";
+    case launcher_kind::command: return "command";
+    case launcher_kind::slurm: return "slurm";
+    case launcher_kind::torchrun: return "torchrun";
+  }
+  return "?";
+}
+
 const char* to_string(loss_mode mode) {
   switch (mode) {
     case loss_mode::pointwise: return "pointwise";

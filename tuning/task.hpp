@@ -53,7 +53,17 @@ enum class launcher_kind : std::uint8_t {
   ranks,
   /// One process; the user's command handles ranks itself (torchrun, srun, mpirun).
   command,
+  /// `world_size` ranks as one Slurm job step (`srun`) of the allocation infrarsi runs in
+  /// (SLURM_JOB_ID); each rank's torchrun variables come from Slurm's own (SLURM_PROCID, ...).
+  /// Outside an allocation the trial is a launch_error (adapters/cluster_launch.hpp).
+  slurm,
+  /// One `torchrun` process that starts `world_size` ranks on this node (c10d rendezvous on a
+  /// free port of 127.0.0.1) and sets their torchrun variables itself.
+  torchrun,
 };
+
+/// The task-file name of a launcher ("ranks", "command", "slurm", "torchrun").
+const char* to_string(launcher_kind kind);
 
 /// When the ranks launcher gives a rank the torchrun environment contract (RANK, LOCAL_RANK,
 /// WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT). Task key `workload.distributed_env`.
@@ -83,7 +93,8 @@ struct workload_spec {
   std::vector<std::string> argv;
   /// Environment templates added to (and overriding) the inherited environment.
   std::map<std::string, std::string> env;
-  /// Number of ranks (ranks launcher) or devices a command uses (command launcher): a template,
+  /// Number of ranks (ranks, slurm, torchrun launchers) or devices a command uses (command
+  /// launcher): a template,
   /// e.g. "{world_size}" or "2".
   std::string world_size = "1";
   /// Files the workload writes in its own directory at run time (checkpoints, caches, outputs it
@@ -94,6 +105,16 @@ struct workload_spec {
   std::vector<std::string> writable;
   /// Whether the ranks launcher sets the torchrun variables at world size 1. Default always.
   distributed_env_kind distributed_env = distributed_env_kind::always;
+  /// Slurm launcher: templates of extra srun options (e.g. "--nodes=2", "--cpus-per-task=2",
+  /// "--mem-per-cpu=2G"), after infrarsi's own options. Never one infrarsi sets itself
+  /// (adapters::reserved_srun_option). Default none.
+  std::vector<std::string> srun_args;
+  /// torchrun launcher: the program (with leading arguments) that is torchrun. Default
+  /// {"torchrun"}; e.g. {"/usr/bin/python3", "-m", "torch.distributed.run"}.
+  std::vector<std::string> torchrun_program = {"torchrun"};
+  /// torchrun launcher: templates of extra torchrun options (e.g. "--monitor_interval=1"),
+  /// never one infrarsi sets itself (adapters::reserved_torchrun_option). Default none.
+  std::vector<std::string> torchrun_args;
 };
 
 /// How to read per-step metrics from the workload's output.
