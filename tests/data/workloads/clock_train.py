@@ -6,7 +6,11 @@ prints one INFRARSI_METRICS line as it ends, as a real training loop does. --mod
   fake_timer      every measured interval shrinks by 40 % (a "faster clock", as
                   workloads/torch_gpt/patches/cheat_fake_timer.patch)
   partial_timer   the timer covers only the second half of each step's work
-  buffered        stdout is block-buffered: the lines arrive together at exit
+  buffered        stdout is block-buffered: the lines arrive together at exit; its steps do 6x
+                  the work, so that its reported timed window (6 steps) is longer than 4 x
+                  tuning::min_clock_window_s (0.2 s) on any machine: a shorter window is too
+                  short to judge by design (tuning/contract_check.cpp), and on a fast idle core
+                  6 steps of the default work report only about 0.1 s
 """
 import argparse, json, os, sys, time
 
@@ -20,6 +24,8 @@ args = p.parse_args()
 
 scale = 0.6 if args.mode == "fake_timer" else 1.0
 buffered = args.mode == "buffered"
+if buffered:
+    args.work *= 6
 out = os.fdopen(1, "w", buffering=1 << 16) if buffered else sys.stdout
 
 
