@@ -198,6 +198,21 @@ void on_hello(self_ptr self, const std::string& identity, const messages::node_h
     for (const auto* a : *h->running())
       running[a->slot()] = pool_key{a->run_id() != nullptr ? a->run_id()->str() : "",
                                     a->trial_id(), a->attempt()};
+  // A name held by another connection that was heard from within two heartbeats is in use: the
+  // newcomer is refused (two hosts with one name, or a second node-runner started by mistake).
+  // An older holder is taken for a dead connection of the same node-runner, which reconnects.
+  if (auto old = st.by_name.find(name); old != st.by_name.end() && old->second != identity) {
+    const auto& holder = st.nodes[old->second];
+    if (std::chrono::steady_clock::now() - holder.last_heard
+        < 2 * std::chrono::milliseconds(st.o.heartbeat_ms)) {
+      note(self, "node " + name + " refused: the name is in use by a live node-runner");
+      control(self, identity, "refused",
+              "the name '" + name + "' is in use by another live node-runner; give this one "
+              "its own --name");
+      st.o.broker->forget_node(identity);
+      return;
+    }
+  }
   // A node that reconnects under a new identity replaces its old entry.
   if (auto old = st.by_name.find(name); old != st.by_name.end() && old->second != identity) {
     auto old_identity = old->second;
@@ -216,6 +231,7 @@ void on_hello(self_ptr self, const std::string& identity, const messages::node_h
   }
   auto& n = st.nodes[identity];
   bool fresh = n.slots.empty();
+  n.last_heard = std::chrono::steady_clock::now();
   n.identity = identity;
   n.name = name;
   n.fingerprint = h->fingerprint() != nullptr ? h->fingerprint()->str() : "";
@@ -292,8 +308,18 @@ void on_node_message(self_ptr self, const std::string& identity,
     control(self, identity, "hello", "unknown node: say hello");
     return;
   }
+  known->second.last_heard = std::chrono::steady_clock::now();
   switch (env->kind()) {
     case wire::MessageKind::Heartbeat: break;
+    case wire::MessageKind::NodeControl: {
+      auto c = messages::open<wire::NodeControl>(env);
+      if (c && (*c)->command()->str() == "bye") {
+        remove_node(self, identity, "said goodbye (the node-runner is stopping)");
+        st.o.broker->forget_node(identity);
+        assign(self);
+      }
+      break;
+    }
     case wire::MessageKind::TrialRefused: {
       auto r = messages::open<wire::TrialRefused>(env);
       if (!r)

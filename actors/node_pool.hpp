@@ -5,6 +5,7 @@
 /// node runs an attempt is recorded by the node itself (TrialResult.node); a lost attempt is
 /// logged by its run's supervisor when the pool answers its request with an error.
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -31,6 +32,8 @@ struct node_pool_options {
   std::uint32_t protocol = 0;
   /// Lines about nodes (joined, gone, refused trials); nullptr: none.
   std::ostream* log = nullptr;
+  /// The heartbeat interval (ms): a node name heard from within two of them is in use.
+  int heartbeat_ms = 1000;
 };
 
 struct node_pool_state {
@@ -51,6 +54,8 @@ struct node_pool_state {
     std::string hardware;
     std::vector<slot> slots;
     std::uint64_t trials_assigned = 0;
+    /// When the pool last heard from it (a duplicate name is refused while this is recent).
+    std::chrono::steady_clock::time_point last_heard{};
   };
   struct pending {
     messages::trial_spec_msg spec;

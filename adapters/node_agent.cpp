@@ -98,6 +98,9 @@ struct node_agent::impl {
     socket->set(zmq::sockopt::rcvhwm, 10000);
     // ZeroMQ's own reconnects (a daemon restart, a failed CURVE handshake: wrong server key)
     // back off like ours instead of retrying every 100 ms.
+    // Queue only to a completed connection: while the daemon is away a result stays in our own
+    // queue (sent after the reconnect) instead of in a pipe that the reconnect discards.
+    socket->set(zmq::sockopt::immediate, 1);
     socket->set(zmq::sockopt::reconnect_ivl, o.reconnect_initial_ms);
     socket->set(zmq::sockopt::reconnect_ivl_max, o.reconnect_max_ms);
     if (!o.server_public_key.empty())
@@ -320,6 +323,18 @@ struct node_agent::impl {
         w->thread.join();
   }
 
+  /// Stopping this node: the daemon is told first (it assigns nothing more here and re-queues
+  /// the attempts running here at once), then the running trials are stopped. Their results
+  /// (preempted by this node, not by their configuration) are not sent: the attempts are lost.
+  void say_goodbye() {
+    if (!socket)
+      return;
+    wire::NodeControlT bye;
+    bye.command = "bye";
+    bye.detail = "node " + o.name + " is stopping";
+    send(messages::node_control_msg::pack(bye), "");
+  }
+
   int serve(const std::atomic<bool>& stop) {
     auto hb = milliseconds(o.heartbeat_ms);
     auto backoff = milliseconds(o.reconnect_initial_ms);
@@ -376,9 +391,25 @@ struct node_agent::impl {
         next_beat = last_heard + hb;
       }
     }
+    if (refused_status == 0) {
+      flush_results(); // what ended before the stop is sent
+      say_goodbye();
+    }
+    std::size_t stopped = 0;
+    for (const auto& w : workers)
+      stopped += (w && !w->done) ? 1 : 0;
     stop_all();
+    {
+      std::lock_guard<std::mutex> lock{results_mutex};
+      results.clear(); // preempted by this stop: lost and re-queued by the daemon
+    }
+    if (stopped > 0)
+      note(std::to_string(stopped) + " running trial(s) stopped; the daemon re-queues them");
     if (socket) {
-      flush_results();
+      // Give the goodbye a moment to leave (linger is 0 on close).
+      auto until = clock_type::now() + milliseconds(200);
+      while (clock_type::now() < until)
+        std::this_thread::sleep_for(milliseconds(20));
       socket.reset();
     }
     return refused_status;

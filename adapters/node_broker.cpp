@@ -1,5 +1,6 @@
 #include "adapters/node_broker.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <sstream>
 #include <iterator>
@@ -123,6 +124,7 @@ void node_broker::serve() {
   std::map<std::string, clock_type::time_point> peers; // node identity -> last heard
   const auto interval = milliseconds(o_.heartbeat_ms);
   auto next_beat = clock_type::now() + interval;
+  auto last_loop = clock_type::now();
   auto count = [this](auto member) {
     std::lock_guard<std::mutex> lock{stats_mutex_};
     ++(stats_.*member);
@@ -212,6 +214,13 @@ void node_broker::serve() {
       }
     }
     auto now = clock_type::now();
+    // This thread was not scheduled for more than a heartbeat (the daemon was stopped, the VM
+    // paused, the head node overloaded): the peers' messages of that time are still in transit,
+    // so their silence says nothing about them. Every peer gets a fresh liveness period.
+    if (now - last_loop > interval)
+      for (auto& [identity, heard] : peers)
+        heard = std::max(heard, now);
+    last_loop = now;
     for (auto it = peers.begin(); it != peers.end();) {
       if (now - it->second > interval * o_.liveness) {
         auto silent = std::chrono::duration_cast<milliseconds>(now - it->second).count();

@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <sstream>
+#include <type_traits>
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -113,6 +114,8 @@ caf::expected<daemon_config> load_daemon_config(const std::string& path) {
     if (!v.is_number())
       return bad(std::string{table} + "." + key, "expected a number");
     auto x = v.value<double>().value_or(0.0);
+    if (std::is_integral_v<std::decay_t<decltype(out)>> && !v.is_integer())
+      return bad(std::string{table} + "." + key, "expected an integer");
     if (!(x >= lo && x <= hi)) {
       std::ostringstream os;
       os << "got " << x << ", expected a value in [" << lo << ", " << hi << "]";
@@ -438,8 +441,17 @@ void on_client(controller_ptr self, const std::string& identity,
         auto& s = self->state;
         auto doc = nlohmann::json::parse(pool_doc);
         nlohmann::json runs = nlohmann::json::array();
-        for (const auto& [id, r] : s.runs) {
-          nlohmann::json j = {{"run_id", id}, {"active", r.active}, {"task", r.task->name}};
+        // Every run of the store: those of earlier lives of the daemon too.
+        std::vector<std::string> ids;
+        if (auto listed = s.log->list_runs())
+          for (const auto& info : *listed)
+            ids.push_back(info.run_id);
+        for (const auto& id : ids) {
+          auto here = s.runs.find(id);
+          bool active = here != s.runs.end() && here->second.active;
+          nlohmann::json j = {{"run_id", id}, {"active", active}};
+          if (here != s.runs.end())
+            j["task"] = here->second.task->name;
           if (auto loaded = store::load_run_with_snapshot(*s.log, id)) {
             const auto& state = loaded->state;
             j["trials"] = state.trials.size();
@@ -450,9 +462,9 @@ void on_client(controller_ptr self, const std::string& identity,
             if (state.promotion)
               j["promoted"] = state.promotion->value("promoted", false);
           }
-          if (!r.active) {
-            j["status"] = r.status;
-            j["summary"] = r.summary;
+          if (here != s.runs.end() && !active) {
+            j["status"] = here->second.status;
+            j["summary"] = here->second.summary;
           }
           runs.push_back(std::move(j));
         }
@@ -479,8 +491,11 @@ void scan_watch_dir(controller_ptr self) {
   const auto& dir = st.config->watch_dir;
   std::error_code ec;
   std::vector<fs::path> files;
+  // A file modified within the last two seconds may still be being written: taken next time.
+  const auto settled = fs::file_time_type::clock::now() - std::chrono::seconds(2);
   for (const auto& e : fs::directory_iterator(dir, ec))
-    if (e.is_regular_file(ec) && e.path().extension() == ".toml")
+    if (e.is_regular_file(ec) && e.path().extension() == ".toml"
+        && fs::last_write_time(e.path(), ec) < settled && !ec)
       files.push_back(e.path());
   std::sort(files.begin(), files.end());
   for (const auto& f : files) {
@@ -489,7 +504,12 @@ void scan_watch_dir(controller_ptr self) {
     auto run = start_run(self, text, f.string(), {}, {}, 0, {});
     auto dest_dir = fs::path{dir} / (run ? "submitted" : "rejected");
     fs::create_directories(dest_dir, ec);
-    auto dest = dest_dir / (f.stem().string() + (run ? "." + *run : std::string{}) + ".toml");
+    // Never replaces an earlier submission or rejection of a file of the same name.
+    auto dest = dest_dir / (f.stem().string() + "." + (run ? *run : std::to_string(++st.submitted))
+                            + ".toml");
+    for (int n = 2; fs::exists(dest, ec); ++n)
+      dest = dest_dir / (f.stem().string() + "." + std::to_string(st.submitted) + "-"
+                         + std::to_string(n) + ".toml");
     fs::rename(f, dest, ec);
     if (run) {
       say(self, "watched directory: " + f.filename().string() + " submitted as run " + *run);
@@ -718,6 +738,7 @@ int run_daemon(const daemon_config& config, std::ostream& out, std::ostream& err
   actors::node_pool_options po;
   po.broker = &broker;
   po.log = &pool_log;
+  po.heartbeat_ms = config.heartbeat_ms;
   pool = sys.spawn(actors::node_pool, po);
   int status = 0;
   {
@@ -857,6 +878,20 @@ int run_daemon_status(const client_options& client, bool json, std::ostream& out
 int run_node(const node_options& o, std::ostream& out, std::ostream& err) {
   signal_guard signals;
   (void) out;
+  if (o.connect.rfind("tcp://", 0) != 0 && o.connect.rfind("ipc://", 0) != 0) {
+    err << "infrarsi node: --connect '" << o.connect
+        << "': expected the daemon's node endpoint, tcp://HOST:PORT (or ipc://PATH)\n";
+    return 2;
+  }
+  if (!o.name.empty()) {
+    bool printable = o.name.size() <= 128;
+    for (char ch : o.name)
+      printable = printable && ch > ' ' && ch < 127;
+    if (!printable) {
+      err << "infrarsi node: --name: expected 1-128 printable ASCII characters without spaces\n";
+      return 2;
+    }
+  }
   adapters::node_agent_options a;
   a.connect = o.connect;
   a.workdir = fs::absolute(o.workdir).string();

@@ -301,6 +301,48 @@ TEST(Daemon, AKilledNodeLosesItsTrialWithinFiveSecondsAndTheOtherNodeFinishesThe
   expect_replays(dir, store, run_id);
 }
 
+TEST(Daemon, ASigtermedNodeHandsItsTrialBackAndASecondNodeOfTheSameNameIsRefused) {
+  test::temp_dir dir;
+  test::process_set procs;
+  cluster c{dir, procs,
+            test::write_daemon_config(dir, "daemon", "tcp://127.0.0.1:*", "tcp://127.0.0.1:*")};
+  start_on_loopback(c);
+  // A second node-runner under a name a live one holds: refused, exit 1; node-a stays.
+  auto [dup_rc, dup] = test::run_capture(
+    {}, {"node", "--connect", c.nodes_endpoint(), "--workdir", dir.sub("dup"), "--name", "node-a"},
+    dir.sub("dup.out"));
+  EXPECT_EQ(dup_rc, 1) << dup;
+  EXPECT_NE(dup.find("in use"), std::string::npos) << dup;
+  auto run_id = submit({}, c.clients, write_sim_task(dir, "sim-term", 1.5, 4), dir);
+  ASSERT_FALSE(run_id.empty());
+  auto store = dir.sub("daemon-store");
+  ASSERT_TRUE(eventually(60s, [&] {
+    return file_contains(dir.sub("node-a.out"), "starts in slot");
+  })) << file_text(dir.sub("node-a.out"));
+  EXPECT_EQ(test::terminate(c.nodes["node-a"], 30s), 0) << file_text(dir.sub("node-a.out"));
+  procs.reaped(c.nodes["node-a"]);
+  ASSERT_TRUE(eventually(240s, [&] { return test::run_applied(store, run_id); }))
+    << file_text(c.daemon_out);
+  auto r = test::read_logged_run(store, run_id);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->of(wire::EventKind::TrialLost).size(), 1u) << file_text(c.daemon_out);
+  const auto* lost = r->of(wire::EventKind::TrialLost).front();
+  // The stopped attempt has no result of its own (not a preempted failure of its configuration);
+  // its next attempt ran on node-b.
+  bool requeued = false;
+  for (const auto* e : r->of(wire::EventKind::TrialCompleted)) {
+    EXPECT_FALSE(e->trial == lost->trial && e->attempt == lost->attempt);
+    if (e->trial == lost->trial && e->attempt == lost->attempt + 1) {
+      requeued = true;
+      EXPECT_EQ(e->node, "node-b");
+    }
+  }
+  EXPECT_TRUE(requeued);
+  EXPECT_EQ(explore_trials(*r).size(), 4u);
+  EXPECT_EQ(c.drain(), 0);
+  expect_replays(dir, store, run_id);
+}
+
 TEST(Daemon, AStoppedNodesLateResultIsLoggedStaleAndNeverCounted) {
   test::temp_dir dir;
   test::process_set procs;
