@@ -25,14 +25,15 @@ std::vector<zmq::message_t> receive_all(zmq::socket_t& s) {
   return frames;
 }
 
-caf::error configure_server(zmq::socket_t& s, const node_broker_options& o) {
+caf::error configure_server(zmq::socket_t& s, const node_broker_options& o,
+                            const std::string& domain) {
   s.set(zmq::sockopt::linger, 0);
   s.set(zmq::sockopt::router_mandatory, 1);
   s.set(zmq::sockopt::sndhwm, o.send_hwm);
   s.set(zmq::sockopt::rcvhwm, o.receive_hwm);
   s.set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(o.max_frame_bytes));
   if (o.zap != nullptr)
-    return make_curve_server(s, o.keys, *o.zap, o.zap_domain);
+    return make_curve_server(s, o.keys, *o.zap, domain);
   return caf::none;
 }
 
@@ -50,14 +51,14 @@ caf::error node_broker::start() {
   try {
     nodes_ = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::router);
     at = o_.node_endpoint;
-    if (auto err = configure_server(*nodes_, o_))
+    if (auto err = configure_server(*nodes_, o_, o_.zap_domain))
       return err;
     nodes_->bind(o_.node_endpoint);
     node_bound_ = nodes_->get(zmq::sockopt::last_endpoint);
     if (!o_.client_endpoint.empty()) {
       clients_ = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::router);
       at = o_.client_endpoint;
-      if (auto err = configure_server(*clients_, o_))
+      if (auto err = configure_server(*clients_, o_, o_.client_zap_domain))
         return err;
       clients_->bind(o_.client_endpoint);
       client_bound_ = clients_->get(zmq::sockopt::last_endpoint);

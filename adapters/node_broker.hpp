@@ -10,8 +10,9 @@
 ///
 /// Both ROUTERs set ZMQ_ROUTER_MANDATORY (a send to a vanished peer is an error, reported to the
 /// sink with the message, never a silent drop) and high-water marks; a full queue (EAGAIN) is
-/// reported the same way. With a key pair set, both sockets are CURVE servers in ZAP domain
-/// `zap_domain` (the daemon runs the ZAP handler that admits only allowed keys).
+/// reported the same way. With a key pair set, both sockets are CURVE servers, the node socket in
+/// ZAP domain `zap_domain` and the client socket in `client_zap_domain` (the daemon runs the ZAP
+/// handler that admits only the keys on each domain's allow-list).
 
 #include <atomic>
 #include <cstdint>
@@ -52,8 +53,10 @@ struct node_broker_options {
   /// ZAP handler in `zap_domain` (adapters/curve.hpp). nullptr: plain TCP.
   const zap_handler* zap = nullptr;
   curve_keypair keys;
-  /// ZAP domain of both sockets. Default "infrarsi".
-  std::string zap_domain = "infrarsi";
+  /// ZAP domain of the node socket (its allow-list: node keys). Default "nodes".
+  std::string zap_domain = "nodes";
+  /// ZAP domain of the client socket (its allow-list: client keys). Default "clients".
+  std::string client_zap_domain = "clients";
 };
 
 /// What the broker reports; every callback runs on the broker's thread and must not block.

@@ -116,6 +116,7 @@ caf::expected<child_process> spawn(const spawn_request& req) {
   // sees its group, and reap_adopted_zombies() never mistakes it for an adopted process.
   // The child never touches the lock.
   std::unique_lock<std::mutex> registry_lock{registry().mutex};
+  const pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) {
     int e = errno;
@@ -128,6 +129,13 @@ caf::expected<child_process> spawn(const spawn_request& req) {
   if (pid == 0) {
     // Child: async-signal-safe calls only.
     ::setpgid(0, 0);
+    // A harness killed with SIGKILL (a node-runner, `tune`) cannot stop its trials: the kernel
+    // does, so no rank keeps a GPU busy while its attempt is re-run elsewhere. The spawning thread
+    // waits for the child, so it outlives it otherwise. (The rank's own descendants are not
+    // covered; the launcher's cgroup or /proc sweep ends those while the harness lives.)
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent)
+      ::_exit(127); // the harness died between fork and prctl
     // The child reports a failure as {stage, errno}: 1 joining the cgroup, 2 chdir, 3 exec.
     auto fail = [&](int stage) {
       int report[2] = {stage, errno};

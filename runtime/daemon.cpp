@@ -82,7 +82,7 @@ caf::expected<daemon_config> load_daemon_config(const std::string& path) {
      {"store", "node_endpoint", "client_endpoint", "watch_dir", "watch_interval_s",
       "heartbeat_ms", "liveness", "drain_grace_s", "max_slots_per_run", "send_hwm",
       "knowledge_dir"}},
-    {"security", {"secret_key", "allow"}}};
+    {"security", {"secret_key", "allow", "allow_clients"}}};
   for (const auto& [table, node] : doc) {
     auto t = std::string{table.str()};
     auto k = known.find(t);
@@ -131,6 +131,7 @@ caf::expected<daemon_config> load_daemon_config(const std::string& path) {
                    text("daemon", "knowledge_dir", c.knowledge_dir),
                    text("security", "secret_key", c.secret_key),
                    text("security", "allow", c.allow),
+                   text("security", "allow_clients", c.allow_clients),
                    number("daemon", "watch_interval_s", 0.1, 3600.0, c.watch_interval_s),
                    number("daemon", "heartbeat_ms", 10.0, 60000.0, c.heartbeat_ms),
                    number("daemon", "liveness", 1.0, 100.0, c.liveness),
@@ -151,6 +152,9 @@ caf::expected<daemon_config> load_daemon_config(const std::string& path) {
   c.knowledge_dir = resolve(base, c.knowledge_dir);
   c.secret_key = resolve(base, c.secret_key);
   c.allow = resolve(base, c.allow);
+  c.allow_clients = resolve(base, c.allow_clients);
+  if (!c.allow_clients.empty() && c.secret_key.empty())
+    return bad("security.allow_clients", "needs security.secret_key and security.allow");
   return c;
 }
 
@@ -691,9 +695,18 @@ int run_daemon(const daemon_config& config, std::ostream& out, std::ostream& err
           << describe(allow.error()) << '\n';
       return 1;
     }
+    auto clients = config.allow_clients.empty() ? allow
+                                                : adapters::load_allow_list(config.allow_clients);
+    if (!clients) {
+      err << "infrarsi daemon: " << config.source << ": security.allow_clients: "
+          << describe(clients.error()) << '\n';
+      return 1;
+    }
     bo.keys = *keys;
     zap = std::make_unique<adapters::zap_handler>(
-      zctx, std::map<std::string, adapters::curve_allow_list>{{bo.zap_domain, *allow}},
+      zctx,
+      std::map<std::string, adapters::curve_allow_list>{{bo.zap_domain, *allow},
+                                                        {bo.client_zap_domain, *clients}},
       [&log_out](const adapters::zap_refusal& r) {
         // The public key identifies the peer; no secret ever reaches a refusal.
         log_out.write("infrarsi daemon: ", "refused a " + r.mechanism + " peer from "
@@ -707,8 +720,9 @@ int run_daemon(const daemon_config& config, std::ostream& out, std::ostream& err
       return 1;
     }
     bo.zap = zap.get();
-    err << "infrarsi daemon: CURVE on, " << allow->size() << " allowed key(s) from "
-        << config.allow << '\n';
+    err << "infrarsi daemon: CURVE on, " << allow->size() << " allowed node key(s) from "
+        << config.allow << ", " << clients->size() << " allowed client key(s) from "
+        << (config.allow_clients.empty() ? config.allow : config.allow_clients) << '\n';
   } else {
     err << "infrarsi daemon: CURVE off (no [security] keys): plain TCP; keep the endpoints on "
            "127.0.0.1 or a trusted network\n";

@@ -51,9 +51,13 @@ struct daemon_config {
   /// [security] secret_key: the daemon's CURVE key file (NAME.key from `infrarsi keys generate`).
   /// Set: every socket is a CURVE server. Default "" (plain TCP: only for 127.0.0.1).
   std::string secret_key;
-  /// [security] allow: the allow-list of node and client public keys: a directory of *.pub files
-  /// or a file of keys, one per line. Required with secret_key.
+  /// [security] allow: the allow-list of node public keys (and of client keys when
+  /// allow_clients is not set): a directory of *.pub files or a file of keys, one per line.
+  /// Required with secret_key.
   std::string allow;
+  /// [security] allow_clients: the allow-list of client keys (`submit`, `daemon status`), in the
+  /// same formats. Default "": the `allow` list serves both sockets.
+  std::string allow_clients;
   /// The file this was read from.
   std::string source;
 };

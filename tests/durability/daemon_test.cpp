@@ -280,6 +280,17 @@ TEST(Daemon, AKilledNodeLosesItsTrialWithinFiveSecondsAndTheOtherNodeFinishesThe
   })) << file_text(c.daemon_out);
   EXPECT_LT(lost_after.count(), 5000) << "TrialLost logged " << lost_after.count()
                                       << " ms after the kill";
+  // The killed node-runner's rank died with it (PR_SET_PDEATHSIG): the rank (sh, which sleeps
+  // 1.5 s before it execs the simulator, its command line naming infrarsi-sim) is gone within
+  // half a second; only its own child `sleep` may outlive it, by design.
+  std::vector<std::string> ranks_left;
+  EXPECT_TRUE(eventually(std::chrono::milliseconds(500), [&] {
+    ranks_left.clear();
+    for (const auto& p : test::processes_mentioning(dir.sub("node-a")))
+      if (p.find("infrarsi-sim") != std::string::npos)
+        ranks_left.push_back(p);
+    return ranks_left.empty();
+  })) << ranks_left.front();
   std::cout << "TrialLost logged " << lost_after.count() << " ms after kill -9 of node-a\n";
   ASSERT_TRUE(eventually(240s, [&] { return test::run_applied(store, run_id); }))
     << file_text(c.daemon_out);
@@ -437,21 +448,29 @@ TEST(Daemon, ANodeWhoseKeyIsNotAllowedIsRefusedAndAPlainClientGetsNothing) {
                                         dir.sub("keys.out"));
     ASSERT_EQ(rc, 0) << text;
   }
-  for (const auto& name : {"good-node", "client"})
-    std::filesystem::copy_file(keys + "/" + name + ".pub", allowed + "/" + name + ".pub");
+  // Node keys on the node socket's list, the client key on the client socket's list.
+  auto clients = dir.sub("clients");
+  std::filesystem::create_directories(clients);
+  std::filesystem::copy_file(keys + "/good-node.pub", allowed + "/good-node.pub");
+  std::filesystem::copy_file(keys + "/client.pub", clients + "/client.pub");
   cluster c{dir, procs,
             test::write_daemon_config(dir, "daemon", "tcp://127.0.0.1:*", "tcp://127.0.0.1:*",
                                       "[security]\nsecret_key = \"" + keys
-                                        + "/daemon.key\"\nallow = \"" + allowed + "\"\n")};
+                                        + "/daemon.key\"\nallow = \"" + allowed
+                                        + "\"\nallow_clients = \"" + clients + "\"\n")};
   c.start_daemon();
   ASSERT_FALSE(c.clients.empty()) << file_text(c.daemon_out);
   for (const auto& name : {"bad-node", "good-node"})
     c.start_node(name, c.nodes_endpoint(), {},
                  {"--server-key", keys + "/daemon.pub", "--key", keys + "/" + name + ".key"});
+  // The client's key, allowed on the client socket only, cannot join as a node.
+  c.start_node("client-as-node", c.nodes_endpoint(), {},
+               {"--server-key", keys + "/daemon.pub", "--key", keys + "/client.key"});
   ASSERT_TRUE(c.joined({"good-node"})) << file_text(c.daemon_out);
   ASSERT_TRUE(eventually(10s, [&] { return file_contains(c.daemon_out, "refused a CURVE peer"); }))
     << file_text(c.daemon_out);
   EXPECT_FALSE(file_contains(c.daemon_out, "node bad-node joined"));
+  EXPECT_FALSE(file_contains(c.daemon_out, "node client-as-node joined"));
   EXPECT_FALSE(file_contains(dir.sub("bad-node.out"), "connected to"))
     << file_text(dir.sub("bad-node.out"));
   // The refusal names the refused node's public key, never a secret one.
@@ -476,6 +495,12 @@ TEST(Daemon, ANodeWhoseKeyIsNotAllowedIsRefusedAndAPlainClientGetsNothing) {
                                             keys + "/client.key", "--json"},
                                        dir.sub("ok.out"));
   ASSERT_EQ(ok_rc, 0) << ok;
+  // A node's key, allowed on the node socket only, gets no status.
+  auto [node_rc, node_as_client] = test::run_capture(
+    {}, {"daemon", "status", "--daemon", c.clients, "--server-key", keys + "/daemon.pub", "--key",
+         keys + "/good-node.key", "--timeout", "2"},
+    dir.sub("node-as-client.out"));
+  EXPECT_EQ(node_rc, 1) << node_as_client;
   auto doc = nlohmann::json::parse(ok.substr(0, ok.find('\n')), nullptr, false);
   ASSERT_TRUE(doc.is_object()) << ok;
   ASSERT_EQ(doc["nodes"].size(), 1u) << ok;
