@@ -178,10 +178,7 @@ void on_hello(self_ptr self, const std::string& identity, const messages::node_h
     return;
   }
   // The name appears in logs, status and results: printable ASCII, 1-128 characters.
-  bool printable = !name.empty() && name.size() <= 128;
-  for (char ch : name)
-    printable = printable && ch > ' ' && ch < 127;
-  if (!printable) {
+  if (!messages::valid_node_name(name)) {
     control(self, identity, "refused",
             "a node name must be 1-128 printable ASCII characters without spaces");
     st.o.broker->forget_node(identity);

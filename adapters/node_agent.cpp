@@ -35,10 +35,11 @@ std::string host_name() {
 
 } // namespace
 
-std::string scope_mismatch(const std::string& workdir, const messages::trial_spec_msg& spec) {
-  if (spec.empty() || spec->scope_lock() == nullptr)
+std::string scope_mismatch(const std::string& workdir,
+                           const flatbuffers::Vector<flatbuffers::Offset<wire::FileHash>>* hashes) {
+  if (hashes == nullptr)
     return {};
-  for (const auto* h : *spec->scope_lock()) {
+  for (const auto* h : *hashes) {
     auto path = workdir + "/" + h->path()->str();
     auto found = sha256_file(path);
     if (!found)
@@ -220,7 +221,7 @@ struct node_agent::impl {
                                a->task_path() != nullptr ? a->task_path()->str() : "", why);
     if (task == nullptr)
       return refuse(run_id, trial, attempt, why);
-    if (auto bad = scope_mismatch(task->workload.workdir, *spec); !bad.empty())
+    if (auto bad = scope_mismatch(task->workload.workdir, (*spec)->scope_lock()); !bad.empty())
       return refuse(run_id, trial, attempt, bad);
     auto w = std::make_unique<worker>();
     w->run_id = run_id;

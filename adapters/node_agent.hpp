@@ -95,8 +95,10 @@ private:
   std::unique_ptr<impl> impl_;
 };
 
-/// Why the files of `task`'s workload directory do not match the scope lock of `spec` ("" when
-/// they match): the first missing or different file with its expected and found SHA-256.
-std::string scope_mismatch(const std::string& workdir, const messages::trial_spec_msg& spec);
+/// Why the files under `workdir` do not match `hashes` (path relative to `workdir`, SHA-256; a
+/// TrialSpec's scope lock or a SubmitTask's scope), "" when they all match (or `hashes` is null):
+/// the first missing or different file with its expected and found SHA-256.
+std::string scope_mismatch(const std::string& workdir,
+                           const flatbuffers::Vector<flatbuffers::Offset<wire::FileHash>>* hashes);
 
 } // namespace infrarsi::adapters

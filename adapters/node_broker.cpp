@@ -9,7 +9,6 @@
 #include <zmq_addon.hpp>
 
 #include "messages/errc.hpp"
-#include "messages/node_frames.hpp"
 
 namespace infrarsi::adapters {
 
@@ -161,18 +160,19 @@ void node_broker::serve() {
       const auto& body = frames.back();
       messages::verify_limits limits;
       limits.max_bytes = o_.max_frame_bytes;
-      // Envelope and payload verified, the payload opened by its kind (fuzz/node_frame.cpp).
-      auto frame = messages::read_node_frame(body.data(), body.size(), limits);
-      if (!frame) {
+      // The envelope and its payload, by its kind, verified once (the first step of
+      // messages::read_node_frame, fuzz/node_frame.cpp); the receivers open what they read.
+      auto env = messages::envelope_msg::decode(body.data(), body.size(), limits);
+      if (!env) {
         count(&node_broker_stats::malformed);
         continue; // counted and dropped, never read
       }
       if (from_node) {
         peers[identity] = clock_type::now();
         if (sink_.node_message)
-          sink_.node_message(identity, frame->envelope);
+          sink_.node_message(identity, *env);
       } else if (sink_.client_message) {
-        sink_.client_message(identity, frame->envelope);
+        sink_.client_message(identity, *env);
       }
     }
   };

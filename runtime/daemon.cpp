@@ -288,11 +288,6 @@ caf::expected<std::string> start_run(controller_ptr self, const std::string& tas
     if (!fresh)
       return std::move(fresh.error());
     run_id = *fresh;
-  } else {
-    auto state = store::load_run(*st.log, run_id);
-    if (!state)
-      return std::move(state.error());
-    run_seed = state->seed;
   }
   if (auto it = st.runs.find(run_id); it != st.runs.end() && it->second.active)
     return make_error(errc::invalid_argument, "run '" + run_id + "' is already running");
@@ -364,7 +359,8 @@ void resume_unfinished(controller_ptr self) {
     }
     const auto& locked = *state.contract_doc;
     auto started = start_run(self, locked["task_toml"].get<std::string>(),
-                             locked.value("task_path", state.task_path), {}, {}, 0, info.run_id);
+                             locked.value("task_path", state.task_path), state.seed, {}, 0,
+                             info.run_id);
     if (!started)
       say(self, "run " + info.run_id + " not resumed: " + describe(started.error()));
   }
@@ -384,23 +380,6 @@ void reply_error(controller_ptr self, const std::string& identity, const std::st
   reply(self, identity, messages::client_reply_msg::pack(r));
 }
 
-/// Why the submitter's view of the scope differs from the daemon's ("" when it does not).
-std::string scope_differs(const tuning::task_spec& task, const wire::SubmitTask& submit) {
-  if (submit.scope() == nullptr)
-    return {};
-  for (const auto* h : *submit.scope()) {
-    auto here = adapters::sha256_file(task.workload.workdir + "/" + h->path()->str());
-    if (!here)
-      return "the daemon cannot read '" + h->path()->str() + "' under '" + task.workload.workdir
-             + "': " + describe(here.error());
-    if (*here != h->sha256()->str())
-      return "'" + h->path()->str() + "' under '" + task.workload.workdir
-             + "' differs between the submitting machine and the daemon (SHA-256 "
-             + h->sha256()->str() + " there, " + *here + " here)";
-  }
-  return {};
-}
-
 void on_client(controller_ptr self, const std::string& identity,
                const messages::envelope_msg& env) {
   auto& st = self->state;
@@ -414,8 +393,11 @@ void on_client(controller_ptr self, const std::string& identity,
     auto task = adapters::load_task_text(text, path);
     if (!task)
       return reply_error(self, identity, describe(task.error()));
-    if (auto differs = scope_differs(*task, s); !differs.empty())
-      return reply_error(self, identity, differs);
+    // The submitter's view of the scope against the daemon's: the node-runner's check.
+    if (auto differs = adapters::scope_mismatch(task->workload.workdir, s.scope());
+        !differs.empty())
+      return reply_error(self, identity, "the daemon's files differ from the submitting "
+                                         "machine's: " + differs);
     std::optional<std::uint64_t> seed;
     if (s.seed())
       seed = *s.seed();
@@ -897,14 +879,9 @@ int run_node(const node_options& o, std::ostream& out, std::ostream& err) {
         << "': expected the daemon's node endpoint, tcp://HOST:PORT (or ipc://PATH)\n";
     return 2;
   }
-  if (!o.name.empty()) {
-    bool printable = o.name.size() <= 128;
-    for (char ch : o.name)
-      printable = printable && ch > ' ' && ch < 127;
-    if (!printable) {
-      err << "infrarsi node: --name: expected 1-128 printable ASCII characters without spaces\n";
-      return 2;
-    }
+  if (!o.name.empty() && !messages::valid_node_name(o.name)) {
+    err << "infrarsi node: --name: expected 1-128 printable ASCII characters without spaces\n";
+    return 2;
   }
   adapters::node_agent_options a;
   a.connect = o.connect;
@@ -921,24 +898,18 @@ int run_node(const node_options& o, std::ostream& out, std::ostream& err) {
     adapters::node_slot_config s;
     s.name = std::to_string(i);
     if (i < o.slot_env.size()) {
-      std::string text = o.slot_env[i];
-      std::size_t at = 0;
-      while (at < text.size()) {
-        auto end = text.find(';', at);
-        auto item = text.substr(at, end == std::string::npos ? std::string::npos : end - at);
-        auto eq = item.find('=');
-        if (eq == std::string::npos || eq == 0) {
-          err << "infrarsi node: --slot-env '" << text << "': expected K=V entries separated by "
-                                                          "';', got '"
-              << item << "'\n";
-          return 2;
-        }
-        s.env[item.substr(0, eq)] = item.substr(eq + 1);
-        if (end == std::string::npos)
-          break;
-        at = end + 1;
+      auto env = parse_slot_env(o.slot_env[i]);
+      if (!env) {
+        err << "infrarsi node: " << describe(env.error()) << '\n';
+        return 2;
       }
+      s.env = std::move(*env);
     }
+    if (i < o.slot_cpus.size())
+      if (auto why = cpu_list_error(o.slot_cpus[i]); !why.empty()) {
+        err << "infrarsi node: --slot-cpus '" << o.slot_cpus[i] << "': " << why << '\n';
+        return 2;
+      }
     if (i < o.slot_cpus.size())
       s.cpus = o.slot_cpus[i];
     a.slots.push_back(std::move(s));

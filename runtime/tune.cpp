@@ -133,9 +133,6 @@ caf::expected<std::string> new_run_id(const store::event_log& log, const std::st
   return make_error(errc::io_error, "could not pick an unused run id");
 }
 
-namespace {
-
-/// "K=V;K2=V2" -> {K: V, K2: V2}. Error: errc::invalid_argument naming the entry.
 caf::expected<std::map<std::string, std::string>> parse_slot_env(const std::string& text) {
   std::map<std::string, std::string> out;
   std::size_t at = 0;
@@ -157,8 +154,6 @@ caf::expected<std::map<std::string, std::string>> parse_slot_env(const std::stri
   return out;
 }
 
-/// Why `text` is not a CPU list `taskset -c` takes ("" if it is): comma-separated core numbers
-/// or ascending ranges A-B, each below the machine's core count.
 std::string cpu_list_error(const std::string& text) {
   if (text.empty())
     return "empty";
@@ -192,8 +187,6 @@ std::string cpu_list_error(const std::string& text) {
   }
   return {};
 }
-
-} // namespace
 
 int run_tune(const tune_options& o, std::ostream& out, std::ostream& err) {
   // Before any thread starts (RocksDB starts its own): every thread inherits the blocked mask,

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -65,6 +66,14 @@ int run_tune(const tune_options& options, std::ostream& out, std::ostream& err);
 /// A new run id: <task>-<UTC time>-<4 random hex digits>, never one `log` already holds.
 /// Errors: those of the log; errc::io_error when 64 tries all collide.
 caf::expected<std::string> new_run_id(const store::event_log& log, const std::string& task_name);
+
+/// "K=V;K2=V2" (a --slot-env value) -> {K: V, K2: V2}. Error: errc::invalid_argument naming
+/// the entry.
+caf::expected<std::map<std::string, std::string>> parse_slot_env(const std::string& text);
+
+/// Why `text` is not a CPU list `taskset -c` takes ("" if it is): comma-separated core numbers
+/// or ascending ranges A-B, each below the machine's core count.
+std::string cpu_list_error(const std::string& text);
 
 /// The offline knowledge base beside a task file: <task dir>/../knowledge when it exists, else
 /// config/knowledge.

@@ -172,8 +172,9 @@ void expect_replays(const test::temp_dir& dir, const std::string& store, const s
 }
 
 TEST(Daemon, TwoNodesInTwoNetworkNamespacesShareASimRunThatFinishesAndReplays) {
-  if (!test::netns_set::available())
-    GTEST_SKIP() << "needs root and iproute2 (ip netns) to make its own network namespaces";
+  // scripts/setup installs iproute2 and CI runs as root: without them this fails, naming why.
+  ASSERT_TRUE(test::netns_set::available())
+    << "needs root and iproute2 (ip netns) to make its own network namespaces";
   test::temp_dir dir;
   netns_layout net;
   ASSERT_TRUE(net.ok()) << "ip netns add / veth failed";
@@ -208,8 +209,8 @@ TEST(Daemon, TwoNodesInTwoNetworkNamespacesShareASimRunThatFinishesAndReplays) {
 }
 
 TEST(Daemon, APartitionedNodeRejoinsAndALossyLinkStillFinishesTheRun) {
-  if (!test::netns_set::available() || test::shell("command -v iptables") != 0)
-    GTEST_SKIP() << "needs root, iproute2 (ip netns) and iptables in its own namespaces";
+  ASSERT_TRUE(test::netns_set::available() && test::shell("command -v iptables") == 0)
+    << "needs root, iproute2 (ip netns) and iptables (scripts/setup installs them)";
   test::temp_dir dir;
   netns_layout net;
   ASSERT_TRUE(net.ok()) << "ip netns add / veth failed";
