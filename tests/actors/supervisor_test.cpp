@@ -53,6 +53,17 @@ protected:
   }
 
   void TearDown() override {
+    // A run that did not end in time (a failed test) is interrupted, so that its detached
+    // node-runner clients quit and the actor system's destructor cannot wait forever.
+    if (sup_ && !replied_) {
+      caf::anon_send(sup_, actors::interrupt_atom_v, SIGTERM);
+      cancel_ = true;
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (std::chrono::steady_clock::now() < deadline) {
+        sched_->run();
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
     for (auto& n : nodes_)
       n->stop();
   }
@@ -78,23 +89,27 @@ protected:
     o.task_text = text_;
     o.cancel = &cancel_;
     o.reply_to = caf::actor{reply_to};
-    return caf::actor_cast<caf::actor>(sys_->spawn(actors::supervisor, std::move(o)));
+    sup_ = caf::actor_cast<caf::actor>(sys_->spawn(actors::supervisor, std::move(o)));
+    return sup_;
   }
 
-  /// Steps the coordinator until the supervisor replies (or 120 s pass); tracks the most
-  /// attempts ever dispatched and not yet ended in the log.
+  /// Steps the coordinator until the supervisor replies (or 120 s pass; 600 s under sanitizers,
+  /// where the simulator and the planner run 2-4x slower); tracks the most attempts ever
+  /// dispatched and not yet ended in the log.
   std::pair<std::string, int> step_until_done(caf::scoped_actor& self,
                                               const std::function<void()>& between = {}) {
     std::pair<std::string, int> out{"no reply", -1};
     bool done = false;
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    auto deadline = std::chrono::steady_clock::now()
+                    + std::chrono::seconds(test::sanitized ? 600 : 120);
     while (!done && std::chrono::steady_clock::now() < deadline) {
       sched_->run();
       track_in_flight();
       if (between)
         between();
-      self->receive([&](std::string& summary, int status) { out = {summary, status}, done = true; },
-                    caf::after(std::chrono::milliseconds(5)) >> [] {});
+      self->receive(
+        [&](std::string& summary, int status) { out = {summary, status}, done = replied_ = true; },
+        caf::after(std::chrono::milliseconds(5)) >> [] {});
     }
     return out;
   }
@@ -121,6 +136,8 @@ protected:
   std::string text_;
   std::atomic<bool> cancel_{false};
   std::size_t max_in_flight_ = 0;
+  caf::actor sup_;
+  bool replied_ = false;
 };
 
 TEST_F(SupervisorTest, KeepsThreeSlotsBusyAndCompletesTheRun) {
