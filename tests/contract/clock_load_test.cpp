@@ -64,9 +64,8 @@ private:
 /// decide:: functions the verifier actor calls.
 class clock_run {
 public:
-  clock_run() {
-    auto t = adapters::load_task_file(std::string{INFRARSI_TEST_DATA_DIR}
-                                      + "/tasks/clock_load.toml");
+  explicit clock_run(const std::string& task_file = "clock_load.toml") {
+    auto t = adapters::load_task_file(std::string{INFRARSI_TEST_DATA_DIR} + "/tasks/" + task_file);
     if (!t) {
       ADD_FAILURE() << describe(t.error());
       return;
@@ -296,6 +295,28 @@ TEST(ClockLoad, TheDoctorReachesItsMdsTargetOrSaysItCannotUnderTwoHogs) {
   auto wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_LT(wall, 90.0);
   std::cout << "wall time " << wall << " s\n";
+}
+
+// Issue 19: the same doctor on a quiet job (no hog; steps that sleep, so the spread between runs
+// is the OS timer's): it stops at the minimum, budget.baseline_repeats, with the target reached.
+TEST(ClockLoad, WithoutAHogTheDoctorStopsAtTheMinimumRepeats) {
+  clock_run r{"doctor_quiet.toml"};
+  ASSERT_TRUE(decide::adaptive_measurement(r.state()));
+  const auto budget = decide::budget_of(r.task(), r.state());
+  ASSERT_EQ(budget.baseline_repeats, 3u);
+  std::uint64_t id = 0;
+  for (int i = 0; i < 3; ++i)
+    r.run(id++, 0, "honest", "baseline");
+  auto plan = decide::plan_doctor(r.task(), r.state());
+  EXPECT_TRUE(plan.remeasure.empty());
+  EXPECT_EQ(plan.more, 0u);
+  auto doctor = r.calibrate();
+  ASSERT_TRUE(doctor.contains("measurement")) << doctor.dump();
+  const auto& m = doctor["measurement"];
+  std::cout << "doctor on a quiet job: " << m["message"].get<std::string>() << '\n';
+  EXPECT_EQ(m["verdict"], "target_reached") << m.dump();
+  EXPECT_EQ(m["runs"].get<std::size_t>(), 3u);
+  EXPECT_LE(m["mds_reached"].get<double>(), budget.target_mds);
 }
 
 } // namespace

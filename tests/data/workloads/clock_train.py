@@ -18,6 +18,9 @@ p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=12)
 p.add_argument("--work", type=int, default=60000, help="loop iterations per half step")
 p.add_argument("--tokens", type=int, default=1024)
+p.add_argument("--sleep", type=float, default=0.0,
+               help="seconds per step spent sleeping instead of CPU work (honest timer; a step "
+                    "whose time barely depends on the machine's load)")
 p.add_argument("--mode", choices=["honest", "fake_timer", "partial_timer", "buffered"],
                default="honest")
 args = p.parse_args()
@@ -30,6 +33,9 @@ out = os.fdopen(1, "w", buffering=1 << 16) if buffered else sys.stdout
 
 
 def work(n):
+    if args.sleep > 0:
+        time.sleep(args.sleep / 2)
+        return 0
     acc = 0
     for i in range(n):
         acc += i * i % 7
