@@ -11,15 +11,6 @@
 
 namespace infrarsi::test {
 
-/// True in the ASan/UBSan build (`INFRARSI_SANITIZE=ON`, tests/CMakeLists.txt), where every
-/// process runs 2-4x slower. The few tests that scale their work or their own deadlines by it are
-/// listed in docs/testing.md "Sanitizers".
-#ifdef INFRARSI_SANITIZED
-inline constexpr bool sanitized = true;
-#else
-inline constexpr bool sanitized = false;
-#endif
-
 /// A fresh directory under $TMPDIR (or /tmp), removed with everything in it on destruction.
 class temp_dir {
 public:

@@ -26,6 +26,7 @@
 #include "runtime/replay.hpp"
 #include "store/memory_event_log.hpp"
 #include "store/run_projection.hpp"
+#include "sanitized.hpp"
 #include "test_util.hpp"
 
 namespace infrarsi {

@@ -27,6 +27,7 @@
 #include "store/rocksdb_event_log.hpp"
 #include "store/run_projection.hpp"
 #include "sim_task.hpp"
+#include "sanitized.hpp"
 #include "test_util.hpp"
 
 namespace infrarsi {
