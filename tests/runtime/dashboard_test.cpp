@@ -13,6 +13,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <regex>
 #include <string>
@@ -365,9 +366,11 @@ TEST(DashboardDaemon, TokenMethodsUnknownRunsAndNoTraversal) {
   EXPECT_NE(r->body.find("<script src=\"/dashboard.js\">"), std::string::npos);
   EXPECT_NE(r->get_header_value("Content-Security-Policy").find("script-src 'self'"),
             std::string::npos);
-  r = http.Get("/api/state", bearer);
-  ASSERT_TRUE(r);
-  ASSERT_EQ(r->status, 200) << r->body;
+  // Without nodes the run stops in its doctor stage (nothing can run): a state that holds still.
+  ASSERT_TRUE(eventually(30s, [&] {
+    r = http.Get("/api/state", bearer);
+    return r && r->status == 200 && r->body.find("\"stage\":\"doctor\"") != std::string::npos;
+  })) << (r ? r->body : httplib::to_string(r.error()));
   EXPECT_EQ(r->get_header_value("Cache-Control"), "no-store");
   auto doc = nlohmann::json::parse(r->body);
   ASSERT_EQ(doc["daemon_runs"].size(), 1u) << r->body;
@@ -413,9 +416,10 @@ TEST(DashboardDaemon, TokenMethodsUnknownRunsAndNoTraversal) {
   EXPECT_NE(r->body.find("has no report yet"), std::string::npos) << r->body;
   // Traversal: a file outside the store that a path could reach if it were joined unchecked.
   std::ofstream{dir.sub("daemon-store/runs/report.md")} << "outside any run";
+  std::ofstream{dir.sub("daemon-store/report.md")} << "outside any run";
   std::ofstream{dir.sub("secret.txt")} << "top secret";
-  for (const std::string path :
-       {"/runs/../report.md", "/runs/%2e%2e/report.md", "/runs/..%2f..%2fsecret.txt/",
+  for (const std::string& path : std::vector<std::string>{
+         "/runs/../report.md", "/runs/./report.md", "/runs/%2e/report.md", "/runs/%2e%2e/report.md", "/runs/..%2f..%2fsecret.txt/",
         "/runs/" + run + "/../../../secret.txt", "/runs/" + run + "%2f..%2f..%2f..%2fsecret.txt",
         "/runs/.hidden/report.md", "/runs/" + run + "/report.txt", "/runs//report.md",
         "/runs/%00/report.md", "/../secret.txt"}) {
@@ -485,6 +489,8 @@ TEST(DashboardDaemon, ChromiumSeesBothRunsTheNodesAndTheTrialCountRise) {
       later = again[run_a] + again[run_b];
   }
   EXPECT_GT(later, first) << "first " << first << "; last page: " << later_dom << log;
+  std::cout << "dashboard page: search trials done " << first << ", then " << later << " of "
+            << 2 * budget << '\n';
 
   // When a run has written its report, its page serves it (report.md: no report.html here).
   auto store = dir.sub("daemon-store");
