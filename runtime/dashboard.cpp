@@ -355,7 +355,8 @@ struct dashboard_server::impl {
     server.set_payload_max_length(64 * 1024);
     server.set_read_timeout(5, 0);
     server.set_write_timeout(5, 0);
-    server.set_keep_alive_timeout(5);
+    // Short: at stop, a worker waits out an idle keep-alive connection (the page polls every 1.5 s).
+    server.set_keep_alive_timeout(2);
     server.new_task_queue = [] { return new httplib::ThreadPool(4); };
     server.set_default_headers({{"Cache-Control", "no-store"},
                                 {"X-Content-Type-Options", "nosniff"},

@@ -233,6 +233,14 @@ TEST(DashboardConfig, EveryKeyIsCheckedAndNamedWithItsFile) {
   EXPECT_EQ(c->dashboard.bind, "127.0.0.1");
   EXPECT_EQ(c->dashboard.port, 5580);
   EXPECT_EQ(c->dashboard.token_file, dir.path() + "/secret/token");
+  // The shipped example loads, with the documented defaults.
+  auto shipped = runtime::load_daemon_config(std::string{INFRARSI_SOURCE_DIR} + "/config/daemon.toml");
+  ASSERT_TRUE(shipped) << describe(shipped.error());
+  EXPECT_FALSE(shipped->dashboard.enabled);
+  EXPECT_EQ(shipped->dashboard.bind, "127.0.0.1");
+  EXPECT_EQ(shipped->dashboard.port, 5580);
+  EXPECT_TRUE(shipped->dashboard.token_file.empty());
+  EXPECT_TRUE(shipped->dashboard.token_env.empty());
 }
 
 TEST(DashboardConfig, OffLoopbackATokenIsRequired) {
