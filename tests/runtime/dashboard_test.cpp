@@ -44,9 +44,11 @@ using test::file_text;
 /// The DOM of `url` after Chromium ran its scripts for `virtual_ms` of virtual time (pending
 /// fetches hold virtual time back, so the page's first /api/state answer is in it): chromium
 /// --headless --dump-dom with its own temporary profile, killed (process group) after 90 s.
-/// Returns "" when Chromium could not be run or timed out; `log` receives its stderr.
+/// Returns "" when Chromium could not be run or timed out; `log` receives its stderr. `mode`:
+/// what Chromium does with the page (--dump-dom, or --screenshot=FILE and its window size).
 std::string chromium_dom(const std::string& url, const test::temp_dir& dir, int virtual_ms,
-                         std::string* log = nullptr) {
+                         std::string* log = nullptr,
+                         const std::vector<std::string>& mode = {"--dump-dom"}) {
   static int n = 0;
   auto profile = dir.sub("chromium-profile-" + std::to_string(++n));
   auto out = dir.sub("chromium-" + std::to_string(n) + ".html");
@@ -67,9 +69,9 @@ std::string chromium_dom(const std::string& url, const test::temp_dir& dir, int 
                                   "--disable-extensions",
                                   "--disable-background-networking",
                                   "--user-data-dir=" + profile,
-                                  "--virtual-time-budget=" + std::to_string(virtual_ms),
-                                  "--dump-dom",
-                                  url};
+                                  "--virtual-time-budget=" + std::to_string(virtual_ms)};
+    args.insert(args.end(), mode.begin(), mode.end());
+    args.push_back(url);
     std::vector<char*> argv;
     for (auto& a : args)
       argv.push_back(a.data());
@@ -497,6 +499,12 @@ TEST(DashboardDaemon, ChromiumSeesBothRunsTheNodesAndTheTrialCountRise) {
       later = again[run_a] + again[run_b];
   }
   EXPECT_GT(later, first) << "first " << first << "; last page: " << later_dom << log;
+  // INFRARSI_DASHBOARD_SCREENSHOT=FILE.png keeps a picture of the page (docs/dashboard.png).
+  if (const char* shot = std::getenv("INFRARSI_DASHBOARD_SCREENSHOT"); shot != nullptr) {
+    chromium_dom(d.url, dir, 3000, &log,
+                 {"--hide-scrollbars", "--window-size=1500,560", std::string{"--screenshot="} + shot});
+    EXPECT_TRUE(std::filesystem::exists(shot)) << log;
+  }
   std::cout << "dashboard page: search trials done " << first << ", then " << later << " of "
             << 2 * budget << '\n';
 
