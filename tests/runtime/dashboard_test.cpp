@@ -439,6 +439,17 @@ TEST(DashboardDaemon, TokenMethodsUnknownRunsAndNoTraversal) {
     EXPECT_EQ(r->body.find("outside any run"), std::string::npos) << path;
     EXPECT_EQ(r->body.find("top secret"), std::string::npos) << path;
   }
+  // A browser with ?token= sees the run (the page sends the token on with its requests), and its
+  // link to the report carries the token.
+  std::string log;
+  auto dom = chromium_dom(d.url + "?token=" + token, dir, 2000, &log);
+  ASSERT_FALSE(dom.empty()) << log;
+  EXPECT_EQ(dom_runs(dom).count(run), 1u) << dom;
+  EXPECT_NE(dom.find("href=\"/runs/" + run + "/?token=" + token + "\""), std::string::npos) << dom;
+  EXPECT_EQ(dom.find("cannot read the daemon's state"), std::string::npos) << dom;
+  dom = chromium_dom(d.url, dir, 1000, &log);
+  EXPECT_NE(dom.find("unauthorized"), std::string::npos) << dom;
+  EXPECT_TRUE(dom_runs(dom).empty()) << dom;
   // SIGTERM: the daemon drains and exits 0; the dashboard stops with it.
   EXPECT_EQ(d.drain(), 0) << file_text(d.out);
   httplib::Client after{"127.0.0.1", d.port};
