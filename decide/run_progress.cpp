@@ -34,7 +34,8 @@ run_progress progress_of(const store::run_state& run,
     }
   }
   for (const auto& r : run.reverifications)
-    if (r.promotable && (!p.best_verified_speedup || r.estimate.speedup > *p.best_verified_speedup)) {
+    if (r.promotable
+        && (!p.best_verified_speedup || r.estimate.speedup > *p.best_verified_speedup)) {
       p.best_verified_speedup = r.estimate.speedup;
       p.best_verified_ci_low = r.estimate.ci_low;
       p.best_verified_ci_high = r.estimate.ci_high;

@@ -163,7 +163,8 @@ caf::expected<daemon_config> load_daemon_config(const std::string& path) {
     if (d.bind.empty())
       return bad("dashboard.bind", "expected an address to listen on, e.g. \"127.0.0.1\"");
     if (!d.token_file.empty() && !d.token_env.empty())
-      return bad("dashboard.token_file", "set dashboard.token_file or dashboard.token_env, not both");
+      return bad("dashboard.token_file",
+                 "set dashboard.token_file or dashboard.token_env, not both");
     if (!d.token_env.empty()) {
       bool name = !std::isdigit(static_cast<unsigned char>(d.token_env.front()));
       for (char ch : d.token_env)

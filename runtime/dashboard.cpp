@@ -242,9 +242,9 @@ poll();
 )js";
 
 // The page needs its own script and fetches /api/state; nothing else, from nowhere else.
-constexpr const char* index_csp = "default-src 'none'; script-src 'self'; style-src 'unsafe-inline'; "
-                                  "connect-src 'self'; img-src 'self'; base-uri 'none'; "
-                                  "form-action 'none'; frame-ancestors 'none'";
+constexpr const char* index_csp = "default-src 'none'; script-src 'self'; "
+                                  "style-src 'unsafe-inline'; connect-src 'self'; img-src 'self'; "
+                                  "base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 // A report.html is one self-contained file (inline scripts and styles, data: images): it may
 // run what it carries and load nothing.
 constexpr const char* report_csp = "default-src 'none'; script-src 'unsafe-inline'; "
@@ -355,7 +355,7 @@ struct dashboard_server::impl {
     server.set_payload_max_length(64 * 1024);
     server.set_read_timeout(5, 0);
     server.set_write_timeout(5, 0);
-    // Short: at stop, a worker waits out an idle keep-alive connection (the page polls every 1.5 s).
+    // Short: at stop, a worker waits out an idle keep-alive connection (the page polls each 1.5 s).
     server.set_keep_alive_timeout(2);
     server.new_task_queue = [] { return new httplib::ThreadPool(4); };
     server.set_default_headers({{"Cache-Control", "no-store"},

@@ -218,7 +218,8 @@ TEST(DashboardConfig, EveryKeyIsCheckedAndNamedWithItsFile) {
   e = config_error(dir, "[dashboard]\nbind = 127\n");
   EXPECT_NE(e.find("dashboard.bind: expected a string"), std::string::npos) << e;
   e = config_error(dir, "[dashboard]\ntoken_file = \"t\"\ntoken_env = \"T\"\n");
-  EXPECT_NE(e.find("dashboard.token_file: set dashboard.token_file or dashboard.token_env, not both"),
+  EXPECT_NE(e.find("dashboard.token_file: set dashboard.token_file or dashboard.token_env, not "
+                   "both"),
             std::string::npos)
     << e;
   e = config_error(dir, "[dashboard]\ntoken_env = \"1TOKEN\"\n");
@@ -236,7 +237,8 @@ TEST(DashboardConfig, EveryKeyIsCheckedAndNamedWithItsFile) {
   EXPECT_EQ(c->dashboard.port, 5580);
   EXPECT_EQ(c->dashboard.token_file, dir.path() + "/secret/token");
   // The shipped example loads, with the documented defaults.
-  auto shipped = runtime::load_daemon_config(std::string{INFRARSI_SOURCE_DIR} + "/config/daemon.toml");
+  auto shipped =
+    runtime::load_daemon_config(std::string{INFRARSI_SOURCE_DIR} + "/config/daemon.toml");
   ASSERT_TRUE(shipped) << describe(shipped.error());
   EXPECT_FALSE(shipped->dashboard.enabled);
   EXPECT_EQ(shipped->dashboard.bind, "127.0.0.1");
@@ -429,10 +431,11 @@ TEST(DashboardDaemon, TokenMethodsUnknownRunsAndNoTraversal) {
   std::ofstream{dir.sub("daemon-store/report.md")} << "outside any run";
   std::ofstream{dir.sub("secret.txt")} << "top secret";
   for (const std::string& path : std::vector<std::string>{
-         "/runs/../report.md", "/runs/./report.md", "/runs/%2e/report.md", "/runs/%2e%2e/report.md", "/runs/..%2f..%2fsecret.txt/",
-        "/runs/" + run + "/../../../secret.txt", "/runs/" + run + "%2f..%2f..%2f..%2fsecret.txt",
-        "/runs/.hidden/report.md", "/runs/" + run + "/report.txt", "/runs//report.md",
-        "/runs/%00/report.md", "/../secret.txt"}) {
+         "/runs/../report.md", "/runs/./report.md", "/runs/%2e/report.md",
+         "/runs/%2e%2e/report.md", "/runs/..%2f..%2fsecret.txt/",
+         "/runs/" + run + "/../../../secret.txt", "/runs/" + run + "%2f..%2f..%2f..%2fsecret.txt",
+         "/runs/.hidden/report.md", "/runs/" + run + "/report.txt", "/runs//report.md",
+         "/runs/%00/report.md", "/../secret.txt"}) {
     r = http.Get(path, bearer);
     ASSERT_TRUE(r) << path;
     EXPECT_EQ(r->status, 404) << path << ": " << r->body;
@@ -513,7 +516,8 @@ TEST(DashboardDaemon, ChromiumSeesBothRunsTheNodesAndTheTrialCountRise) {
   // INFRARSI_DASHBOARD_SCREENSHOT=FILE.png keeps a picture of the page (docs/dashboard.png).
   if (const char* shot = std::getenv("INFRARSI_DASHBOARD_SCREENSHOT"); shot != nullptr) {
     chromium_dom(d.url, dir, 3000, &log,
-                 {"--hide-scrollbars", "--window-size=1500,560", std::string{"--screenshot="} + shot});
+                 {"--hide-scrollbars", "--window-size=1500,560",
+                  std::string{"--screenshot="} + shot});
     EXPECT_TRUE(std::filesystem::exists(shot)) << log;
   }
   std::cout << "dashboard page: search trials done " << first << ", then " << later << " of "
