@@ -486,7 +486,10 @@ TEST(DashboardDaemon, ChromiumSeesBothRunsTheNodesAndTheTrialCountRise) {
   // First load: both runs and both nodes, the runs not yet done with their search.
   std::string log;
   auto dom = chromium_dom(d.url, dir, 4000, &log);
-  ASSERT_FALSE(dom.empty()) << "chromium --headless --dump-dom " << d.url << " failed: " << log;
+  ASSERT_FALSE(dom.empty()) << "chromium --headless --dump-dom " << d.url
+                            << " failed (is Debian's chromium installed? scripts/setup installs "
+                               "it): "
+                            << log;
   auto runs = dom_runs(dom);
   ASSERT_EQ(runs.size(), 2u) << dom;
   ASSERT_TRUE(runs.count(run_a) == 1 && runs.count(run_b) == 1) << dom;
