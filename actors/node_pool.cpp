@@ -416,6 +416,7 @@ node_pool_actor::behavior_type node_pool(node_pool_actor::stateful_pointer<node_
     },
     [self](status_atom) -> std::string {
       auto& st = self->state;
+      const auto now = std::chrono::steady_clock::now();
       nlohmann::json nodes = nlohmann::json::array();
       for (const auto& [name, identity] : st.by_name) {
         const auto& n = st.nodes.at(identity);
@@ -431,6 +432,10 @@ node_pool_actor::behavior_type node_pool(node_pool_actor::stateful_pointer<node_
         }
         nodes.push_back({{"name", n.name},
                          {"fingerprint", n.fingerprint},
+                         {"hardware", n.hardware},
+                         // Seconds since the pool last heard from it (a heartbeat or any message).
+                         {"heard_s_ago",
+                          std::chrono::duration<double>(now - n.last_heard).count()},
                          {"slots", slots},
                          {"trials_assigned", n.trials_assigned}});
       }

@@ -515,6 +515,12 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
               "directory, several runs at once over the shared node pool; every unfinished run "
               "is resumed at start. SIGTERM or Ctrl-C drains: nothing new is dispatched, trials "
               "in flight finish within daemon.drain_grace_s, then it exits 0 (docs/daemon.md).\n"
+              "With [dashboard] enabled = true it also serves a read-only live dashboard over "
+              "HTTP (runs, stages, search trials done/budget, best speedups, nodes with their last "
+              "heartbeat and current trials, each run's report) on 127.0.0.1:5580 by default; "
+              "bound to any other address it requires a token (dashboard.token_file or "
+              "dashboard.token_env) and refuses to start without one. It prints "
+              "`dashboard http://...` on stdout.\n"
               "Exit status: 0 drained, 1 it could not start (the message names the config file, "
               "key and value, or the endpoint), 2 bad command line.");
   daemon_cmd->add_option("--config", daemon_config_path,

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -34,6 +35,8 @@
 #include "adapters/node_agent.hpp"
 #include "adapters/node_broker.hpp"
 #include "adapters/task_file.hpp"
+#include "decide/decisions.hpp"
+#include "decide/run_progress.hpp"
 #include "messages/node_protocol.hpp"
 #include "runtime/signals.hpp"
 #include "runtime/store_paths.hpp"
@@ -82,12 +85,13 @@ caf::expected<daemon_config> load_daemon_config(const std::string& path) {
      {"store", "node_endpoint", "client_endpoint", "watch_dir", "watch_interval_s",
       "heartbeat_ms", "liveness", "drain_grace_s", "max_slots_per_run", "send_hwm",
       "knowledge_dir"}},
-    {"security", {"secret_key", "allow", "allow_clients"}}};
+    {"security", {"secret_key", "allow", "allow_clients"}},
+    {"dashboard", {"enabled", "bind", "port", "token_file", "token_env"}}};
   for (const auto& [table, node] : doc) {
     auto t = std::string{table.str()};
     auto k = known.find(t);
     if (k == known.end())
-      return bad(t, "unknown table (expected [daemon] or [security])");
+      return bad(t, "unknown table (expected [daemon], [security] or [dashboard])");
     if (!node.is_table())
       return bad(t, "expected a table");
     for (const auto& [key, value] : *node.as_table()) {
@@ -124,6 +128,15 @@ caf::expected<daemon_config> load_daemon_config(const std::string& path) {
     out = static_cast<std::decay_t<decltype(out)>>(x);
     return caf::none;
   };
+  auto flag = [&](const char* table, const char* key, bool& out) -> caf::error {
+    auto v = doc[table][key];
+    if (!v)
+      return caf::none;
+    if (!v.is_boolean())
+      return bad(std::string{table} + "." + key, "expected true or false");
+    out = v.value<bool>().value_or(false);
+    return caf::none;
+  };
   for (auto err : {text("daemon", "store", c.store_dir),
                    text("daemon", "node_endpoint", c.node_endpoint),
                    text("daemon", "client_endpoint", c.client_endpoint),
@@ -137,9 +150,36 @@ caf::expected<daemon_config> load_daemon_config(const std::string& path) {
                    number("daemon", "liveness", 1.0, 100.0, c.liveness),
                    number("daemon", "drain_grace_s", 0.0, 86400.0, c.drain_grace_s),
                    number("daemon", "max_slots_per_run", 0.0, 4096.0, c.max_slots_per_run),
-                   number("daemon", "send_hwm", 1.0, 1e7, c.send_hwm)})
+                   number("daemon", "send_hwm", 1.0, 1e7, c.send_hwm),
+                   flag("dashboard", "enabled", c.dashboard.enabled),
+                   text("dashboard", "bind", c.dashboard.bind),
+                   number("dashboard", "port", 0.0, 65535.0, c.dashboard.port),
+                   text("dashboard", "token_file", c.dashboard.token_file),
+                   text("dashboard", "token_env", c.dashboard.token_env)})
     if (err)
       return err;
+  {
+    const auto& d = c.dashboard;
+    if (d.bind.empty())
+      return bad("dashboard.bind", "expected an address to listen on, e.g. \"127.0.0.1\"");
+    if (!d.token_file.empty() && !d.token_env.empty())
+      return bad("dashboard.token_file",
+                 "set dashboard.token_file or dashboard.token_env, not both");
+    if (!d.token_env.empty()) {
+      bool name = !std::isdigit(static_cast<unsigned char>(d.token_env.front()));
+      for (char ch : d.token_env)
+        name = name && (std::isalnum(static_cast<unsigned char>(ch)) || ch == '_');
+      if (!name)
+        return bad("dashboard.token_env", "'" + d.token_env
+                                            + "' is not an environment variable name "
+                                              "([A-Za-z_][A-Za-z0-9_]*)");
+    }
+    // Off loopback anyone who can reach the port could read the runs: a token is required.
+    if (d.enabled && !is_loopback_address(d.bind) && d.token_file.empty() && d.token_env.empty())
+      return bad("dashboard.bind", "'" + d.bind
+                                     + "' is not a loopback address: a token is required (set "
+                                       "dashboard.token_file or dashboard.token_env)");
+  }
   for (const auto* ep : {&c.node_endpoint, &c.client_endpoint})
     if (ep->rfind("tcp://", 0) != 0 && ep->rfind("ipc://", 0) != 0)
       return bad(ep == &c.node_endpoint ? "daemon.node_endpoint" : "daemon.client_endpoint",
@@ -153,6 +193,7 @@ caf::expected<daemon_config> load_daemon_config(const std::string& path) {
   c.secret_key = resolve(base, c.secret_key);
   c.allow = resolve(base, c.allow);
   c.allow_clients = resolve(base, c.allow_clients);
+  c.dashboard.token_file = resolve(base, c.dashboard.token_file);
   if (!c.allow_clients.empty() && c.secret_key.empty())
     return bad("security.allow_clients", "needs security.secret_key and security.allow");
   return c;
@@ -380,6 +421,63 @@ void reply_error(controller_ptr self, const std::string& identity, const std::st
   reply(self, identity, messages::client_reply_msg::pack(r));
 }
 
+/// The status document (`infrarsi daemon status --json`, the dashboard's /api/state): the pool's
+/// nodes and attempts, every run of the store with its progress (decide::progress_of), broker
+/// counters. Handed to `done` once the pool has answered (or with the pool's error).
+template <class Done>
+void with_status(controller_ptr self, Done done_once) {
+  auto done = std::make_shared<Done>(std::move(done_once));
+  self->request(self->state.pool, std::chrono::seconds(5), actors::status_atom_v)
+    .then(
+      [self, done](std::string& pool_doc) {
+        auto& s = self->state;
+        auto doc = nlohmann::json::parse(pool_doc);
+        nlohmann::json runs = nlohmann::json::array();
+        // Every run of the store: those of earlier lives of the daemon too.
+        std::vector<std::string> ids;
+        if (auto listed = s.log->list_runs())
+          for (const auto& info : *listed)
+            ids.push_back(info.run_id);
+        for (const auto& id : ids) {
+          auto here = s.runs.find(id);
+          bool active = here != s.runs.end() && here->second.active;
+          nlohmann::json j = {{"run_id", id}, {"active", active}};
+          if (here != s.runs.end())
+            j["task"] = here->second.task->name;
+          if (auto loaded = store::load_run_with_snapshot(*s.log, id)) {
+            const auto& state = loaded->state;
+            j["trials"] = state.trials.size();
+            auto progress = decide::progress_of(
+              state, here != s.runs.end()
+                       ? std::optional<std::uint32_t>{decide::budget_of(*here->second.task, state)
+                                                        .trials}
+                       : std::nullopt);
+            j["stage"] = progress.stage;
+            if (progress.promoted)
+              j["promoted"] = *progress.promoted;
+            j["progress"] = decide::to_json(progress);
+          }
+          if (here != s.runs.end() && !active) {
+            j["status"] = here->second.status;
+            j["summary"] = here->second.summary;
+          }
+          runs.push_back(std::move(j));
+        }
+        doc["daemon_runs"] = runs;
+        doc["draining"] = s.draining;
+        doc["store"] = s.config->store_dir;
+        auto stats = s.broker->stats();
+        doc["broker"] = {{"frames_in", stats.frames_in},
+                         {"frames_out", stats.frames_out},
+                         {"malformed", stats.malformed},
+                         {"send_failures", stats.send_failures},
+                         {"nodes_gone", stats.nodes_gone}};
+        (*done)(caf::expected<std::string>{
+          doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)});
+      },
+      [done](caf::error& err) { (*done)(caf::expected<std::string>{std::move(err)}); });
+}
+
 void on_client(controller_ptr self, const std::string& identity,
                const messages::envelope_msg& env) {
   auto& st = self->state;
@@ -421,54 +519,14 @@ void on_client(controller_ptr self, const std::string& identity,
   auto command = (*req)->command()->str();
   if (command != "status")
     return reply_error(self, identity, "unknown command '" + command + "' (expected status)");
-  self->request(st.pool, std::chrono::seconds(5), actors::status_atom_v)
-    .then(
-      [self, identity](std::string& pool_doc) {
-        auto& s = self->state;
-        auto doc = nlohmann::json::parse(pool_doc);
-        nlohmann::json runs = nlohmann::json::array();
-        // Every run of the store: those of earlier lives of the daemon too.
-        std::vector<std::string> ids;
-        if (auto listed = s.log->list_runs())
-          for (const auto& info : *listed)
-            ids.push_back(info.run_id);
-        for (const auto& id : ids) {
-          auto here = s.runs.find(id);
-          bool active = here != s.runs.end() && here->second.active;
-          nlohmann::json j = {{"run_id", id}, {"active", active}};
-          if (here != s.runs.end())
-            j["task"] = here->second.task->name;
-          if (auto loaded = store::load_run_with_snapshot(*s.log, id)) {
-            const auto& state = loaded->state;
-            j["trials"] = state.trials.size();
-            j["stage"] = state.stages_completed.empty() ? "created"
-                                                         : state.stages_completed.back();
-            if (state.stages_started.size() > state.stages_completed.size())
-              j["stage"] = state.stages_started.back();
-            if (state.promotion)
-              j["promoted"] = state.promotion->value("promoted", false);
-          }
-          if (here != s.runs.end() && !active) {
-            j["status"] = here->second.status;
-            j["summary"] = here->second.summary;
-          }
-          runs.push_back(std::move(j));
-        }
-        doc["daemon_runs"] = runs;
-        doc["draining"] = s.draining;
-        doc["store"] = s.config->store_dir;
-        auto stats = s.broker->stats();
-        doc["broker"] = {{"frames_in", stats.frames_in},
-                         {"frames_out", stats.frames_out},
-                         {"malformed", stats.malformed},
-                         {"send_failures", stats.send_failures},
-                         {"nodes_gone", stats.nodes_gone}};
-        wire::ClientReplyT r;
-        r.ok = true;
-        r.json = doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-        reply(self, identity, messages::client_reply_msg::pack(r));
-      },
-      [self, identity](caf::error& err) { reply_error(self, identity, describe(err)); });
+  with_status(self, [self, identity](caf::expected<std::string> doc) {
+    if (!doc)
+      return reply_error(self, identity, describe(doc.error()));
+    wire::ClientReplyT r;
+    r.ok = true;
+    r.json = std::move(*doc);
+    reply(self, identity, messages::client_reply_msg::pack(r));
+  });
 }
 
 /// Submits every *.toml of the watched directory, moving each to submitted/ or rejected/.
@@ -514,6 +572,17 @@ caf::behavior controller(caf::stateful_actor<controller_state>* self) {
   return {
     [self](client_atom, const std::string& identity, const messages::envelope_msg& env) {
       on_client(self, identity, env);
+    },
+    // The dashboard's question (from its HTTP threads): the same document as `daemon status`.
+    [self](actors::status_atom) -> caf::result<std::string> {
+      auto rp = self->make_response_promise<std::string>();
+      with_status(self, [rp](caf::expected<std::string> doc) mutable {
+        if (doc)
+          rp.deliver(std::move(*doc));
+        else
+          rp.deliver(std::move(doc.error()));
+      });
+      return rp;
     },
     [self](ended_atom, const std::string& run_id, const std::string& summary, int status) {
       auto& st = self->state;
@@ -744,11 +813,34 @@ int run_daemon(const daemon_config& config, std::ostream& out, std::ostream& err
       caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);
       return 1;
     }
+    // The dashboard binds before anything is served: a port in use or a missing token stops the
+    // daemon here, naming the key.
+    std::unique_ptr<dashboard_server> dashboard;
+    if (config.dashboard.enabled) {
+      auto token = load_dashboard_token(config.dashboard, config.source);
+      auto bound = token ? dashboard_server::bind(config.dashboard, *token)
+                         : caf::expected<std::unique_ptr<dashboard_server>>{token.error()};
+      if (!bound) {
+        err << "infrarsi daemon: " << describe(bound.error()) << '\n';
+        broker.stop();
+        caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);
+        return 1;
+      }
+      dashboard = std::move(*bound);
+    }
     err << "infrarsi daemon: store " << config.store_dir << ", nodes on " << broker.node_endpoint()
         << ", clients on " << broker.client_endpoint() << ", protocol "
         << messages::node_protocol_version << std::endl;
     out << "nodes " << broker.node_endpoint() << "\nclients " << broker.client_endpoint()
         << std::endl;
+    if (dashboard) {
+      err << "infrarsi daemon: dashboard on " << dashboard->url()
+          << (config.dashboard.token_file.empty() && config.dashboard.token_env.empty()
+                ? " (no token: loopback only)"
+                : " (token required)")
+          << std::endl;
+      out << "dashboard " << dashboard->url() << std::endl;
+    }
     ctl = sys.spawn([&](caf::stateful_actor<controller_state>* self) {
       self->state.config = &config;
       self->state.log = log->get();
@@ -759,9 +851,24 @@ int run_daemon(const daemon_config& config, std::ostream& out, std::ostream& err
       self->state.main = caf::actor{main};
       return controller(self);
     });
+    if (dashboard)
+      dashboard->serve(dashboard_source{
+        // Asked of the controller like a client's status request; never on an actor's thread.
+        [&sys, ctl]() -> caf::expected<std::string> {
+          caf::scoped_actor asker{sys};
+          caf::expected<std::string> doc = make_error(errc::io_error, "no answer");
+          asker->request(ctl, std::chrono::seconds(10), actors::status_atom_v)
+            .receive([&doc](std::string& text) { doc = std::move(text); },
+                     [&doc](caf::error& e) { doc = std::move(e); });
+          return doc;
+        },
+        config.store_dir});
     signals.start("infrarsi daemon",
                   [&ctl](int) { caf::anon_send(ctl, actors::drain_atom_v); }, err);
     main->receive([&](done_atom) {});
+    // The dashboard answers until the runs have drained, then stops before the actor system.
+    if (dashboard)
+      dashboard->stop();
     err << "infrarsi daemon: drained; every run resumes where it stopped at the next start"
         << std::endl;
   }

@@ -14,6 +14,8 @@
 
 #include <caf/expected.hpp>
 
+#include "runtime/dashboard.hpp"
+
 namespace infrarsi::runtime {
 
 /// The daemon's configuration: `infrarsi daemon --config FILE` (TOML; config/daemon.toml is a
@@ -58,6 +60,8 @@ struct daemon_config {
   /// [security] allow_clients: the allow-list of client keys (`submit`, `daemon status`), in the
   /// same formats. Default "": the `allow` list serves both sockets.
   std::string allow_clients;
+  /// [dashboard]: the live dashboard over HTTP (runtime/dashboard.hpp). Default: off.
+  dashboard_config dashboard;
   /// The file this was read from.
   std::string source;
 };
