@@ -258,7 +258,10 @@ caf::expected<tuning::task_spec> task_of_run(const store::run_state& run,
     if (!logged.empty() && now && *now != logged)
       err << command << ": note: " << task->source
           << " differs from the file the run started with (sha256 " << logged.substr(0, 12)
-          << "... then, " << now->substr(0, 12) << "... now); decisions are checked anyway\n";
+          << "... then, " << now->substr(0, 12) << "... now); "
+          << (std::string{command} == "infrarsi replay" ? "decisions are checked anyway"
+                                                         : "it is used as it is now")
+          << '\n';
   }
   return task;
 }

@@ -379,12 +379,13 @@ TEST(launch_config, command_launcher_gives_one_shell_line_with_the_environment) 
   task.workload.workdir = "/work/my job";
   task.workload.env["NOTE"] = "it's";
   tuning::configuration config;
+  // lr and attention are not in the configuration: their placeholders stay as written, quoted.
   config.knobs = {{"ckpt", false}, {"micro_batch", std::int64_t{2}}, {"threads", std::int64_t{3}}};
   auto j = launch_config(task, config, 1.1, 1.0);
   EXPECT_EQ(j["command"],
             "cd '/work/my job' && env CAP=1024 'NOTE=it'\\''s' OMP_NUM_THREADS=3 TRIAL=0.0 python3 "
-            "train.py --mb 2 --ckpt off --lr-scale 1 --attn=eager --dir ./r0 --gb 16 --bad "
-            "'{nope}'");
+            "train.py --mb 2 --ckpt off --lr-scale '{lr}' '--attn={attention}' --dir ./r0 --gb 16 "
+            "--bad '{nope}'");
   EXPECT_EQ(j["apply_patches"], nlohmann::json::array());
 }
 

@@ -91,8 +91,9 @@ TEST_F(ReportHtmlInChromium, EveryChartOfARealSimulatorRunRendersWithoutAnError)
   test::temp_dir dir;
   fs::copy(std::string{INFRARSI_SOURCE_DIR} + "/tests/data/golden/sim_dense_1node_nodes4",
            dir.sub("store"), fs::copy_options::recursive);
-  const char* argv[] = {"infrarsi", "report", golden_run.c_str(), "--store",
-                        dir.sub("store").c_str(), nullptr};
+  const std::string store = dir.sub("store");
+  const char* argv[] = {"infrarsi", "report", golden_run.c_str(), "--store", store.c_str(),
+                        nullptr};
   std::ostringstream out;
   std::ostringstream err;
   ASSERT_EQ(runtime::run_cli(5, argv, out, err), 0) << err.str();
@@ -129,7 +130,9 @@ TEST_F(ReportHtmlInChromium, EveryChartOfARealSimulatorRunRendersWithoutAnError)
   EXPECT_EQ(count_of(r.out, "class=\"empty\""), 0u);
 
   // Labels and tables people read.
-  EXPECT_NE(r.out.find("Promoted: " + report["promoted"]["change"].get<std::string>()),
+  EXPECT_NE(unescape_html(r.out).find("Promoted: " + report["promoted"]["change"].get<std::string>()
+                                      + " — verified speedup 1.112x, 95% interval [1.091, "
+                                        "1.133] from 3 interleaved pairs."),
             std::string::npos);
   EXPECT_EQ(count_of(r.out, "<tr class=\"verdict-"), report["top_configurations"].size());
   EXPECT_NE(r.out.find("<th>tokens/s</th>"), std::string::npos);
