@@ -13,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "adapters/launch_config.hpp"
+#include "adapters/task_file.hpp"
 #include "runtime/cli.hpp"
 #include "store/rocksdb_event_log.hpp"
 #include "store/run_projection.hpp"
@@ -29,6 +31,13 @@ const std::string source_dir = std::string{INFRARSI_TEST_DATA_DIR} + "/../..";
 std::string slurp(const std::string& path) {
   std::ifstream in{path, std::ios::binary};
   return std::string{std::istreambuf_iterator<char>{in}, {}};
+}
+
+std::size_t count_of(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
+    ++n;
+  return n;
 }
 
 int cli(std::vector<std::string> args, std::string& out, std::string& err) {
@@ -172,6 +181,41 @@ TEST(ReportCommand, WithoutChartJsTheOtherFilesAreWrittenAndTheErrorSaysWhatToIn
   EXPECT_TRUE(fs::exists(run_dir + "/report.json"));
   EXPECT_TRUE(fs::exists(run_dir + "/report.md"));
   EXPECT_FALSE(fs::exists(run_dir + "/report.html"));
+}
+
+/// promoted/launch.json's command line runs: the golden simulator run's promotion, rendered for
+/// the repository's simulator task, started with /bin/sh as a user would, finishes its 10 steps
+/// with the promoted settings (the simulator checks and echoes them).
+TEST(LaunchJson, TheGoldenPromotionsCommandLineRunsAsWritten) {
+  test::temp_dir dir;
+  fs::copy(golden_dir + "/sim_dense_1node_nodes4", dir.sub("store"), fs::copy_options::recursive);
+  auto state = load(dir.sub("store"), "sim-dense-1node-20261201-130610-9d59");
+  ASSERT_TRUE(state.promotion.has_value());
+  auto config = store::configuration_from_json((*state.promotion)["config"]);
+  ASSERT_TRUE(config);
+  auto task = adapters::load_task_file(source_dir + "/config/tasks/sim-dense-1node.toml");
+  ASSERT_TRUE(task);
+  auto j = adapters::launch_config(*task, *config, 1.112, 1.091);
+  const auto workdir = task->workload.workdir;
+  EXPECT_EQ(j["command"],
+            "cd " + workdir
+              + " && .bin/infrarsi-sim --model llama3-8b --gpu H100-80GB --gpus 8 --seq-len 4096 "
+                "--global-batch 256 --steps 10 --warmup-steps 2 --launch-id 0 --attempt 0 --tp 8 "
+                "--pp 1 --vpp 1 --micro-batch 4 --recompute selective --sequence-parallel 1 "
+                "--distributed-optimizer 1 --overlap-grad-reduce 1 --overlap-param-gather 1 "
+                "--bucket-mb 160 --cuda-graphs 0");
+  EXPECT_EQ(j["apply_patches"], nlohmann::json::array(
+                                  {"patch -p1 -d " + workdir
+                                   + " < patches/flash3_attention.patch"}));
+  ASSERT_TRUE(fs::exists(workdir + "/.bin/infrarsi-sim")) << "build infrarsi-sim-link";
+  // Run it (without the patch: the simulator reads kernels.conf, which the patch edits; the
+  // launch settings alone must run).
+  const auto log = dir.sub("run.log");
+  int rc = std::system(("{ " + j["command"].get<std::string>() + "; } > " + log + " 2>&1").c_str());
+  ASSERT_EQ(rc, 0) << slurp(log);
+  auto text = slurp(log);
+  EXPECT_EQ(count_of(text, "\"step\":"), 10u) << text.substr(0, 2000);
+  EXPECT_NE(text.find("\"status\":\"ok\""), std::string::npos) << text.substr(text.size() > 2000 ? text.size() - 2000 : 0);
 }
 
 } // namespace
