@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "actors/actors.hpp"
+#include "actors/report_files.hpp"
 #include "adapters/disk_space.hpp"
 #include "adapters/environment.hpp"
 #include "adapters/git.hpp"
@@ -445,10 +446,12 @@ void do_promote(self_ptr self) {
 
 void do_report(self_ptr self) {
   auto& st = self->state;
-  auto report = decide::make_report(*st.o.task, run(self));
-  auto written = adapters::write_report(st.o.run_dir, report, decide::render_markdown(report));
+  auto written = write_run_report(*st.o.task, run(self), st.o.run_dir);
   if (!written)
     return fail(self, "report", written.error());
+  if (written->contains("report_html_error"))
+    progress(self) << "report: report.html not written: "
+                   << (*written)["report_html_error"].get<std::string>() << '\n';
   if (auto err = append_doc(self, wire::EventKind::ReportWritten, "report/1", written->dump()))
     return fail(self, "report", err);
   post_advance(self);

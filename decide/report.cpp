@@ -1,5 +1,6 @@
 #include "decide/report.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <iomanip>
@@ -11,6 +12,7 @@
 #include "decide/patch_exclusion.hpp"
 #include "decide/resources.hpp"
 #include "tuning/contract_check.hpp"
+#include "tuning/bayes_policy.hpp"
 #include "tuning/contract_coverage.hpp"
 #include "tuning/planner.hpp"
 #include "tuning/prior_revision.hpp"
@@ -74,6 +76,101 @@ nlohmann::json coverage_of(const tuning::task_spec& task) {
   return {{"vacuous", vacuous}, {"work_enforced_by", tuning::work_enforced_by(task)}};
 }
 
+
+/// Tokens one step of trial `t` processed: the contract's tokens per step, else the metrics
+/// section's, else the largest count a step reported (0: unknown).
+double tokens_per_step(const tuning::task_spec& task, const tuning::trial_record& t) {
+  if (task.contract.tokens_per_step > 0)
+    return static_cast<double>(task.contract.tokens_per_step);
+  if (task.metrics.tokens_per_step > 0)
+    return static_cast<double>(task.metrics.tokens_per_step);
+  std::uint64_t most = 0;
+  for (const auto& s : t.steps)
+    most = std::max(most, s.tokens);
+  return static_cast<double>(most);
+}
+
+/// What a trial came to for people: "ok" (usable), "contract_violation" (ran, broke the
+/// contract), else its outcome ("oom", "crash", ..., "unset" while in flight).
+std::string verdict_of(const tuning::trial_record& t) {
+  if (t.usable())
+    return "ok";
+  if (t.outcome == tuning::trial_outcome::ok && !t.violations.empty())
+    return "contract_violation";
+  if (t.outcome == tuning::trial_outcome::ok && !t.verified)
+    return "unverified";
+  return tuning::to_string(t.outcome);
+}
+
+constexpr double z95 = 1.959963984540054; // two-sided 95 % normal quantile
+
+/// "memory_model": the censored peak-memory model the planner fits (tuning::fit_run_memory over
+/// the planner's own history, decide::planner_input_for), its price of each single change from
+/// the baseline (a factor on peak memory with its 95 % interval, and bytes over the baseline's
+/// predicted peak), and each trial's predicted peak against the capacity.
+nlohmann::json memory_model_of(const tuning::task_spec& task, const store::run_state& run) {
+  auto in = planner_input_for(task, run);
+  tuning::feature_space fs{task, in.priors};
+  auto m = tuning::fit_run_memory(task, fs, in.history, in.priors, in.memory_capacity_bytes);
+  nlohmann::json doc = {{"fitted", m.fitted},
+                        {"capacity_bytes", m.capacity_bytes},
+                        {"capacity_inferred", m.capacity_inferred},
+                        {"device_memory_bytes", task.limits.device_memory_bytes},
+                        {"memory_cap_bytes", task.limits.memory_cap_bytes},
+                        {"prices", nlohmann::json::array()},
+                        {"trials", nlohmann::json::array()}};
+  if (!m.fitted) {
+    doc["why"] = m.why.empty() ? std::string{"the fit did not converge"} : m.why;
+    return doc;
+  }
+  const auto D = static_cast<Eigen::Index>(1 + fs.model_size());
+  auto x_of = [&](const tuning::configuration& c) {
+    Eigen::VectorXd x = Eigen::VectorXd::Zero(D);
+    x[0] = 1.0;
+    for (const auto& [i, v] : fs.point(task, c))
+      x[1 + static_cast<Eigen::Index>(i)] = v;
+    return x;
+  };
+  const auto base = tuning::baseline_configuration(task);
+  const Eigen::VectorXd xb = x_of(base);
+  const double base_peak = std::exp(m.fit.mean(xb));
+  doc["baseline_predicted_bytes"] = base_peak;
+  for (const auto& c : tuning::single_changes(task, base)) {
+    auto active = fs.active(task, c);
+    if (active.size() != 1)
+      continue;
+    Eigen::VectorXd d = x_of(c) - xb;
+    const double log_factor = d.dot(m.fit.coef);
+    const double sd = std::sqrt(std::max(0.0, d.dot(m.fit.coef_cov * d)));
+    doc["prices"].push_back({{"feature", fs.names[static_cast<std::size_t>(active.front())]},
+                             {"factor", std::exp(log_factor)},
+                             {"factor_low", std::exp(log_factor - z95 * sd)},
+                             {"factor_high", std::exp(log_factor + z95 * sd)},
+                             {"bytes", base_peak * (std::exp(log_factor) - 1.0)}});
+  }
+  for (const auto& t : in.history) {
+    const bool measured = t.finished && t.outcome == tuning::trial_outcome::ok
+                          && t.peak_memory_bytes > 0;
+    const bool oom = t.finished && t.outcome == tuning::trial_outcome::oom;
+    if (!measured && !oom)
+      continue;
+    auto x = x_of(t.config);
+    const double mean = m.fit.mean(x);
+    const double sd = m.fit.sd(x);
+    doc["trials"].push_back(
+      {{"trial_id", t.trial_id},
+       {"attempt", t.attempt},
+       {"change", t.config.diff_from(base)},
+       {"oom", oom},
+       {"measured_bytes", measured ? nlohmann::json(t.peak_memory_bytes) : nlohmann::json(nullptr)},
+       {"predicted_bytes", std::exp(mean)},
+       {"predicted_low", std::exp(mean - z95 * sd)},
+       {"predicted_high", std::exp(mean + z95 * sd)},
+       {"p_oom", m.fit.p_oom(x, std::log(m.capacity_bytes))}});
+  }
+  return doc;
+}
+
 } // namespace
 
 nlohmann::json make_report(const tuning::task_spec& task, const store::run_state& run) {
@@ -83,6 +180,8 @@ nlohmann::json make_report(const tuning::task_spec& task, const store::run_state
   std::map<std::string, double> failed_cost;
   std::map<std::string, int> failed_count;
   const auto spend = device_seconds_spent(task, run);
+  const double mfu_flops = constant_number(task, "flops_per_step");
+  const double mfu_peak = constant_number(task, "peak_flops");
   for (const auto& t : run.trials) {
     const double charged = charged_device_seconds(task, t); // lost attempts included
     if (t.finished && !t.usable()) {
@@ -104,7 +203,14 @@ nlohmann::json make_report(const tuning::task_spec& task, const store::run_state
        {"detail", t.detail},
        {"wall_time_s", t.wall_time_s},
        {"device_seconds", charged},
-       {"peak_memory_bytes", t.peak_memory_bytes}});
+       {"peak_memory_bytes", t.peak_memory_bytes},
+       {"verdict", verdict_of(t)},
+       {"tokens_per_s", t.timed_step_time_s > 0 && tokens_per_step(task, t) > 0
+                          ? nlohmann::json(tokens_per_step(task, t) / t.timed_step_time_s)
+                          : nlohmann::json(nullptr)},
+       {"mfu", t.timed_step_time_s > 0 && mfu_flops > 0 && mfu_peak > 0
+                 ? nlohmann::json(mfu_flops / t.timed_step_time_s / mfu_peak)
+                 : nlohmann::json(nullptr)}});
   }
   nlohmann::json failed = nlohmann::json::object();
   for (const auto& [o, s] : failed_cost)
@@ -200,6 +306,10 @@ nlohmann::json make_report(const tuning::task_spec& task, const store::run_state
           touched[p] = adapters::patch_paths(text);
         }
     promoted["patch_paths"] = touched;
+    // What the apply stage found the patches to touch (logged in ChangesApplied): the audit's
+    // answer when the patch files are no longer where the task names them.
+    if (run.applied && run.applied->contains("touched"))
+      promoted["touched_at_apply"] = (*run.applied)["touched"];
   }
 
   nlohmann::json mfu = {{"value", nullptr},
@@ -226,14 +336,133 @@ nlohmann::json make_report(const tuning::task_spec& task, const store::run_state
                        {"prior_speedup", e.has_prior ? nlohmann::json(e.prior_speedup) : nlohmann::json(nullptr)},
                        {"posterior_speedup", e.posterior_speedup},
                        {"posterior_log_sd", e.posterior_log_sd},
+                       {"posterior_low", e.posterior_speedup * std::exp(-z95 * e.posterior_log_sd)},
+                       {"posterior_high", e.posterior_speedup * std::exp(z95 * e.posterior_log_sd)},
+                       {"prior_low", e.has_prior ? nlohmann::json(e.prior_speedup * std::exp(-z95 * e.prior_log_sd)) : nlohmann::json(nullptr)},
+                       {"prior_high", e.has_prior ? nlohmann::json(e.prior_speedup * std::exp(z95 * e.prior_log_sd)) : nlohmann::json(nullptr)},
                        {"trials", e.trials},
                        {"confounded_with", e.confounded_with}});
+  nlohmann::json points = nlohmann::json::array();
+  for (const auto& q : revision.points)
+    points.push_back({{"trial_id", q.trial_id},
+                      {"attempt", q.attempt},
+                      {"measured_speedup", q.measured},
+                      {"prior_speedup", q.prior},
+                      {"posterior_speedup", q.posterior}});
   nlohmann::json prior_revision = {{"policy", store::run_policy(run)},
                                    {"search_trials", revision.trials},
                                    {"priors_given", revision.priors_given},
                                    {"spearman_prior", number_or_null(revision.spearman_prior)},
                                    {"spearman_posterior", number_or_null(revision.spearman_posterior)},
-                                   {"effects", effects}};
+                                   {"effects", effects},
+                                   {"points", points}};
+
+  // Best speedup so far over the trials in log order, each with its verdict (report.html's first
+  // chart), and the band a single measurement of the baseline falls in (+-1.96 log sd of the
+  // doctor's noise): a speedup inside it is indistinguishable from the baseline.
+  nlohmann::json progress = nlohmann::json::array();
+  double best_so_far = 0.0;
+  for (const auto& t : run.trials) {
+    if (!t.finished)
+      continue;
+    nlohmann::json speedup = nullptr;
+    if (t.usable() && base_time > 0) {
+      speedup = base_time / t.timed_step_time_s;
+      best_so_far = std::max(best_so_far, base_time / t.timed_step_time_s);
+    }
+    progress.push_back({{"trial_id", t.trial_id},
+                        {"attempt", t.attempt},
+                        {"purpose", t.purpose},
+                        {"change", t.config.diff_from(base)},
+                        {"verdict", verdict_of(t)},
+                        {"speedup", speedup},
+                        {"best_so_far", best_so_far > 0 ? nlohmann::json(best_so_far)
+                                                        : nlohmann::json(nullptr)}});
+  }
+  nlohmann::json noise_band = nullptr;
+  if (run.noise && run.noise->log_sd > 0)
+    noise_band = {{"low", std::exp(-z95 * run.noise->log_sd)},
+                  {"high", std::exp(z95 * run.noise->log_sd)},
+                  {"log_sd", run.noise->log_sd},
+                  {"promotion_bar", 1.0 + promotion_margin(run)}};
+
+  // The N fastest usable configurations (one row per configuration, its fastest trial), then
+  // failed ones by trial id, as NeMo AutoTuner ranks its results.
+  constexpr std::size_t top_n = 10;
+  nlohmann::json top = nlohmann::json::array();
+  {
+    std::vector<const nlohmann::json*> ok;
+    std::vector<const nlohmann::json*> failed_rows;
+    std::map<std::string, const nlohmann::json*> best_of;
+    for (const auto& t : trials) {
+      if (t.value("verdict", "") == "ok") {
+        auto key = t["config"].dump();
+        auto it = best_of.find(key);
+        if (it == best_of.end()
+            || t.value("timed_step_time_s", 0.0) < it->second->value("timed_step_time_s", 0.0))
+          best_of[key] = &t;
+      } else if (t.value("verdict", "") != "lost" && t.value("verdict", "") != "unset") {
+        failed_rows.push_back(&t);
+      }
+    }
+    for (const auto& [k, t] : best_of)
+      ok.push_back(t);
+    std::stable_sort(ok.begin(), ok.end(), [](const nlohmann::json* a, const nlohmann::json* b) {
+      return a->value("timed_step_time_s", 0.0) < b->value("timed_step_time_s", 0.0);
+    });
+    for (const auto* rows : {&ok, &failed_rows})
+      for (const auto* t : *rows) {
+        if (top.size() >= top_n)
+          break;
+        top.push_back({{"rank", top.size() + 1},
+                       {"trial_id", (*t)["trial_id"]},
+                       {"attempt", (*t)["attempt"]},
+                       {"change", (*t)["change"]},
+                       {"config", (*t)["config"]},
+                       {"step_time_s", (*t)["timed_step_time_s"]},
+                       {"speedup", (*t)["speedup_vs_baseline"]},
+                       {"tokens_per_s", (*t)["tokens_per_s"]},
+                       {"mfu", (*t)["mfu"]},
+                       {"peak_memory_bytes", (*t)["peak_memory_bytes"]},
+                       {"verdict", (*t)["verdict"]}});
+      }
+  }
+
+  // The promoted change split into its settings: each one's effect alone as the revised time
+  // model predicts it (with its interval) and as measured by a usable trial that changed only
+  // it; "rest" is the verified speedup over the product of the model's single effects
+  // (interactions and what the model misses).
+  if (promoted.is_object()) {
+    nlohmann::json parts = nlohmann::json::array();
+    double product = 1.0;
+    if (auto c = store::configuration_from_json(promoted.value("config", nlohmann::json{}))) {
+      tuning::feature_space fs{task, &run.priors};
+      for (int i : fs.active(task, *c)) {
+        const auto& name = fs.names[static_cast<std::size_t>(i)];
+        nlohmann::json part = {{"feature", name}, {"model_speedup", nullptr},
+                               {"model_low", nullptr}, {"model_high", nullptr},
+                               {"measured_alone", nullptr}, {"measured_trial", nullptr}};
+        for (const auto& e : effects)
+          if (e.value("feature", "") == name) {
+            part["model_speedup"] = e["posterior_speedup"];
+            part["model_low"] = e["posterior_low"];
+            part["model_high"] = e["posterior_high"];
+            product *= e.value("posterior_speedup", 1.0);
+          }
+        for (const auto& t : run.trials) {
+          auto a = fs.active(task, t.config);
+          if (t.usable() && base_time > 0 && a.size() == 1 && a.front() == i) {
+            part["measured_alone"] = base_time / t.timed_step_time_s;
+            part["measured_trial"] = t.trial_id;
+          }
+        }
+        parts.push_back(std::move(part));
+      }
+    }
+    promoted["attribution"] = {{"parts", parts},
+                               {"model_product", product},
+                               {"rest", promoted.value("speedup", 1.0) / product}};
+  }
 
   return {{"run", run.run_id},
           {"task", task.name},
@@ -265,7 +494,11 @@ nlohmann::json make_report(const tuning::task_spec& task, const store::run_state
           {"device_seconds_lost",
            {{"attempts", spend.lost_attempts}, {"device_seconds", spend.lost_s}}},
           {"mfu", mfu},
-          {"prior_revision", prior_revision}};
+          {"prior_revision", prior_revision},
+          {"search_progress", progress},
+          {"noise_band", noise_band},
+          {"top_configurations", top},
+          {"memory_model", memory_model_of(task, run)}};
 }
 
 std::string render_markdown(const nlohmann::json& r) {

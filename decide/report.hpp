@@ -20,6 +20,20 @@ namespace infrarsi::decide {
 /// decide, tuning::vacuous_checks, and what enforces the work instead, tuning::work_enforced_by),
 /// and MFU where the workload's FLOPs per step are known
 /// (task constant `flops_per_step` and `peak_flops`; otherwise null with the reason).
+/// Per trial also "verdict" (ok, contract_violation, or the outcome), "tokens_per_s" (tokens per
+/// step / timed step time) and "mfu". What report.html draws (decide/report_html.hpp), all
+/// derived here: "search_progress" (finished trials in log order: speedup, best so far),
+/// "noise_band" (exp(+-1.96 x the doctor's log sd) and the promotion bar 1 + margin),
+/// "prior_revision" effects with 95% intervals (prior: exp(+-1.96 x time_model_options::main_sd)
+/// around the prior; revised: exp(+-1.96 x posterior log sd)) and "points" (per usable search
+/// trial: measured, prior and sequential posterior speedups), "memory_model" (the censored
+/// peak-memory model as the planner fits it, tuning::fit_run_memory: per setting a memory factor
+/// with its 95% interval and bytes over the baseline's predicted peak; per OOM or measured trial
+/// the predicted peak with its 95% interval, the measured peak, P(OOM); the capacity),
+/// "top_configurations" (the 10 fastest usable configurations, then failed trials: s/step,
+/// speedup, tokens/s, MFU, peak memory, verdict) and promoted "attribution" (each setting of the
+/// promoted change: the revised model's speedup alone with its interval, and the speedup of a
+/// usable trial that changed only it; "rest" = verified speedup / product of the model's).
 nlohmann::json make_report(const tuning::task_spec& task, const store::run_state& run);
 
 /// report.md rendered from report.json.

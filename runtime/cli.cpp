@@ -22,6 +22,7 @@
 #include "runtime/daemon.hpp"
 #include "runtime/keys.hpp"
 #include "runtime/replay.hpp"
+#include "runtime/report_cmd.hpp"
 #include "runtime/store_paths.hpp"
 #include "runtime/tune.hpp"
 #include "store/rocksdb_event_log.hpp"
@@ -507,6 +508,33 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
                          "Task file, only for runs logged before the task text was (default: the "
                          "task logged at init; for older runs the path the run recorded)");
 
+  report_options report;
+  auto* report_cmd = app.add_subcommand(
+    "report", "Regenerate a run's report from its event log alone (no task file: the task is "
+              "read from the log) with the same function as tune's report stage: report.json "
+              "(every figure), report.md and report.html (one self-contained page with charts: "
+              "speedup by trial with the noise band, per-setting effects prior vs revised, "
+              "memory prices and the OOM boundary, failed device-seconds, predicted vs measured "
+              "speedups, the promoted change and its parts, the top configurations; Chart.js from "
+              "libjs-chart.js is inlined, the page opens offline). Prints each path written.\n"
+              "Exit status: 0 written, 1 it could not be (no such run, damaged log, Chart.js "
+              "missing for html, a file not writable), 2 bad command line.");
+  report_cmd->add_option("RUN", report.run_id, "Run id (infrarsi status / infrarsi runs)")
+    ->required();
+  report_cmd->add_option("--store", report.store_dir,
+                         "Store directory (the one infrarsi tune used, or its events/ directory)")
+    ->required();
+  report_cmd->add_option("--format", report.format,
+                         "Which file to write: html, md, json, or all of them")
+    ->check(CLI::IsMember({"all", "html", "md", "json"}))
+    ->capture_default_str();
+  report_cmd->add_option("--out", report.out_dir,
+                         "Directory for the files (default: STORE/runs/RUN, beside the run's "
+                         "trials)");
+  report_cmd->add_option("--task", report.task_path,
+                         "Task file, only for runs logged before the task text was (default: the "
+                         "task logged at init; for older runs the path the run recorded)");
+
   // -- the daemon across machines (docs/daemon.md) ----------------------------------------------
   std::string daemon_config_path;
   auto* daemon_cmd = app.add_subcommand(
@@ -732,6 +760,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       return cmd_check(check_task, out, err);
     if (replay_cmd->parsed())
       return run_replay(replay, out, err);
+    if (report_cmd->parsed())
+      return run_report(report, out, err);
     if (keys_gen_cmd->parsed())
       return run_keys_generate(keys_gen, out, err);
     if (keys_show_cmd->parsed())

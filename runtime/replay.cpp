@@ -229,6 +229,43 @@ caf::expected<replay_result> replay_run(const store::event_log& log, const std::
   return r;
 }
 
+caf::expected<tuning::task_spec> task_of_run(const store::run_state& run,
+                                             const std::string& task_path, const char* command,
+                                             std::ostream& err) {
+  // The task as logged at init (the log is self-contained); --task, or the recorded path, for
+  // runs logged before the task text was.
+  bool from_log = task_path.empty() && run.contract_doc && run.contract_doc->contains("task_toml")
+                  && (*run.contract_doc)["task_toml"].is_string();
+  if (from_log) {
+    auto task = adapters::load_task_text((*run.contract_doc)["task_toml"].get<std::string>(),
+                                         run.contract_doc->value("task_path", run.task_path));
+    if (!task)
+      return make_error(errc::corrupt_data,
+                        "the task logged at init does not load: " + describe(task.error()));
+    return task;
+  }
+  auto path = task_path.empty() ? run.task_path : task_path;
+  auto task = adapters::load_task_file(path);
+  if (!task)
+    return make_error(errc::not_found,
+                      describe(task.error())
+                        + (task_path.empty() ? " (the task file the run recorded; this run's log "
+                                               "predates logged tasks: give --task FILE)"
+                                             : ""));
+  if (run.contract_doc) {
+    auto logged = run.contract_doc->value("task_sha256", std::string{});
+    auto now = adapters::sha256_file(task->source);
+    if (!logged.empty() && now && *now != logged)
+      err << command << ": note: " << task->source
+          << " differs from the file the run started with (sha256 " << logged.substr(0, 12)
+          << "... then, " << now->substr(0, 12) << "... now); "
+          << (std::string{command} == "infrarsi replay" ? "decisions are checked anyway"
+                                                         : "it is used as it is now")
+          << '\n';
+  }
+  return task;
+}
+
 int run_replay(const replay_options& o, std::ostream& out, std::ostream& err) {
   store::rocksdb_event_log_options opts;
   opts.read_only = true;
@@ -256,39 +293,10 @@ int run_replay(const replay_options& o, std::ostream& out, std::ostream& err) {
     err << "infrarsi replay: run '" << o.run_id << "' not found in '" << events << "'\n";
     return 3;
   }
-  // The task as logged at init (the log is self-contained); --task, or the recorded path, for
-  // runs logged before the task text was.
-  caf::expected<tuning::task_spec> task = make_error(errc::not_found, "no task");
-  bool from_log = o.task_path.empty() && state->contract_doc
-                  && state->contract_doc->contains("task_toml")
-                  && (*state->contract_doc)["task_toml"].is_string();
-  if (from_log) {
-    task = adapters::load_task_text((*state->contract_doc)["task_toml"].get<std::string>(),
-                                    state->contract_doc->value("task_path", state->task_path));
-    if (!task) {
-      err << "infrarsi replay: the task logged at init does not load: "
-          << describe(task.error()) << '\n';
-      return 3;
-    }
-  } else {
-    auto task_path = o.task_path.empty() ? state->task_path : o.task_path;
-    task = adapters::load_task_file(task_path);
-    if (!task) {
-      err << "infrarsi replay: " << describe(task.error())
-          << (o.task_path.empty() ? " (the task file the run recorded; this run's log predates "
-                                    "logged tasks: give --task FILE)"
-                                  : "")
-          << '\n';
-      return 3;
-    }
-    if (state->contract_doc) {
-      auto logged = state->contract_doc->value("task_sha256", std::string{});
-      auto now = adapters::sha256_file(task->source);
-      if (!logged.empty() && now && *now != logged)
-        err << "infrarsi replay: note: " << task->source
-            << " differs from the file the run started with (sha256 " << logged.substr(0, 12)
-            << "... then, " << now->substr(0, 12) << "... now); decisions are checked anyway\n";
-    }
+  auto task = task_of_run(*state, o.task_path, "infrarsi replay", err);
+  if (!task) {
+    err << "infrarsi replay: " << describe(task.error()) << '\n';
+    return 3;
   }
   auto r = replay_run(**log, o.run_id, *task);
   if (!r) {

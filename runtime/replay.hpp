@@ -23,6 +23,7 @@
 #include <caf/expected.hpp>
 
 #include "store/event_log.hpp"
+#include "store/run_projection.hpp"
 #include "tuning/task.hpp"
 
 namespace infrarsi::runtime {
@@ -48,6 +49,17 @@ struct replay_result {
 [[nodiscard]] caf::expected<replay_result> replay_run(const store::event_log& log,
                                                       const std::string& run_id,
                                                       const tuning::task_spec& task);
+
+/// The task run `run` was locked with: the task text logged at init (ContractLocked's
+/// "task_toml"; the log is self-contained), or, for runs logged before the task text was,
+/// `task_path` or else the path the run recorded. A file that differs from the one the run
+/// started with (logged sha256) gets a note on `err`, prefixed with `command`. Errors:
+/// errc::corrupt_data (the logged text does not load), errc::not_found (the file does not load;
+/// the message says to give --task FILE when the recorded path was used).
+[[nodiscard]] caf::expected<tuning::task_spec> task_of_run(const store::run_state& run,
+                                                           const std::string& task_path,
+                                                           const char* command,
+                                                           std::ostream& err);
 
 struct replay_options {
   std::string run_id;

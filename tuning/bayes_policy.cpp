@@ -95,6 +95,105 @@ std::vector<configuration> single_changes(const task_spec& task, const configura
   return out;
 }
 
+run_memory_model fit_run_memory(const task_spec& task, const feature_space& fs,
+                                const std::vector<trial_record>& history,
+                                const prior_set* given, double capacity_bytes) {
+  run_memory_model out;
+  const auto F = fs.names.size();
+  const auto M = fs.model_size();
+  const auto base_config = baseline_configuration(task);
+  // Without a declared capacity, a trial that ran out of memory still says its peak exceeded
+  // every peak that fitted: censor at the largest measured peak (a lower bound of the unknown
+  // capacity, so P(OOM) errs on the side of caution).
+  double capacity = capacity_bytes;
+  bool capacity_inferred = false;
+  if (!(capacity > 0)) {
+    bool any_oom = false;
+    double max_peak = 0.0;
+    for (const auto& t : history) {
+      any_oom = any_oom || (t.finished && t.outcome == trial_outcome::oom);
+      if (t.finished && t.outcome == trial_outcome::ok)
+        max_peak = std::max(max_peak, static_cast<double>(t.peak_memory_bytes));
+    }
+    if (any_oom && max_peak > 0) {
+      capacity = max_peak;
+      capacity_inferred = true;
+    }
+  }
+  if (capacity > 0) {
+    std::vector<memory_observation> obs;
+    for (const auto& t : history) {
+      if (!t.finished)
+        continue;
+      bool measured = t.outcome == trial_outcome::ok && t.peak_memory_bytes > 0;
+      bool oom = t.outcome == trial_outcome::oom;
+      if (!measured && !oom)
+        continue;
+      memory_observation o;
+      o.x = Eigen::VectorXd::Zero(static_cast<Eigen::Index>(M + 1));
+      o.x[0] = 1.0;
+      for (const auto& [i, v] : fs.point(task, t.config))
+        o.x[1 + i] = v;
+      o.oom = oom;
+      o.bytes = oom ? std::log(capacity) : std::log(static_cast<double>(t.peak_memory_bytes));
+      obs.push_back(std::move(o));
+    }
+    // Priors (log units): intercept vague; a setting changes memory by a factor e^+-1 at 1 sd,
+    // an ordinal slope by up to a factor 2 per doubling at 1 sd.
+    // A value of a knob with an ordinal feature deviates from the knob's trend by 30 % at 1 sd.
+    std::vector<coefficient_prior> priors(M + 1, coefficient_prior{0.0, 1.0});
+    for (std::size_t i = F; i < M; ++i) // a factor 2 per doubling at 1 sd, over the range R
+      priors[1 + i] = {0.0, std::log(2.0) * fs.ordinal_range[i - F]};
+    for (std::size_t i = 0; i < F; ++i)
+      if (std::find(fs.ordinal_knob.begin(), fs.ordinal_knob.end(), fs.knob_of[i])
+          != fs.ordinal_knob.end())
+        priors[1 + i] = {0.0, 0.3};
+    // The priors' memory_bytes, relative to the baseline's measured peak: log(1 + bytes/peak).
+    std::vector<double> base_peaks;
+    for (const auto& t : history)
+      if (t.finished && t.outcome == trial_outcome::ok && t.config == base_config
+          && t.peak_memory_bytes > 0)
+        base_peaks.push_back(static_cast<double>(t.peak_memory_bytes));
+    if (!base_peaks.empty() && given != nullptr) {
+      double peak = median(base_peaks);
+      for (std::size_t i = 0; i < F; ++i) {
+        double bytes = 0.0;
+        const auto& name = fs.names[i];
+        if (fs.knob_of[i] < 0) {
+          if (const auto* pp = given->find_patch(name.substr(1)))
+            bytes = pp->memory_bytes;
+        } else {
+          const auto& k = task.knobs[static_cast<std::size_t>(fs.knob_of[i])];
+          for (const auto& v : search_values(k))
+            if (name == k.name + "=" + to_string(v))
+              if (const auto* sp = given->find(k.name, v))
+                bytes = sp->memory_bytes;
+        }
+        if (bytes != 0.0 && peak + bytes > 0)
+          priors[1 + i].mean = std::log1p(bytes / peak);
+      }
+    }
+    priors[0] = {std::log(capacity), 10.0};
+    if (!obs.empty()) {
+      // Floor: 2 % of peak memory (log units), the run-to-run spread of allocators.
+      out.fit = fit_censored_memory(obs, priors, out.why, 0.02);
+      // A fit with a non-finite coefficient or covariance, or a negative variance (a Hessian
+      // that was not negative definite) is not used: P(fits) is then n/a, never NaN.
+      out.fitted = out.why.empty() && out.fit.coef.size() == static_cast<Eigen::Index>(M + 1)
+                 && out.fit.coef.allFinite() && out.fit.coef_cov.allFinite()
+                 && (out.fit.coef_cov.diagonal().array() >= 0).all() && std::isfinite(out.fit.sigma);
+    }
+  }
+  out.capacity_bytes = capacity;
+  out.capacity_inferred = capacity_inferred;
+  if (!(capacity > 0))
+    out.why = "no memory capacity: the task gives neither limits.device_memory_bytes nor "
+              "limits.memory_cap_bytes, and no trial ran out of memory";
+  else if (!out.fitted && out.why.empty())
+    out.why = "no trial measured its peak memory";
+  return out;
+}
+
 proposal_batch bayes_ei::plan(const planner_input& in, std::size_t n) const {
   proposal_batch out;
   if (n == 0)
@@ -276,91 +375,11 @@ proposal_batch bayes_ei::plan(const planner_input& in, std::size_t n) const {
 
   // Censored memory model on log bytes: features [1, one-hot and ordinal features].
   const auto M = fs.model_size();
-  // Without a declared capacity, a trial that ran out of memory still says its peak exceeded
-  // every peak that fitted: censor at the largest measured peak (a lower bound of the unknown
-  // capacity, so P(OOM) errs on the side of caution).
-  double capacity = in.memory_capacity_bytes;
-  bool capacity_inferred = false;
-  if (!(capacity > 0)) {
-    bool any_oom = false;
-    double max_peak = 0.0;
-    for (const auto& t : in.history) {
-      any_oom = any_oom || (t.finished && t.outcome == trial_outcome::oom);
-      if (t.finished && t.outcome == trial_outcome::ok)
-        max_peak = std::max(max_peak, static_cast<double>(t.peak_memory_bytes));
-    }
-    if (any_oom && max_peak > 0) {
-      capacity = max_peak;
-      capacity_inferred = true;
-    }
-  }
-  memory_fit mem;
-  bool have_mem = false;
-  if (capacity > 0) {
-    std::vector<memory_observation> obs;
-    for (const auto& t : in.history) {
-      if (!t.finished)
-        continue;
-      bool measured = t.outcome == trial_outcome::ok && t.peak_memory_bytes > 0;
-      bool oom = t.outcome == trial_outcome::oom;
-      if (!measured && !oom)
-        continue;
-      memory_observation o;
-      o.x = Eigen::VectorXd::Zero(static_cast<Eigen::Index>(M + 1));
-      o.x[0] = 1.0;
-      for (const auto& [i, v] : fs.point(task, t.config))
-        o.x[1 + i] = v;
-      o.oom = oom;
-      o.bytes = oom ? std::log(capacity) : std::log(static_cast<double>(t.peak_memory_bytes));
-      obs.push_back(std::move(o));
-    }
-    // Priors (log units): intercept vague; a setting changes memory by a factor e^+-1 at 1 sd,
-    // an ordinal slope by up to a factor 2 per doubling at 1 sd.
-    // A value of a knob with an ordinal feature deviates from the knob's trend by 30 % at 1 sd.
-    std::vector<coefficient_prior> priors(M + 1, coefficient_prior{0.0, 1.0});
-    for (std::size_t i = F; i < M; ++i) // a factor 2 per doubling at 1 sd, over the range R
-      priors[1 + i] = {0.0, std::log(2.0) * fs.ordinal_range[i - F]};
-    for (std::size_t i = 0; i < F; ++i)
-      if (std::find(fs.ordinal_knob.begin(), fs.ordinal_knob.end(), fs.knob_of[i])
-          != fs.ordinal_knob.end())
-        priors[1 + i] = {0.0, 0.3};
-    // The priors' memory_bytes, relative to the baseline's measured peak: log(1 + bytes/peak).
-    std::vector<double> base_peaks;
-    for (const auto& t : in.history)
-      if (t.finished && t.outcome == trial_outcome::ok && t.config == base_config
-          && t.peak_memory_bytes > 0)
-        base_peaks.push_back(static_cast<double>(t.peak_memory_bytes));
-    if (!base_peaks.empty() && in.priors != nullptr) {
-      double peak = median(base_peaks);
-      for (std::size_t i = 0; i < F; ++i) {
-        double bytes = 0.0;
-        const auto& name = fs.names[i];
-        if (fs.knob_of[i] < 0) {
-          if (const auto* pp = in.priors->find_patch(name.substr(1)))
-            bytes = pp->memory_bytes;
-        } else {
-          const auto& k = task.knobs[static_cast<std::size_t>(fs.knob_of[i])];
-          for (const auto& v : search_values(k))
-            if (name == k.name + "=" + to_string(v))
-              if (const auto* sp = in.priors->find(k.name, v))
-                bytes = sp->memory_bytes;
-        }
-        if (bytes != 0.0 && peak + bytes > 0)
-          priors[1 + i].mean = std::log1p(bytes / peak);
-      }
-    }
-    priors[0] = {std::log(capacity), 10.0};
-    std::string why;
-    if (!obs.empty()) {
-      // Floor: 2 % of peak memory (log units), the run-to-run spread of allocators.
-      mem = fit_censored_memory(obs, priors, why, 0.02);
-      // A fit with a non-finite coefficient or covariance, or a negative variance (a Hessian
-      // that was not negative definite) is not used: P(fits) is then n/a, never NaN.
-      have_mem = why.empty() && mem.coef.size() == static_cast<Eigen::Index>(M + 1)
-                 && mem.coef.allFinite() && mem.coef_cov.allFinite()
-                 && (mem.coef_cov.diagonal().array() >= 0).all() && std::isfinite(mem.sigma);
-    }
-  }
+  auto memory = fit_run_memory(task, fs, in.history, in.priors, in.memory_capacity_bytes);
+  const memory_fit& mem = memory.fit;
+  const bool have_mem = memory.fitted;
+  const double capacity = memory.capacity_bytes;
+  const bool capacity_inferred = memory.capacity_inferred;
   auto log_memory = [&](const sparse_features& x) {
     double m = mem.coef[0];
     for (const auto& [i, v] : x)

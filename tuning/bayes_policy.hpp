@@ -48,7 +48,12 @@
 ///
 /// Pure and deterministic: the same input gives the same proposals, byte for byte.
 
+#include <string>
+#include <vector>
+
+#include "tuning/memory_model.hpp"
 #include "tuning/planner.hpp"
+#include "tuning/search_space.hpp"
 #include "tuning/time_model.hpp"
 
 namespace infrarsi::tuning {
@@ -78,6 +83,28 @@ public:
 private:
   options options_;
 };
+
+/// The censored memory model of step 3, fitted as the policy fits it (its one home: the policy
+/// and the report call this).
+struct run_memory_model {
+  /// The fit is usable: finite coefficients and covariance, non-negative variances.
+  bool fitted = false;
+  /// Why not (no capacity known and no OOM, no measured trial, or the fit's own error).
+  std::string why;
+  /// Capacity OOM trials are censored at, bytes: the task's (device memory or memory cap) or,
+  /// when none is given and a trial ran out of memory, the largest peak measured in a trial that
+  /// fitted (`capacity_inferred`). 0: unknown.
+  double capacity_bytes = 0.0;
+  bool capacity_inferred = false;
+  /// Tobit fit of log peak bytes per rank on [1, fs.point(config)] (size 1 + fs.model_size()).
+  memory_fit fit;
+};
+
+/// Fits the model over the finished ok (peak > 0) and OOM trials of `history`. `priors` may be
+/// nullptr. Deterministic.
+run_memory_model fit_run_memory(const task_spec& task, const feature_space& fs,
+                                const std::vector<trial_record>& history,
+                                const prior_set* priors, double capacity_bytes);
 
 /// Expected improvement for minimization: E[max(best - Y, 0)] for Y ~ N(mean, sd^2)
 /// (Jones et al. 1998, eq. 15); max(best - mean, 0) when sd = 0.

@@ -40,6 +40,8 @@ prior_revision revise_priors(const task_spec& task, const prior_set& priors,
       measured.push_back(std::exp(-y));
       prior_pred.push_back(std::exp(-before.prior_mean(x)));
       posterior_pred.push_back(std::exp(-before.predict(x).mean));
+      out.points.push_back(
+        {t.trial_id, t.attempt, measured.back(), prior_pred.back(), posterior_pred.back()});
     }
     for (int i : active) {
       count[static_cast<std::size_t>(i)] += 1;
@@ -67,6 +69,7 @@ prior_revision revise_priors(const task_spec& task, const prior_set& priors,
     e.prior_speedup = std::exp(-fs.prior_mean[static_cast<Eigen::Index>(i)]);
     e.posterior_speedup = std::exp(-(pr.mean - intercept));
     e.posterior_log_sd = pr.sd;
+    e.prior_log_sd = options.main_sd;
     e.trials = count[i];
     if (!seen_in[i].empty())
       for (std::size_t j = 0; j < fs.names.size(); ++j)

@@ -12,6 +12,7 @@
 ///    what the revised model would have known when it chose.
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -32,11 +33,25 @@ struct revised_effect {
   /// minus the baseline's mean)), and the posterior sd of that configuration's log time.
   double posterior_speedup = 1.0;
   double posterior_log_sd = 0.0;
+  /// The prior's sd of the setting's effect on log step time (time_model_options::main_sd; its
+  /// 95% interval is prior_speedup x exp(+-1.96 sd)).
+  double prior_log_sd = 0.0;
   /// Usable trials in which the setting was active (search, baseline and re-verification).
   std::size_t trials = 0;
   /// Settings that were active in exactly the same usable trials (perfectly confounded: the
   /// data cannot tell their effects apart; the posterior splits them by the priors), by name.
   std::vector<std::string> confounded_with;
+};
+
+/// One usable search trial as the rank correlations see it.
+struct revised_point {
+  std::uint64_t trial_id = 0;
+  std::uint32_t attempt = 0;
+  /// Measured speedup over the baseline median; the priors' prediction; the sequential
+  /// posterior's prediction (time model fitted on the usable trials logged before it).
+  double measured = 1.0;
+  double prior = 1.0;
+  double posterior = 1.0;
 };
 
 struct prior_revision {
@@ -48,6 +63,8 @@ struct prior_revision {
   double spearman_posterior = 0.0;
   /// Whether the priors said anything about any setting (false: no knowledge-base entry).
   bool priors_given = false;
+  /// The compared trials, in log order (what the two rhos are computed from).
+  std::vector<revised_point> points;
   /// Every one-hot feature (each knob's non-default searched values, then each patch).
   std::vector<revised_effect> effects;
 };

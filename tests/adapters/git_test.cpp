@@ -358,8 +358,35 @@ TEST(launch_config, renders_the_promoted_configuration_like_rank_zero) {
       {"env", {{"CAP", "1024"}, {"OMP_NUM_THREADS", "2"}, {"TRIAL", "0.0"}}},
       {"world_size", "2"},
       {"speedup", 1.25},
-      {"ci_low", 1.1}};
+      {"ci_low", 1.1},
+      {"patches", {{{"name", "fused_qkv"}, {"file", "patches/fused_qkv.patch"}, {"source", ""}}}},
+      {"apply_patches", {"patch -p1 -d /work/job < patches/fused_qkv.patch"}},
+      // One process per rank (the ranks launcher), argv rendered per rank ({rank} in --dir),
+      // the torchrun variables as the node-runner sets them; an unrendered template is quoted.
+      {"command",
+       "cd /work/job && { env CAP=1024 OMP_NUM_THREADS=2 TRIAL=0.0 RANK=0 LOCAL_RANK=0 "
+       "WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 python3 "
+       "train.py --mb 4 --ckpt on --lr-scale 0.5 --attn=sdpa --dir ./r0 --gb 16 --bad '{nope}' & "
+       "env CAP=1024 OMP_NUM_THREADS=2 TRIAL=0.0 RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 "
+       "LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 python3 train.py --mb 4 "
+       "--ckpt on --lr-scale 0.5 --attn=sdpa --dir ./r1 --gb 16 --bad '{nope}' & wait; }"}};
   EXPECT_EQ(j, expected) << j.dump(2);
+}
+
+TEST(launch_config, command_launcher_gives_one_shell_line_with_the_environment) {
+  auto task = small_task();
+  task.workload.launcher = tuning::launcher_kind::command;
+  task.workload.workdir = "/work/my job";
+  task.workload.env["NOTE"] = "it's";
+  tuning::configuration config;
+  // lr and attention are not in the configuration: their placeholders stay as written, quoted.
+  config.knobs = {{"ckpt", false}, {"micro_batch", std::int64_t{2}}, {"threads", std::int64_t{3}}};
+  auto j = launch_config(task, config, 1.1, 1.0);
+  EXPECT_EQ(j["command"],
+            "cd '/work/my job' && env CAP=1024 'NOTE=it'\\''s' OMP_NUM_THREADS=3 TRIAL=0.0 python3 "
+            "train.py --mb 2 --ckpt off --lr-scale '{lr}' '--attn={attention}' --dir ./r0 --gb 16 "
+            "--bad '{nope}'");
+  EXPECT_EQ(j["apply_patches"], nlohmann::json::array());
 }
 
 TEST(launch_config, world_size_defaults_to_one_when_its_template_does_not_render) {

@@ -61,5 +61,24 @@ TEST(ReportContractCoverage, ARegexTaskNamesTheVacuousTokensCheckAndWhatEnforces
             std::string::npos);
 }
 
+/// What report.html draws, for a run with nothing measured: every figure present and empty, and
+/// the memory model says why it was not fitted (the page shows that sentence).
+TEST(ReportFigures, ARunWithoutTrialsHasEmptyFiguresAndSaysWhyThereIsNoMemoryModel) {
+  auto task = regex_task();
+  auto report = make_report(task, finished_run());
+  EXPECT_EQ(report["search_progress"], nlohmann::json::array());
+  EXPECT_EQ(report["top_configurations"], nlohmann::json::array());
+  EXPECT_TRUE(report["noise_band"].is_null());
+  EXPECT_EQ(report["prior_revision"]["points"], nlohmann::json::array());
+  const auto& mm = report["memory_model"];
+  EXPECT_EQ(mm["fitted"], false);
+  EXPECT_EQ(mm["why"], "no memory capacity: the task gives neither limits.device_memory_bytes nor "
+                       "limits.memory_cap_bytes, and no trial ran out of memory");
+  task.limits.device_memory_bytes = 1u << 30;
+  report = make_report(task, finished_run());
+  EXPECT_EQ(report["memory_model"]["why"], "no trial measured its peak memory");
+  EXPECT_EQ(report["memory_model"]["capacity_bytes"], double(1u << 30));
+}
+
 } // namespace
 } // namespace infrarsi::decide

@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <sstream>
 
@@ -141,6 +142,28 @@ TEST_F(TuneEndToEnd, FinishesWithAVerifiedPromotionInTheReport) {
   // One progress line per search trial.
   EXPECT_NE(err_.find("trial 2 (explore) "), std::string::npos) << err_;
   EXPECT_NE(err_.find("  [1/5] "), std::string::npos) << err_;
+}
+
+/// The report stage writes report.html beside report.md (ReportWritten names all three) and the
+/// apply stage a launch.json with the command line to run the promoted configuration.
+TEST_F(TuneEndToEnd, WritesReportHtmlAndALaunchableCommand) {
+  ASSERT_EQ(status_, 0) << err_;
+  const auto run_dir = dir_->sub("store/runs/" + run_id());
+  auto state = store::load_run(*open_log(), run_id());
+  ASSERT_TRUE(state) << describe(state.error());
+  ASSERT_TRUE(state->report.has_value());
+  EXPECT_EQ((*state->report)["report_html"], run_dir + "/report.html");
+  EXPECT_FALSE(state->report->contains("report_html_error"));
+  std::ifstream html{run_dir + "/report.html"};
+  std::string text{std::istreambuf_iterator<char>{html}, {}};
+  EXPECT_NE(text.find("<pre id=\"render-status\">"), std::string::npos);
+  EXPECT_NE(text.find("\"run\":\"" + run_id() + "\""), std::string::npos);
+  auto launch = nlohmann::json::parse(std::ifstream{run_dir + "/promoted/launch.json"});
+  ASSERT_TRUE(launch["command"].is_string());
+  EXPECT_EQ(launch["command"].get<std::string>().rfind("cd ", 0), 0u) << launch.dump(2);
+  EXPECT_NE(launch["command"].get<std::string>().find(launch["argv"][0].get<std::string>()),
+            std::string::npos)
+    << launch.dump(2);
 }
 
 /// The retention rule on the finished run: exactly the copies decide::removable_trial_copies
