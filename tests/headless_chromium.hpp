@@ -31,8 +31,8 @@
 namespace infrarsi::test {
 
 /// The Chromium binary: $INFRARSI_CHROMIUM, else the first of chromium, chromium-browser,
-/// google-chrome found executable on PATH. nullopt: none (a test should GTEST_SKIP naming the
-/// Debian package `chromium`; scripts/setup installs it).
+/// google-chrome found executable on PATH. nullopt: none (a test then fails naming the Debian
+/// package `chromium`; scripts/setup installs it).
 inline std::optional<std::string> find_chromium() {
   if (const char* env = std::getenv("INFRARSI_CHROMIUM"); env != nullptr && *env != '\0')
     return std::string{env};

@@ -80,8 +80,9 @@ std::size_t count_of(const std::string& text, const std::string& what) {
 class ReportHtmlInChromium : public ::testing::Test {
 protected:
   void SetUp() override {
-    if (!test::find_chromium())
-      GTEST_SKIP() << "chromium not installed (Debian package chromium; scripts/setup)";
+    // A missing browser fails the test naming why (nothing is skipped; scripts/setup installs it).
+    ASSERT_TRUE(test::find_chromium())
+      << "chromium not found: install Debian's chromium (scripts/setup) or set INFRARSI_CHROMIUM";
     fs::create_directories(artifacts_);
   }
   const std::string artifacts_ = std::string{INFRARSI_TEST_ARTIFACT_DIR};

@@ -29,6 +29,7 @@
 #include "durability/tune_process.hpp"
 #include "runtime/daemon.hpp"
 #include "runtime/dashboard.hpp"
+#include "headless_chromium.hpp"
 #include "test_util.hpp"
 
 namespace infrarsi {
@@ -42,59 +43,25 @@ using test::file_text;
 // -- headless Chromium ------------------------------------------------------------------------
 
 /// The DOM of `url` after Chromium ran its scripts for `virtual_ms` of virtual time (pending
-/// fetches hold virtual time back, so the page's first /api/state answer is in it): chromium
-/// --headless --dump-dom with its own temporary profile, killed (process group) after 90 s.
+/// fetches hold virtual time back, so the page's first /api/state answer is in it), through
+/// tests/headless_chromium.hpp (own temporary profile, process group killed after 90 s).
 /// Returns "" when Chromium could not be run or timed out; `log` receives its stderr. `mode`:
-/// what Chromium does with the page (--dump-dom, or --screenshot=FILE and its window size).
-std::string chromium_dom(const std::string& url, const test::temp_dir& dir, int virtual_ms,
-                         std::string* log = nullptr,
-                         const std::vector<std::string>& mode = {"--dump-dom"}) {
-  static int n = 0;
-  auto profile = dir.sub("chromium-profile-" + std::to_string(++n));
-  auto out = dir.sub("chromium-" + std::to_string(n) + ".html");
-  auto err = dir.sub("chromium-" + std::to_string(n) + ".err");
-  std::fflush(nullptr);
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    if (std::freopen(out.c_str(), "w", stdout) == nullptr
-        || std::freopen(err.c_str(), "w", stderr) == nullptr)
-      ::_exit(126);
-    std::vector<std::string> args{"chromium",
-                                  "--headless",
-                                  "--no-sandbox",
-                                  "--disable-gpu",
-                                  "--disable-dev-shm-usage",
-                                  "--no-first-run",
-                                  "--disable-extensions",
-                                  "--disable-background-networking",
-                                  "--user-data-dir=" + profile,
-                                  "--virtual-time-budget=" + std::to_string(virtual_ms)};
-    args.insert(args.end(), mode.begin(), mode.end());
-    args.push_back(url);
-    std::vector<char*> argv;
-    for (auto& a : args)
-      argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execvp(argv[0], argv.data());
-    ::_exit(127);
-  }
-  if (pid < 0)
-    return {};
-  auto status = test::wait_exit(pid, 90s);
-  if (!status) {
-    ::kill(-pid, SIGKILL);
-    int s = 0;
-    ::waitpid(pid, &s, 0);
-  }
-  ::kill(-pid, SIGKILL); // helpers Chromium left behind in its group
-  std::error_code ec;
-  std::filesystem::remove_all(profile, ec);
+/// what Chromium does with the page (--dump-dom, or --screenshot=FILE); `width` x `height`: the
+/// window.
+std::string chromium_dom(const std::string& url, int virtual_ms, std::string* log = nullptr,
+                         const std::vector<std::string>& mode = {"--dump-dom"}, int width = 1280,
+                         int height = 4000) {
+  test::chromium_options o;
+  o.timeout_s = 90.0;
+  o.virtual_time_budget_ms = virtual_ms;
+  o.width = width;
+  o.height = height;
+  auto r = test::run_chromium(url, mode, o);
   if (log != nullptr)
-    *log = file_text(err);
-  if (!status || !WIFEXITED(*status) || WEXITSTATUS(*status) != 0)
+    *log = r.err;
+  if (r.exit_code != 0)
     return {};
-  return file_text(out);
+  return r.out;
 }
 
 /// The rows the page rendered: run id -> search trials done (the `data-done` of its row).
@@ -445,12 +412,12 @@ TEST(DashboardDaemon, TokenMethodsUnknownRunsAndNoTraversal) {
   // A browser with ?token= sees the run (the page sends the token on with its requests), and its
   // link to the report carries the token.
   std::string log;
-  auto dom = chromium_dom(d.url + "?token=" + token, dir, 2000, &log);
+  auto dom = chromium_dom(d.url + "?token=" + token, 2000, &log);
   ASSERT_FALSE(dom.empty()) << log;
   EXPECT_EQ(dom_runs(dom).count(run), 1u) << dom;
   EXPECT_NE(dom.find("href=\"/runs/" + run + "/?token=" + token + "\""), std::string::npos) << dom;
   EXPECT_EQ(dom.find("cannot read the daemon's state"), std::string::npos) << dom;
-  dom = chromium_dom(d.url, dir, 1000, &log);
+  dom = chromium_dom(d.url, 1000, &log);
   EXPECT_NE(dom.find("unauthorized"), std::string::npos) << dom;
   EXPECT_TRUE(dom_runs(dom).empty()) << dom;
   // SIGTERM: the daemon drains and exits 0; the dashboard stops with it.
@@ -485,7 +452,7 @@ TEST(DashboardDaemon, ChromiumSeesBothRunsTheNodesAndTheTrialCountRise) {
 
   // First load: both runs and both nodes, the runs not yet done with their search.
   std::string log;
-  auto dom = chromium_dom(d.url, dir, 4000, &log);
+  auto dom = chromium_dom(d.url, 4000, &log);
   ASSERT_FALSE(dom.empty()) << "chromium --headless --dump-dom " << d.url
                             << " failed (is Debian's chromium installed? scripts/setup installs "
                                "it): "
@@ -510,7 +477,7 @@ TEST(DashboardDaemon, ChromiumSeesBothRunsTheNodesAndTheTrialCountRise) {
   auto deadline = std::chrono::steady_clock::now() + 180s;
   while (later <= first && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(2s);
-    later_dom = chromium_dom(d.url, dir, 3000, &log);
+    later_dom = chromium_dom(d.url, 3000, &log);
     auto again = dom_runs(later_dom);
     if (again.size() == 2)
       later = again[run_a] + again[run_b];
@@ -518,35 +485,38 @@ TEST(DashboardDaemon, ChromiumSeesBothRunsTheNodesAndTheTrialCountRise) {
   EXPECT_GT(later, first) << "first " << first << "; last page: " << later_dom << log;
   // INFRARSI_DASHBOARD_SCREENSHOT=FILE.png keeps a picture of the page (docs/dashboard.png).
   if (const char* shot = std::getenv("INFRARSI_DASHBOARD_SCREENSHOT"); shot != nullptr) {
-    chromium_dom(d.url, dir, 3000, &log,
-                 {"--hide-scrollbars", "--window-size=1500,560",
-                  std::string{"--screenshot="} + shot});
+    chromium_dom(d.url, 3000, &log, {std::string{"--screenshot="} + shot}, 1500, 560);
     EXPECT_TRUE(std::filesystem::exists(shot)) << log;
   }
   std::cout << "dashboard page: search trials done " << first << ", then " << later << " of "
             << 2 * budget << '\n';
 
-  // When a run has written its report, its page serves it (report.md: no report.html here).
+  // When a run has written its report, its page serves report.html (the report stage writes it
+  // beside report.md and report.json), and the browser renders it.
   auto store = dir.sub("daemon-store");
   ASSERT_TRUE(eventually(300s, [&] {
-    return std::filesystem::exists(store + "/runs/" + run_a + "/report.md");
+    return std::filesystem::exists(store + "/runs/" + run_a + "/report.html");
   })) << file_text(d.out);
   httplib::Client http{"127.0.0.1", d.port};
   http.set_read_timeout(20, 0);
   auto r = http.Get("/runs/" + run_a + "/");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
-  EXPECT_EQ(r->get_header_value("Content-Type"), "text/plain; charset=utf-8");
+  EXPECT_EQ(r->get_header_value("Content-Type"), "text/html; charset=utf-8");
+  EXPECT_EQ(r->body, file_text(store + "/runs/" + run_a + "/report.html"));
+  r = http.Get("/runs/" + run_a + "/report.md");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
   EXPECT_EQ(r->body, file_text(store + "/runs/" + run_a + "/report.md"));
   r = http.Get("/runs/" + run_a + "/report.json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(r->body, file_text(store + "/runs/" + run_a + "/report.json"));
-  // The report page in the browser shows the report.
   auto report_dom = chromium_dom("http://127.0.0.1:" + std::to_string(d.port) + "/runs/" + run_a
                                    + "/",
-                                 dir, 500, &log);
+                                 3000, &log);
   EXPECT_NE(report_dom.find(run_a), std::string::npos) << report_dom << log;
+  EXPECT_NE(report_dom.find("render-status"), std::string::npos) << report_dom << log;
   EXPECT_EQ(d.drain(), 0) << file_text(d.out);
 }
 
