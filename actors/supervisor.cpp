@@ -61,7 +61,8 @@ std::string status_text(self_ptr self);
 /// Writes one progress line (without its newline) to the progress stream: a TTY's live status
 /// line is cleared first and redrawn after. Lines longer than supervisor_options::line_width are
 /// shortened (unless verbose) at a word boundary before it, and before any JSON ('{') they hold,
-/// so a line is never cut inside a JSON document. Errors (`error`) are written also when quiet.
+/// so a line is never cut inside a JSON document; a line whose last word before the limit starts
+/// in its first half (a long path) is kept whole. Errors (`error`) are written also when quiet.
 void emit(self_ptr self, std::string line, bool error) {
   const auto& o = self->state.o;
   if (o.progress == nullptr || (o.quiet && !error))
@@ -73,11 +74,12 @@ void emit(self_ptr self, std::string line, bool error) {
     if (auto brace = line.find('{'); brace != std::string::npos && brace < limit)
       limit = brace;
     auto cut = line.rfind(' ', limit);
-    if (cut == std::string::npos || cut < limit / 2)
-      cut = limit;
-    while (cut > 0 && (line[cut - 1] == ' ' || line[cut - 1] == ':' || line[cut - 1] == ','))
-      --cut;
-    line = line.substr(0, cut) + " ...";
+    // Never inside a word (a path stays whole: a longer line beats a useless one).
+    if (cut != std::string::npos && cut >= limit / 2) {
+      while (cut > 0 && (line[cut - 1] == ' ' || line[cut - 1] == ':' || line[cut - 1] == ','))
+        --cut;
+      line = line.substr(0, cut) + " ...";
+    }
   }
   auto& out = *o.progress;
   if (o.live_status)

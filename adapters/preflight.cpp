@@ -11,7 +11,7 @@
 #include <set>
 #include <sstream>
 
-#include <toml++/toml.hpp>
+#include <toml++/toml.h>
 
 #include "adapters/trial_launcher.hpp"
 
@@ -127,7 +127,7 @@ private:
   bool parsed_ = false;
 };
 
-std::string quoted(const std::string& s) {
+std::string in_quotes(const std::string& s) {
   return "\"" + s + "\"";
 }
 
@@ -198,7 +198,7 @@ std::vector<preflight_problem> preflight(const tuning::task_spec& task,
           best = known;
         }
       }
-      std::string msg = "placeholder {" + name + "} in " + quoted(tmpl)
+      std::string msg = "placeholder {" + name + "} in " + in_quotes(tmpl)
                         + " names no knob, constant or built-in";
       if (!best.empty())
         msg += "; did you mean {" + best + "}?";
@@ -227,8 +227,8 @@ std::vector<preflight_problem> preflight(const tuning::task_spec& task,
   bool workdir_ok = fs::is_directory(w.workdir, ec);
   if (!workdir_ok)
     out.push_back({pos.at("workload", "workdir"), "workload.workdir",
-                   fs::exists(w.workdir, ec) ? quoted(w.workdir) + " is not a directory"
-                                             : "no such directory: " + quoted(w.workdir)});
+                   fs::exists(w.workdir, ec) ? in_quotes(w.workdir) + " is not a directory"
+                                             : "no such directory: " + in_quotes(w.workdir)});
 
   // The program.
   const bool torchrun = w.launcher == tuning::launcher_kind::torchrun;
@@ -246,19 +246,19 @@ std::vector<preflight_problem> preflight(const tuning::task_spec& task,
           p = (fs::path{w.workdir} / p).lexically_normal();
         if (!fs::exists(p, ec))
           out.push_back({prog_where, prog_key,
-                         "program " + quoted(*program) + " does not exist: no file "
-                           + quoted(p.string())
+                         "program " + in_quotes(*program) + " does not exist: no file "
+                           + in_quotes(p.string())
                            + (fs::path{*program}.is_relative()
                                 ? " (a relative program path is relative to workload.workdir = "
-                                    + quoted(w.workdir) + ")"
+                                    + in_quotes(w.workdir) + ")"
                                 : std::string{})});
         else if (fs::is_directory(p, ec))
           out.push_back({prog_where, prog_key,
-                         "program " + quoted(*program) + " is a directory: " + quoted(p.string())});
+                         "program " + in_quotes(*program) + " is a directory: " + in_quotes(p.string())});
         else if (::access(p.c_str(), X_OK) != 0)
           out.push_back({prog_where, prog_key,
-                         "program " + quoted(*program) + " is not executable: "
-                           + quoted(p.string()) + " has mode " + mode_text(p)
+                         "program " + in_quotes(*program) + " is not executable: "
+                           + in_quotes(p.string()) + " has mode " + mode_text(p)
                            + " (chmod +x it, or run it through its interpreter, e.g. "
                              "[\"python3\", \""
                            + *program + "\", ...])"});
@@ -287,7 +287,7 @@ std::vector<preflight_problem> preflight(const tuning::task_spec& task,
         }
         if (!found)
           out.push_back({prog_where, prog_key,
-                         "program " + quoted(*program)
+                         "program " + in_quotes(*program)
                            + (found_not_exec ? " is on PATH but not executable"
                                              : " is not found on PATH")
                            + " (PATH=" + path
@@ -304,7 +304,7 @@ std::vector<preflight_problem> preflight(const tuning::task_spec& task,
       auto where = pos.at_table("patches", i, "file");
       if (!fs::is_regular_file(p.file, ec)) {
         out.push_back({where, "patches[" + std::to_string(i) + "].file",
-                       "no such file: " + quoted(p.file)});
+                       "no such file: " + in_quotes(p.file)});
         continue;
       }
       std::string why;
@@ -316,8 +316,8 @@ std::vector<preflight_problem> preflight(const tuning::task_spec& task,
         if (why.size() > 400)
           why = why.substr(0, 400) + " ...";
         out.push_back({where, "patches[" + std::to_string(i) + "].file",
-                       "patch '" + p.name + "' (" + quoted(p.file)
-                         + ") does not apply to the unpatched workload in " + quoted(w.workdir)
+                       "patch '" + p.name + "' (" + in_quotes(p.file)
+                         + ") does not apply to the unpatched workload in " + in_quotes(w.workdir)
                          + ": git apply --check: " + (why.empty() ? "failed" : why)});
       }
     }
@@ -329,13 +329,13 @@ std::vector<preflight_problem> preflight(const tuning::task_spec& task,
     while (!existing.empty() && !fs::exists(existing, ec) && existing != existing.root_path())
       existing = existing.parent_path();
     if (!fs::is_directory(existing, ec))
-      out.push_back({"--store", "store", quoted(options.store_dir) + ": "
-                                           + quoted(existing.string()) + " is not a directory"});
+      out.push_back({"--store", "store", in_quotes(options.store_dir) + ": "
+                                           + in_quotes(existing.string()) + " is not a directory"});
     else if (::access(existing.c_str(), W_OK | X_OK) != 0)
       out.push_back({"--store", "store",
-                     quoted(options.store_dir) + " cannot be written: "
+                     in_quotes(options.store_dir) + " cannot be written: "
                        + (existing == s ? std::string{"the directory"}
-                                        : "its nearest existing parent " + quoted(existing.string()))
+                                        : "its nearest existing parent " + in_quotes(existing.string()))
                        + " is not writable by this user (mode " + mode_text(existing) + ")"});
   }
   return out;

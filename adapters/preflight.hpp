@@ -36,7 +36,8 @@ struct preflight_options {
 };
 
 /// Every pre-flight problem of `task` (loaded by load_task_file; task.source names the file),
-/// in file order, all of them (not only the first):
+/// all of them (not only the first), templates first, then the working directory, the program,
+/// the patches and the store:
 ///  - every `{name}` in workload.argv, workload.env, workload.world_size, workload.srun_args,
 ///    workload.torchrun_args and workload.torchrun_program names a knob, a constant or a
 ///    built-in (trial_id, attempt, trial_dir, memory_cap_bytes, world_size; rank with the ranks

@@ -852,10 +852,8 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
     // A trial that ended before any rank started (a patch that does not apply, no Slurm
     // allocation, a constraint): its directory still says why.
     if (sup.ranks.empty() && report.log_files.empty() && !verdict.detail.empty()) {
-      auto path = trial_dir + "/launch.stderr";
-      std::ofstream{path, std::ios::binary | std::ios::trunc}
+      std::ofstream{trial_dir + "/launch.stderr", std::ios::binary | std::ios::trunc}
         << "infrarsi: the trial was not launched: " << verdict.detail << '\n';
-      report.log_files.push_back(path);
     }
     double wall = sup.now_s();
     std::uint64_t peak = 0;

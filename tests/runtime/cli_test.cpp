@@ -705,7 +705,7 @@ TEST(CliErrors, ReadersWithoutAStoreSaySoAndEveryDefaultIsTheSame) {
         std::vector<std::string>{"log", "dump", "--help"}}) {
     auto r = run(args);
     EXPECT_EQ(r.status, exit_ok);
-    EXPECT_NE(r.out.find("[.infrarsi]"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("--store TEXT=.infrarsi "), std::string::npos) << r.out;
   }
 }
 
