@@ -221,8 +221,9 @@ double best_speedup(const store::run_state& r) {
 }
 
 /// Seconds until the budget is spent, from the mean wall time of the attempts that ended: the
-/// baseline runs still due and the search trials left, over the node slots (and at most the
-/// search's wall-clock budget). Negative: not known yet.
+/// baseline runs still due, the search trials left and the re-verification runs not yet made
+/// (2 x verify_top x verify_repeats, the least it takes), over the node slots (the search part
+/// at most its wall-clock budget). Negative: not known yet.
 double eta_s(self_ptr self) {
   const auto& st = self->state;
   const auto& r = run(self);
@@ -246,6 +247,16 @@ double eta_s(self_ptr self) {
   if (!r.search_stopped) {
     auto done = decide::search_trials(r);
     left += budget.trials > done ? budget.trials - done : 0;
+  }
+  if (!r.promotion) { // the re-verification's interleaved pairs, at their minimum
+    std::uint32_t verify_runs = 0;
+    for (const auto* t : r.latest_attempts())
+      verify_runs += t->kind == purpose_kind::verify_baseline
+                         || t->kind == purpose_kind::verify_candidate
+                       ? 1
+                       : 0;
+    auto planned = 2 * budget.verify_top * budget.verify_repeats;
+    left += planned > verify_runs ? planned - verify_runs : 0;
   }
   auto slots = std::max<std::size_t>(1, st.nodes.size());
   double eta = wall / static_cast<double>(ended) * left / static_cast<double>(slots);

@@ -446,7 +446,10 @@ int cmd_check(const check_options& o, std::ostream& out, std::ostream& err) {
   }
   out << "\npre-flight: no problem found (every placeholder names a knob, constant or built-in; "
          "the program resolves and is executable; "
-      << task->patches.size() << " patch(es) apply alone to the workload)\n";
+      << (task->patches.empty() ? std::string{"no patches"}
+                                : std::to_string(task->patches.size())
+                                    + " patch(es) apply alone to the workload")
+      << ")\n";
   if (o.smoke)
     return check_smoke(*task, o, out, err);
   return exit_ok;

@@ -709,5 +709,35 @@ TEST(CliErrors, ReadersWithoutAStoreSaySoAndEveryDefaultIsTheSame) {
   }
 }
 
+// check --smoke: the baseline once, its first metric lines shown; a baseline that prints none
+// exits 1 quoting its stderr.
+TEST(Preflight, SmokeRunsTheBaselineOnceAndShowsItsFirstMetricLines) {
+  preflight_dir d;
+  int line = 0;
+  auto task = d.variant("smoke", "name = \"preflight\"", "name = \"preflight\"", line);
+  auto r = run_binary({"check", task, "--smoke", "--smoke-lines", "2", "--smoke-dir",
+                       d.dir.sub("smoke-ok")});
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("smoke: the baseline configuration once (timeout 60 s, stopped after 2 "
+                          "metric lines), logs in " + d.dir.sub("smoke-ok") + "\n"
+                          "  step 0: loss 2, 0.01 s, 4096 tokens\n"
+                          "  step 1: loss 2.1, 0.01 s, 4096 tokens\n"
+                          "smoke: 2 metric line(s) parsed (stopped there)\n"),
+            std::string::npos)
+    << r.output;
+  EXPECT_TRUE(std::filesystem::exists(d.dir.sub("smoke-ok/rank-0.stdout")));
+
+  std::ofstream{d.dir.sub("work/train.sh")}
+    << "#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n";
+  r = run_binary({"check", task, "--smoke", "--smoke-dir", d.dir.sub("smoke-bad")});
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("infrarsi check --smoke: the baseline printed no metric line the task's "
+                          "metrics spec parses; outcome launch_error: rank 0: exited with status "
+                          "1; stderr: ModuleNotFoundError: No module named 'torch' (logs: "
+                          + d.dir.sub("smoke-bad") + ")\n"),
+            std::string::npos)
+    << r.output;
+}
+
 } // namespace
 } // namespace infrarsi::runtime
