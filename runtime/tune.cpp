@@ -438,8 +438,8 @@ std::string run_state_text(const store::run_state& state, bool last_event_interr
   const std::string stage = in_stage ? state.stages_started.back() : std::string{};
   if (!done.empty() && done.back() == "apply" && !in_stage)
     return "finished";
-  if (auto failure = decide::baseline_launch_failure(state);
-      in_stage && stage == "doctor" && !state.doctor_doc && holder == 0) {
+  if (in_stage && stage == "doctor" && !state.doctor_doc && holder == 0) {
+    const auto failure = decide::baseline_launch_failure(state);
     // Every baseline attempt ended, none ok: the doctor could not calibrate.
     bool pending = false;
     bool any_ok = false;
