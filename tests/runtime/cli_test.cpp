@@ -10,7 +10,9 @@
 #include <fstream>
 #include <iterator>
 #include <sstream>
+#include <pty.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -631,6 +633,7 @@ TEST(Preflight, ABaselineThatFailsTheSameWayTwiceEndsTheRunQuotingItsStderr) {
     << t.output;
   EXPECT_NE(t.output.find("stderr: fatal: cannot open dataset /data/shard-"), std::string::npos)
     << t.output;
+  EXPECT_EQ(t.output.find('\r'), std::string::npos) << "a live status line went into a pipe";
   // Two attempts, the second with the first one's cause: no third.
   {
     store::rocksdb_event_log_options ro;
@@ -737,6 +740,42 @@ TEST(Preflight, SmokeRunsTheBaselineOnceAndShowsItsFirstMetricLines) {
                           + d.dir.sub("smoke-bad") + ")\n"),
             std::string::npos)
     << r.output;
+}
+
+// On a terminal, tune keeps a live status line below its progress lines (redrawn with
+// "\r\033[K"); into a pipe it writes none (above).
+TEST(Progress, OnATerminalTuneKeepsALiveStatusLine) {
+  namespace fs = std::filesystem;
+  test::temp_dir dir;
+  fs::copy(std::string{INFRARSI_TEST_DATA_DIR} + "/workloads", dir.sub("workloads"),
+           fs::copy_options::recursive);
+  fs::create_directories(dir.sub("tasks"));
+  fs::copy(std::string{INFRARSI_TEST_DATA_DIR} + "/tasks/fake_tune.toml",
+           dir.sub("tasks/fake_tune.toml"));
+  int master = -1;
+  pid_t pid = ::forkpty(&master, nullptr, nullptr, nullptr);
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::execl(INFRARSI_CLI_PATH, INFRARSI_CLI_PATH, "tune", dir.sub("tasks/fake_tune.toml").c_str(),
+            "--store", dir.sub("store").c_str(), "--until", "doctor", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  std::string output;
+  std::array<char, 4096> buf{};
+  for (;;) {
+    auto n = ::read(master, buf.data(), buf.size());
+    if (n <= 0)
+      break; // EIO once the child has ended
+    output.append(buf.data(), static_cast<std::size_t>(n));
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ::close(master);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << output;
+  EXPECT_NE(output.find("\r\033[K[doctor | 1 running | 0:"), std::string::npos) << output;
+  // Each progress line clears the status line first, then redraws it below.
+  EXPECT_NE(output.find("\r\033[Ktrial 0 baseline ok 0.0800 s/step"), std::string::npos) << output;
 }
 
 } // namespace
