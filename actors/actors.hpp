@@ -3,6 +3,7 @@
 /// Behaviours of the six actors (interfaces.hpp) and the supervisor's options. Actors are thin:
 /// they fold what they need from the event log, call tuning/, store/ or adapters/, and reply.
 
+#include <chrono>
 #include <atomic>
 #include <functional>
 #include <optional>
@@ -101,8 +102,18 @@ struct supervisor_options {
   std::string task_text;
   /// Last stage to run ("apply" = all).
   std::string until = "apply";
-  /// Progress lines (one per trial) go here.
+  /// Progress lines (a header per stage, one short line per trial) go here.
   std::ostream* progress = nullptr;
+  /// Only errors and their causes go to `progress` (tune --quiet).
+  bool quiet = false;
+  /// Long reasons too: every violation or failure detail of a trial, the planner's reason for
+  /// each proposal, the re-verification's reason (tune --verbose); lines are not shortened.
+  bool verbose = false;
+  /// `progress` is a terminal: a live status line (stage, trials, best, elapsed, ETA) is kept
+  /// below the progress lines, redrawn with "\r\033[K".
+  bool live_status = false;
+  /// Progress lines longer than this are shortened at a word boundary (not with verbose).
+  std::size_t line_width = 120;
   /// When set, "SEQUENCE KIND\n" is written and flushed here after every acknowledged append.
   std::ostream* append_trace = nullptr;
   /// Directories whose free space is checked against `disk_reserve_bytes` before every stage
@@ -156,6 +167,8 @@ struct supervisor_state {
   bool draining = false;
   /// The run has ended (reply sent); later answers are dropped.
   bool ended = false;
+  /// When this supervisor started (elapsed time and ETA of the progress lines).
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   planner_actor planner;
   verifier_actor verifier;
   llm_proposer_actor llm;

@@ -4,6 +4,8 @@
 // decide/; git, report files, scope hashing and launch-config writing in adapters/.
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <iomanip>
 #include <set>
 #include <sstream>
@@ -34,14 +36,98 @@ using self_ptr = supervisor_actor::stateful_pointer<supervisor_state>;
 using decide::step_kind;
 using tuning::purpose_kind;
 
-std::ostream& progress(self_ptr self) {
-  static std::ostringstream null;
-  null.str({});
-  return self->state.o.progress != nullptr ? *self->state.o.progress : null;
-}
-
 const store::run_state& run(self_ptr self) {
   return self->state.fold->state();
+}
+
+/// "1:05", "1:02:03": seconds for people.
+std::string clock_text(double s) {
+  auto total = static_cast<long>(s + 0.5);
+  char buf[32];
+  if (total >= 3600)
+    std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", total / 3600, total / 60 % 60, total % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%ld:%02ld", total / 60, total % 60);
+  return buf;
+}
+
+double elapsed_s(self_ptr self) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - self->state.started)
+    .count();
+}
+
+/// The live status line (a TTY only): stage, trials, best speedup, elapsed, ETA.
+std::string status_text(self_ptr self);
+
+/// Writes one progress line (without its newline) to the progress stream: a TTY's live status
+/// line is cleared first and redrawn after. Lines longer than supervisor_options::line_width are
+/// shortened (unless verbose) at a word boundary before it, and before any JSON ('{') they hold,
+/// so a line is never cut inside a JSON document; a line whose last word before the limit starts
+/// in its first half (a long path) is kept whole. Errors (`error`) are written also when quiet.
+void emit(self_ptr self, std::string line, bool error) {
+  const auto& o = self->state.o;
+  if (o.progress == nullptr || (o.quiet && !error))
+    return;
+  while (!line.empty() && line.back() == '\n')
+    line.pop_back();
+  if (!o.verbose && o.line_width > 8 && line.size() > o.line_width) {
+    auto limit = o.line_width - 4;
+    if (auto brace = line.find('{'); brace != std::string::npos && brace < limit)
+      limit = brace;
+    auto cut = line.rfind(' ', limit);
+    // Never inside a word (a path stays whole: a longer line beats a useless one).
+    if (cut != std::string::npos && cut >= limit / 2) {
+      while (cut > 0 && (line[cut - 1] == ' ' || line[cut - 1] == ':' || line[cut - 1] == ','))
+        --cut;
+      line = line.substr(0, cut) + " ...";
+    }
+  }
+  auto& out = *o.progress;
+  if (o.live_status)
+    out << "\r\033[K";
+  out << line << '\n';
+  if (o.live_status && !self->state.ended)
+    out << status_text(self);
+  out.flush();
+}
+
+/// Collects one progress line and writes it (emit) when it goes out of scope:
+/// `progress(self) << "text" << 4 << '\n';`.
+class progress_line {
+public:
+  progress_line(self_ptr self, bool error) : self_(self), error_(error) {}
+  progress_line(const progress_line&) = delete;
+  progress_line& operator=(const progress_line&) = delete;
+  ~progress_line() { emit(self_, os_.str(), error_); }
+  template <class T>
+  progress_line& operator<<(const T& value) {
+    os_ << value;
+    return *this;
+  }
+
+private:
+  self_ptr self_;
+  bool error_;
+  std::ostringstream os_;
+};
+
+/// A progress line (not shown with --quiet).
+progress_line progress(self_ptr self) {
+  return progress_line{self, false};
+}
+
+/// An error line with its cause: shown also with --quiet.
+progress_line progress_error(self_ptr self) {
+  return progress_line{self, true};
+}
+
+/// Redraws the live status line (a TTY only).
+void refresh_status(self_ptr self) {
+  const auto& o = self->state.o;
+  if (o.progress == nullptr || o.quiet || !o.live_status || self->state.ended)
+    return;
+  *o.progress << "\r\033[K" << status_text(self);
+  o.progress->flush();
 }
 
 /// Removes the workload copies the retention rule no longer keeps (decide::removable_trial_copies;
@@ -53,7 +139,7 @@ void prune_copies(self_ptr self) {
   auto removed = adapters::remove_trial_copies(
     o.trials_dir, decide::removable_trial_copies(*o.task, run(self), o.keep_trial_copies));
   if (!removed.error.empty())
-    progress(self) << "trial copies: not removed: " << removed.error << '\n';
+    progress_error(self) << "trial copies: not removed: " << removed.error << '\n';
 }
 
 /// Ends the run: sends (summary, status) to reply_to once and quits.
@@ -62,6 +148,10 @@ void end_run(self_ptr self, std::string summary, int status) {
   if (st.ended)
     return;
   st.ended = true;
+  if (st.o.live_status && st.o.progress != nullptr && !st.o.quiet) {
+    *st.o.progress << "\r\033[K";
+    st.o.progress->flush();
+  }
   prune_copies(self);
   if (st.o.reply_to)
     caf::anon_send(st.o.reply_to, std::move(summary), status);
@@ -120,6 +210,85 @@ messages::trial_spec_msg spec_for(self_ptr self, const decide::launch& l) {
   return decide::trial_spec(req, l.kind, l.candidate_trial, l.round);
 }
 
+/// The best verified speedup so far over the baseline's mean step time (0: none yet).
+double best_speedup(const store::run_state& r) {
+  double base = r.noise ? r.noise->mean_step_time_s : 0.0;
+  double best = 0;
+  if (base > 0)
+    for (const auto& t : r.trials)
+      if (t.kind == purpose_kind::explore && t.usable())
+        best = std::max(best, base / t.timed_step_time_s);
+  return best;
+}
+
+/// Seconds until the budget is spent, from the mean wall time of the attempts that ended: the
+/// baseline runs still due, the search trials left and the re-verification runs not yet made
+/// (2 x verify_top x verify_repeats, the least it takes), over the node slots (the search part
+/// at most its wall-clock budget). Negative: not known yet.
+double eta_s(self_ptr self) {
+  const auto& st = self->state;
+  const auto& r = run(self);
+  const auto budget = decide::budget_of(*st.o.task, r);
+  double wall = 0;
+  std::size_t ended = 0;
+  std::uint32_t baselines = 0;
+  for (const auto* t : r.latest_attempts()) {
+    if (t->kind == purpose_kind::baseline)
+      ++baselines;
+    if (t->finished && t->wall_time_s > 0) {
+      wall += t->wall_time_s;
+      ++ended;
+    }
+  }
+  if (ended == 0)
+    return -1;
+  double left = 0;
+  if (!r.stage_done("doctor") && baselines < budget.baseline_repeats)
+    left += budget.baseline_repeats - baselines;
+  if (!r.search_stopped) {
+    auto done = decide::search_trials(r);
+    left += budget.trials > done ? budget.trials - done : 0;
+  }
+  if (!r.promotion) { // the re-verification's interleaved pairs, at their minimum
+    std::uint32_t verify_runs = 0;
+    for (const auto* t : r.latest_attempts())
+      verify_runs += t->kind == purpose_kind::verify_baseline
+                         || t->kind == purpose_kind::verify_candidate
+                       ? 1
+                       : 0;
+    auto planned = 2 * budget.verify_top * budget.verify_repeats;
+    left += planned > verify_runs ? planned - verify_runs : 0;
+  }
+  auto slots = std::max<std::size_t>(1, st.nodes.size());
+  double eta = wall / static_cast<double>(ended) * left / static_cast<double>(slots);
+  if (budget.wall_clock_s > 0 && budget.wall_clock_s < 1e9 && !r.search_stopped)
+    eta = std::min(eta, std::max(0.0, budget.wall_clock_s - elapsed_s(self)));
+  return eta;
+}
+
+std::string time_text(self_ptr self) {
+  auto eta = eta_s(self);
+  return clock_text(elapsed_s(self)) + " ETA " + (eta < 0 ? std::string{"?"} : clock_text(eta));
+}
+
+std::string status_text(self_ptr self) {
+  const auto& st = self->state;
+  const auto& r = run(self);
+  std::ostringstream os;
+  std::string stage = r.stages_started.empty() ? "start" : r.stages_started.back();
+  os << "[" << stage;
+  if (stage == "run")
+    os << " " << decide::search_trials(r) << "/" << decide::budget_of(*st.o.task, r).trials;
+  os << " | " << st.busy.running.size() << " running";
+  if (auto best = best_speedup(r); best > 0)
+    os << " | best " << std::fixed << std::setprecision(2) << best << "x";
+  os << " | " << time_text(self) << "]";
+  return os.str();
+}
+
+/// One short line per ended trial: id, purpose, outcome (and the violated check), s/step,
+/// speedup over the baseline, best so far, elapsed and ETA, search progress and the change;
+/// with --verbose, the reason on a second line.
 std::string trial_line(self_ptr self, const tuning::trial_record& t) {
   const auto& task = *self->state.o.task;
   const auto& r = run(self);
@@ -127,24 +296,66 @@ std::string trial_line(self_ptr self, const tuning::trial_record& t) {
   std::ostringstream out;
   out << "trial " << t.trial_id;
   if (t.attempt > 0)
-    out << " attempt " << t.attempt;
-  out << " (" << tuning::purpose_text(t) << ") " << tuning::to_string(t.outcome);
+    out << "#" << t.attempt;
+  out << " " << tuning::purpose_text(t) << " " << tuning::to_string(t.outcome);
+  if (t.outcome == tuning::trial_outcome::ok && !t.violations.empty()) {
+    const auto& v = t.violations.front();
+    out << " violation " << v.substr(0, v.find(':'));
+  }
+  out << std::fixed;
   if (t.kind == purpose_kind::baseline && t.outcome == tuning::trial_outcome::ok && !t.verified) {
     out << " " << std::setprecision(4) << tuning::timed_step_time(task.contract, t.steps)
         << " s/step";
   } else if (t.usable()) {
     out << " " << std::setprecision(4) << t.timed_step_time_s << " s/step";
     if (base_time > 0)
-      out << " (" << std::setprecision(3) << base_time / t.timed_step_time_s << "x)";
-  } else if (!t.violations.empty()) {
-    out << " — " << t.violations.front();
-  } else if (!t.detail.empty()) {
-    out << " — " << t.detail.substr(0, 120);
+      out << " " << std::setprecision(2) << base_time / t.timed_step_time_s << "x";
   }
-  if (t.kind == purpose_kind::explore)
-    out << "  [" << decide::search_trials(r) << "/" << decide::budget_of(task, r).trials << "] "
-        << t.config.diff_from(tuning::baseline_configuration(task));
+  if (auto best = best_speedup(r); best > 0)
+    out << " | best " << std::setprecision(2) << best << "x";
+  out << " | " << time_text(self);
+  if (t.kind == purpose_kind::explore) {
+    auto change = t.config.diff_from(tuning::baseline_configuration(task));
+    out << " | " << decide::search_trials(r) << "/" << decide::budget_of(task, r).trials << " "
+        << change;
+  }
+  if (self->state.o.verbose) {
+    std::string why;
+    for (const auto& v : t.violations)
+      why += (why.empty() ? "" : "; ") + v;
+    if (why.empty() && t.outcome != tuning::trial_outcome::ok)
+      why = t.detail;
+    if (!why.empty())
+      out << "\n    why: " << why;
+  }
   return out.str();
+}
+
+/// The header of a stage, with what it will do.
+std::string stage_header(self_ptr self, const std::string& stage) {
+  const auto& st = self->state;
+  const auto& task = *st.o.task;
+  const auto& r = run(self);
+  std::ostringstream os;
+  os << "== " << stage;
+  if (stage == "init") {
+    os << ": lock the scope and the contract (" << task.knobs.size() << " knobs, "
+       << task.patches.size() << " patches)";
+  } else if (stage == "doctor" || stage == "run") {
+    auto budget = decide::budget_of(task, r);
+    if (stage == "doctor")
+      os << ": " << budget.baseline_repeats << " baseline runs"
+         << (budget.adaptive ? " (up to " + std::to_string(budget.max_baseline_repeats) + ")"
+                             : std::string{});
+    else
+      os << ": " << budget.trials << " search trials, then up to " << budget.verify_top
+         << " candidates re-verified";
+    os << " on " << st.nodes.size() << " slot" << (st.nodes.size() == 1 ? "" : "s");
+  } else if (stage == "report") {
+    os << ": " << r.trials.size() << " trial attempts";
+  }
+  os << " (" << clock_text(elapsed_s(self)) << ") ==";
+  return os.str();
 }
 
 void advance(self_ptr self);
@@ -250,7 +461,7 @@ void on_lost(self_ptr self, std::size_t slot, const messages::trial_spec_msg& sp
   st.busy.running.erase(id);
   if (auto err = append_all(self, {event(wire::EventKind::TrialLost, spec.bytes())}))
     return fail(self, "trial " + std::to_string(id.first), err);
-  progress(self) << "trial " << id.first << " attempt " << id.second << " lost: " << describe(why)
+  progress_error(self) << "trial " << id.first << " attempt " << id.second << " lost: " << describe(why)
                  << " (re-queued)\n";
   // A node-runner that failed is replaced (the actor may be gone); the pool needs nothing.
   if (!st.o.pool)
@@ -293,6 +504,7 @@ void do_launch(self_ptr self, const std::vector<decide::launch>& launches) {
   }
   if (auto err = append_all(self, std::move(events)))
     return fail(self, "dispatch", err);
+  refresh_status(self);
   for (auto& [s, spec] : sends) {
     auto i = s;
     auto done = [self, i](messages::trial_result_msg& r) { on_result(self, i, r); };
@@ -350,9 +562,10 @@ void do_propose(self_ptr self, std::uint32_t n) {
                                      batch->stopped.dump()));
           progress(self) << "run: search stopped: " << batch->stopped.value("detail", "") << '\n';
         }
-        for (const auto& p : batch->document["planner"]["proposals"])
-          progress(self) << "run: proposed " << p.value("reason", "") << " [predicted "
-                         << std::setprecision(3) << p.value("predicted_speedup", 1.0) << "x]\n";
+        if (s.o.verbose)
+          for (const auto& p : batch->document["planner"]["proposals"])
+            progress(self) << "run: proposed " << p.value("reason", "") << " [predicted "
+                           << std::setprecision(3) << p.value("predicted_speedup", 1.0) << "x]\n";
         if (auto err = append_all(self, std::move(events)))
           return fail(self, "planner", err);
         advance(self);
@@ -405,8 +618,10 @@ void do_reverify(self_ptr self, std::uint64_t candidate) {
                        << j.value("speedup", 1.0) << "x, 95% interval ["
                        << j.value("ci_low", 0.0) << ", "
                        << (j["ci_high"].is_number() ? j["ci_high"].get<double>() : 0.0) << "] — "
-                       << (j.value("promotable", false) ? "promotable" : "not promoted") << ": "
-                       << j.value("reason", "") << '\n';
+                       << (j.value("promotable", false) ? "promotable" : "not promoted")
+                       << (self->state.o.verbose ? ": " + j.value("reason", std::string{})
+                                                 : std::string{})
+                       << '\n';
         advance(self);
       },
       [self](caf::error& err) { fail(self, "verify", err); });
@@ -438,7 +653,7 @@ void do_promote(self_ptr self) {
         advance(self);
       },
       [self](caf::error& err) {
-        progress(self) << "experience bank: finding not stored: " << describe(err) << '\n';
+        progress_error(self) << "experience bank: finding not stored: " << describe(err) << '\n';
         self->state.busy.exclusive = false;
         advance(self);
       });
@@ -514,7 +729,7 @@ void do_apply(self_ptr self) {
                      << " (commit " << doc["git"].value("commit", "").substr(0, 12)
                      << ") of the workload's git repository; your working tree is untouched\n";
     else
-      progress(self) << "apply: not committed: " << doc["git"].value("reason", "") << '\n';
+      progress_error(self) << "apply: not committed: " << doc["git"].value("reason", "") << '\n';
   }
   if (auto err = append_doc(self, wire::EventKind::ChangesApplied, "apply/1", doc.dump()))
     return fail(self, "apply", err);
@@ -589,6 +804,8 @@ void advance(self_ptr self) {
       case step_kind::done: return end_run(self, summary(self), 0);
       case step_kind::begin_stage:
       case step_kind::end_stage: {
+        if (s.kind == step_kind::begin_stage)
+          progress(self) << stage_header(self, s.stage);
         if (auto err = append_all(self, {event(s.kind == step_kind::begin_stage
                                                  ? wire::EventKind::StageStarted
                                                  : wire::EventKind::StageCompleted,
@@ -597,7 +814,7 @@ void advance(self_ptr self) {
         if (s.kind == step_kind::end_stage)
           // A snapshot for readers (infrarsi status); never trusted over the events.
           if (auto covered = store::snapshot_run(*st.o.log, st.o.run_id); !covered)
-            progress(self) << "snapshot not written: " << describe(covered.error()) << '\n';
+            progress_error(self) << "snapshot not written: " << describe(covered.error()) << '\n';
         continue;
       }
       case step_kind::init: return do_init(self);
@@ -695,7 +912,7 @@ supervisor_actor::behavior_type supervisor(supervisor_actor::stateful_pointer<su
         in_flight.push_back({a.first, a.second});
       nlohmann::json doc = {{"signal", signal}, {"in_flight", in_flight}};
       if (auto err = append_doc(self, wire::EventKind::RunInterrupted, "interrupted/1", doc.dump()))
-        progress(self) << "interrupt: not logged: " << describe(err) << '\n';
+        progress_error(self) << "interrupt: not logged: " << describe(err) << '\n';
       end_run(self,
               "interrupted by signal " + std::to_string(signal) + " with "
                 + std::to_string(in_flight.size()) + " trial(s) in flight (" + in_flight.dump()

@@ -849,6 +849,12 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
     return make_error(errc::invalid_argument, task.source + ": " + sup.parser.config_error());
 
   auto finish = [&](const trial_verdict& verdict) {
+    // A trial that ended before any rank started (a patch that does not apply, no Slurm
+    // allocation, a constraint): its directory still says why.
+    if (sup.ranks.empty() && report.log_files.empty() && !verdict.detail.empty()) {
+      std::ofstream{trial_dir + "/launch.stderr", std::ios::binary | std::ios::trunc}
+        << "infrarsi: the trial was not launched: " << verdict.detail << '\n';
+    }
     double wall = sup.now_s();
     std::uint64_t peak = 0;
     for (const auto& r : sup.ranks)
@@ -1010,6 +1016,17 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
     auto child = spawn(sreq);
     if (!child) {
       if (code_of(child.error()) == errc::not_found) {
+        // The rank never started: its logs say why, as a rank that failed to exec would.
+        if (!labelled)
+          for (bool is_out : {true, false}) {
+            auto path =
+              trial_dir + "/rank-" + std::to_string(rank) + (is_out ? ".stdout" : ".stderr");
+            std::ofstream log{path, std::ios::binary | std::ios::trunc};
+            if (!is_out)
+              log << "infrarsi: rank " << rank << " was not started: " << describe(child.error())
+                  << '\n';
+            report.log_files.push_back(path);
+          }
         sup.add_cause(trial_cause::kind_t::exec_failed, rank, 127, describe(child.error()));
         sup.begin_stop();
         break;
@@ -1112,6 +1129,10 @@ patch_conflicts(const tuning::task_spec& task, const std::vector<std::string>& n
     fs::remove_all(dest, ec);
   }
   return conflicts;
+}
+
+bool patch_applies(const std::string& patch_file, const std::string& dir, std::string& why) {
+  return git_apply(patch_file, dir, true, why);
 }
 
 } // namespace infrarsi::adapters

@@ -90,6 +90,11 @@ patch_conflicts(const tuning::task_spec& task, const std::vector<std::string>& n
                 const std::string& scratch_dir,
                 std::map<std::string, std::string>* not_alone = nullptr);
 
+/// Whether `patch_file` applies to the files under `dir` (`git apply --check`, run as a plain
+/// patch tool: repository discovery stops at `dir`); nothing is written. When it does not,
+/// `why` holds git's message. Used by the pre-flight check (adapters/preflight.hpp).
+bool patch_applies(const std::string& patch_file, const std::string& dir, std::string& why);
+
 /// Checks an assignment against the task: every name is a knob, every value in its domain.
 /// Returns the complete assignment (defaults filled in). Error: errc::invalid_argument naming the
 /// knob, the value and what was expected.

@@ -476,6 +476,38 @@ std::map<std::string, std::string> scope_lock(const store::run_state& run) {
   return out;
 }
 
+namespace {
+
+std::string without_digits(const std::string& text) {
+  std::string out;
+  for (char c : text)
+    if (c < '0' || c > '9')
+      out += c;
+  return out;
+}
+
+} // namespace
+
+std::string baseline_launch_failure(const store::run_state& run) {
+  std::vector<const tuning::trial_record*> failed;
+  for (const auto* t : run.latest_attempts()) {
+    if (t->kind != tuning::purpose_kind::baseline || !t->finished)
+      continue;
+    if (t->outcome == tuning::trial_outcome::ok)
+      return {};
+    if (t->outcome == tuning::trial_outcome::launch_error)
+      failed.push_back(t);
+  }
+  for (std::size_t i = 1; i < failed.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      if (without_digits(failed[i]->detail) == without_digits(failed[j]->detail))
+        return "trial " + std::to_string(failed[i]->trial_id) + " attempt "
+               + std::to_string(failed[i]->attempt) + " ended launch_error with the cause of trial "
+               + std::to_string(failed[j]->trial_id) + " attempt "
+               + std::to_string(failed[j]->attempt) + ": " + failed[i]->detail;
+  return {};
+}
+
 std::string calibrate_doc(const tuning::task_spec& task, const store::run_state& run) {
   std::vector<tuning::trial_record> baselines;
   std::vector<double> times;
@@ -507,8 +539,20 @@ std::string calibrate_doc(const tuning::task_spec& task, const store::run_state&
     for (const auto& [name, s] : t.phase_s)
       phases[name] += s;
   }
-  if (baselines.empty())
-    return nlohmann::json{{"error", "no baseline run completed with its timed window"}}.dump();
+  if (baselines.empty()) {
+    std::string error = "no baseline run completed with its timed window";
+    std::string sep = ": ";
+    for (const auto* tp : run.latest_attempts()) {
+      if (tp->kind != tuning::purpose_kind::baseline || !tp->finished)
+        continue;
+      auto detail = tp->detail.size() > 300 ? tp->detail.substr(0, 300) + " ..." : tp->detail;
+      error += sep + "trial " + std::to_string(tp->trial_id) + " attempt "
+               + std::to_string(tp->attempt) + " " + tuning::to_string(tp->outcome)
+               + (detail.empty() ? std::string{} : ": " + detail);
+      sep = "; ";
+    }
+    return nlohmann::json{{"error", error}}.dump();
+  }
   for (auto& [name, s] : phases)
     s /= static_cast<double>(baselines.size());
   auto noise = tuning::estimate_noise(times);

@@ -169,9 +169,20 @@ std::string proposal_doc(const tuning::task_spec& task, const store::run_state& 
 /// to the workload directory), read from its ContractLocked document; empty before init.
 std::map<std::string, std::string> scope_lock(const store::run_state& run);
 
+/// Why the doctor stops launching baseline runs before its repeats are done, or "": no baseline
+/// attempt ended ok, and two ended launch_error with the same cause (their details equal once
+/// digits are dropped: trial ids, directories and pids differ, the cause does not). A launch
+/// error of the unchanged baseline configuration that repeats will repeat again; the doctor
+/// then calibrates at once, which fails naming every attempt (calibrate_doc), instead of
+/// spending the remaining repeats on it. The text: "trial 1 attempt 0 ended launch_error with
+/// the cause of trial 0 attempt 0: DETAIL".
+std::string baseline_launch_failure(const store::run_state& run);
+
 /// The doctor's calibration from the run's finished baseline trials: noise (CV, log-sd, minimum
 /// detectable speedup at alpha 0.05 / power 0.8), phase means, the loss reference. {"error": ...}
-/// when no baseline completed its timed window. Adaptive runs: from the latest attempt of each
+/// when no baseline completed its timed window: "no baseline run completed with its timed
+/// window: trial 0 attempt 0 launch_error: DETAIL; ..." (each ended baseline attempt, its detail
+/// cut to 300 characters). Adaptive runs: from the latest attempt of each
 /// baseline trial, in trial order, the runs plan_doctor measured (a re-measured disturbed one is
 /// replaced; a lost attempt is invisible, its re-run counts in its trial's place whatever the
 /// log's order), with the doctor's verdict (`measurement`, plan_doctor).

@@ -194,6 +194,16 @@ step next_step(const tuning::task_spec& task, const store::run_state& run, const
         ++baselines;
         waiting = waiting || pending(run, *t, calibrated);
       }
+    // A launch error of the baseline configuration that repeats: no more repeats of it.
+    if (!calibrated) {
+      if (auto failure = baseline_launch_failure(run); !failure.empty()) {
+        if (waiting)
+          return make(step_kind::wait, "baseline runs in flight");
+        return busy.calibrating ? make(step_kind::wait, "calibrating")
+                                : make(step_kind::calibrate, "the baseline does not launch: "
+                                                               + failure);
+      }
+    }
     if (baselines < budget.baseline_repeats) {
       step s = make(step_kind::launch, "baseline runs for the noise calibration");
       for (std::uint32_t i = 0; baselines + i < budget.baseline_repeats && i < in.free_slots; ++i)

@@ -1,5 +1,8 @@
 #include "runtime/cli.hpp"
 
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <limits>
 #include <iomanip>
@@ -16,6 +19,7 @@
 #include <fstream>
 #include <unistd.h>
 
+#include "adapters/preflight.hpp"
 #include "adapters/trial_launcher.hpp"
 #include "messages/json.hpp"
 #include "adapters/task_file.hpp"
@@ -35,7 +39,7 @@ using adapters::parse_byte_size;
 
 namespace {
 
-constexpr const char* default_store = ".infrarsi/events";
+constexpr const char* default_store = default_store_dir;
 
 std::string iso_time(std::int64_t ns) {
   std::time_t secs = static_cast<std::time_t>(ns / 1'000'000'000);
@@ -51,6 +55,8 @@ std::string iso_time(std::int64_t ns) {
 /// Opens DIR (a store directory or its events/ directory) read-only; warns about a torn tail.
 caf::expected<std::unique_ptr<store::rocksdb_event_log>>
 open_for_reading(const std::string& dir, const char* command, std::ostream& err) {
+  if (auto missing = missing_store(dir); !missing.empty())
+    return make_error(errc::not_found, missing);
   store::rocksdb_event_log_options opts;
   opts.read_only = true;
   auto events = events_dir_of(dir);
@@ -314,7 +320,79 @@ int cmd_trial_run(const trial_run_options& o, std::ostream& out, std::ostream& e
 
 // -- infrarsi check ------------------------------------------------------------------------------
 
-int cmd_check(const std::string& path, std::ostream& out, std::ostream& err) {
+struct check_options {
+  std::string task;
+  bool smoke = false;
+  double smoke_timeout_s = 60;
+  std::uint32_t smoke_lines = 5;
+  std::string smoke_dir;
+};
+
+/// --smoke: the baseline configuration once, as a trial runs it, stopped after the first
+/// `smoke_lines` metric lines or `smoke_timeout_s`. 0 when a metric line was parsed (or it ended
+/// ok), 1 otherwise (the outcome and its cause, with the stderr tail, on `err`).
+int check_smoke(const tuning::task_spec& task, const check_options& o, std::ostream& out,
+                std::ostream& err) {
+  std::string dir = o.smoke_dir;
+  if (dir.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string{tmp != nullptr && *tmp != '\0' ? tmp : "/tmp"}
+                          + "/infrarsi-smoke-XXXXXX";
+    std::vector<char> buf(pattern.begin(), pattern.end());
+    buf.push_back('\0');
+    if (::mkdtemp(buf.data()) == nullptr) {
+      err << "infrarsi check --smoke: cannot create a directory from '" << pattern
+          << "': " << std::strerror(errno) << '\n';
+      return exit_failure;
+    }
+    dir = buf.data();
+  }
+  std::atomic<bool> stop{false};
+  std::uint32_t shown = 0;
+  adapters::trial_request req;
+  req.task = &task;
+  req.trial_dir = dir;
+  req.timeout_s = task.limits.timeout_s > 0 ? std::min(task.limits.timeout_s, o.smoke_timeout_s)
+                                            : o.smoke_timeout_s;
+  req.stop = &stop;
+  out << "\nsmoke: the baseline configuration once (timeout " << req.timeout_s
+      << " s, stopped after " << o.smoke_lines << " metric lines), logs in " << dir << '\n';
+  out.flush();
+  req.on_step = [&](const adapters::step_sample& s) {
+    if (shown >= o.smoke_lines)
+      return;
+    ++shown;
+    out << "  step " << s.step << ": loss " << s.loss << ", " << s.step_time_s << " s";
+    if (s.tokens > 0)
+      out << ", " << s.tokens << " tokens";
+    if (s.warmup)
+      out << " (warm-up)";
+    out << '\n';
+    out.flush();
+    if (shown >= o.smoke_lines)
+      stop = true;
+  };
+  auto report = adapters::run_trial(req);
+  if (!report) {
+    err << "infrarsi check --smoke: " << describe(report.error()) << '\n';
+    return exit_failure;
+  }
+  const auto& r = *report->result.get();
+  auto outcome = messages::to_json(r).value("outcome", std::string{"?"});
+  std::string detail = r.detail() != nullptr ? r.detail()->str() : std::string{};
+  if (shown > 0 || r.outcome() == wire::Outcome::Ok) {
+    out << "smoke: " << shown << " metric line(s) parsed"
+        << (stop.load() ? " (stopped there)" : ", outcome " + outcome) << '\n';
+    return exit_ok;
+  }
+  err << "infrarsi check --smoke: the baseline printed no metric line the task's metrics "
+         "spec parses; outcome "
+      << outcome << ": " << detail << " (logs: " << dir << ")\n";
+  return exit_failure;
+}
+
+int cmd_check(const check_options& o, std::ostream& out, std::ostream& err) {
+  const auto& path = o.task;
   auto task = load_task_file(path);
   if (!task) {
     err << "infrarsi check: " << describe(task.error()) << '\n';
@@ -358,6 +436,23 @@ int cmd_check(const std::string& path, std::ostream& out, std::ostream& err) {
     out << "  nothing: the task has no constraints and no constants\n";
   for (const auto& e : enforced)
     out << "  " << e << '\n';
+  auto problems = adapters::preflight(*task);
+  if (!problems.empty()) {
+    for (const auto& p : problems)
+      err << "infrarsi check: " << adapters::to_string(p) << '\n';
+    err << "infrarsi check: " << problems.size()
+        << " pre-flight problem(s): every trial of this task would fail before it starts; "
+           "`infrarsi tune` refuses it\n";
+    return exit_failure;
+  }
+  out << "\npre-flight: no problem found (every placeholder names a knob, constant or built-in; "
+         "the program resolves and is executable; "
+      << (task->patches.empty() ? std::string{"no patches"}
+                                : std::to_string(task->patches.size())
+                                    + " patch(es) apply alone to the workload")
+      << ")\n";
+  if (o.smoke)
+    return check_smoke(*task, o, out, err);
   return exit_ok;
 }
 
@@ -379,7 +474,9 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     "runs", "List the runs in an event log with their event counts. Every counted event is read "
             "back with its checksums verified: a run whose events do not verify gets a warning "
             "naming the store and the first bad position, and the exit status is 1");
-  runs->add_option("--store", runs_store, "Event log directory (RocksDB)")
+  runs->add_option("--store", runs_store,
+                   "Store directory (what `infrarsi tune` writes; its events/ directory works "
+                   "too)")
     ->capture_default_str();
   runs->add_flag("--json", runs_json,
                  "One JSON object per line: run, events, first_global_position, "
@@ -393,7 +490,9 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
             "Readable: #SEQUENCE pos GLOBAL_POSITION TIME KIND PAYLOAD-JSON.\n"
             "A summary line goes to stderr.");
   dump_cmd->add_option("RUN", dump.run, "Run id (see 'infrarsi runs')")->required();
-  dump_cmd->add_option("--store", dump.store, "Event log directory (RocksDB)")
+  dump_cmd->add_option("--store", dump.store,
+                       "Store directory (what `infrarsi tune` writes; its events/ directory "
+                       "works too)")
     ->capture_default_str();
   dump_cmd->add_flag("--json", dump.json,
                      "JSON lines: run, sequence, global_position, recorded_at, kind, kind_id, "
@@ -440,8 +539,15 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   auto* tune_cmd = app.add_subcommand(
     "tune", "Run all five stages on TASK: init (lock scope and contract), doctor (baseline "
             "and noise), run (search, verify, re-verify, promote), report, apply.\n"
-            "One progress line per trial on stderr; the summary on stdout. The event log, "
-            "experience bank, trial logs and report live under the store directory.\n"
+            "Before anything is created, the pre-flight checks of `infrarsi check` run (and "
+            "the store must be writable): a problem exits 1 naming FILE:LINE:COLUMN, key and "
+            "value, with no run in the store.\n"
+            "Progress on stderr: a header per stage with its counts, one short line per trial "
+            "(id, purpose, outcome, s/step, speedup over the baseline, best so far, elapsed, "
+            "ETA from the budget, search progress, change; at most ~120 characters, the long "
+            "reason with --verbose) and, on a terminal, a live status line. The summary on "
+            "stdout. The event log, experience bank, trial logs and report live under the "
+            "store directory.\n"
             "--nodes N runs N node-runners (each behind its own ZeroMQ endpoint) and keeps N "
             "trials in flight; give each slot its share of the machine with --slot-env and "
             "--slot-cpus (docs/tune.md \"Node slots\").\n"
@@ -451,7 +557,11 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
             "command line, 130 / 143 interrupted.");
   tune_cmd->add_option("TASK", tune.task_path, "Task file (TOML; docs/task-contract.md)")
     ->required();
-  tune_cmd->add_option("--store", tune.store_dir, "Store directory (default: .infrarsi/ beside TASK)");
+  tune.store_dir = default_store_dir;
+  tune_cmd->add_option("--store", tune.store_dir,
+                       "Store directory: event log, experience bank, runs/RUN/ (report, trial "
+                       "logs); the default of status, runs and log dump too")
+    ->capture_default_str();
   auto* seed_opt = tune_cmd->add_option("--seed", tune_seed, "Seed (default: the task's budget.seed)");
   std::uint32_t tune_trials = 0;
   auto* trials_opt = tune_cmd->add_option(
@@ -481,7 +591,12 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   tune_cmd->add_option("--knowledge", tune.knowledge_dir,
                        "Offline priors directory (default: config/knowledge beside the task's "
                        "directory)");
-  tune_cmd->add_flag("--quiet", tune.quiet, "No progress lines");
+  tune_cmd->add_flag("--quiet", tune.quiet,
+                     "No progress lines: only errors and their causes (and the summary)");
+  tune_cmd->add_flag("--verbose", tune.verbose,
+                     "The long reasons too: each trial's violations or failure detail (its "
+                     "stderr tail), the planner's reason for each proposal; lines are not "
+                     "shortened");
   tune_cmd->add_option("--keep-trial-copies", tune.keep_trial_copies,
                        "Ended trials that keep their copy of the workload besides the first "
                        "baseline, the candidates and the promoted trial; older copies are removed "
@@ -630,27 +745,60 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   node_cmd->add_option("--disk-reserve", node_reserve,
                        "Bytes that must stay free under --workdir before a trial (e.g. 1GiB)");
 
-  std::string check_task;
+  check_options check;
   auto* check_cmd = app.add_subcommand(
-    "check", "Load TASK and say which contract checks its output can decide.\n"
-             "Prints each check of the verifier (steps, tokens, global_batch, params, layers, "
+    "check", "Load TASK, run the pre-flight checks, and say which contract checks its output "
+             "can decide. Creates no run and writes nothing (--smoke: only its trial "
+             "directory).\n"
+             "Pre-flight (the same checks `infrarsi tune` runs before it creates a run): every "
+             "{placeholder} of workload.argv, env, world_size, srun_args, torchrun_args names a "
+             "knob, a constant or a built-in; the program (argv[0]) resolves (relative to "
+             "workload.workdir, or on PATH) and is executable; every patch applies alone to the "
+             "workload (git apply --check); and, when the file loads, its constraints parse, "
+             "name knobs and constants and hold for the defaults, and the metrics regex "
+             "compiles and has a step field. Each problem is printed as FILE:LINE:COLUMN: KEY: "
+             "what is wrong, naming the value.\n"
+             "Then each check of the verifier (steps, tokens, global_batch, params, layers, "
              "loss, timed_window, step_times, clock) as observed (a trial's output can fail "
              "it), vacuous (the contract names it but the output cannot fail it, e.g. tokens "
              "from a regex without a tokens field: the task's tokens_per_step compared with "
              "itself), partial, fails_always (no trial can pass it) or not checked, and what "
              "enforces the work instead: the task's constraints and constants "
-             "(docs/task-contract.md \"What a task's output can show\"). Runs nothing.\n"
-             "Exit status: 0 the task loads, 1 it does not (the error names FILE:LINE:COLUMN, "
-             "the key and the value), 2 bad command line.");
-  check_cmd->add_option("TASK", check_task, "Task file (TOML; docs/task-contract.md)")->required();
+             "(docs/task-contract.md \"What a task's output can show\").\n"
+             "Exit status: 0 the task loads and passes the pre-flight (and --smoke parsed a "
+             "metric line), 1 it does not (every problem named), 2 bad command line.");
+  check_cmd->add_option("TASK", check.task, "Task file (TOML; docs/task-contract.md)")->required();
+  check_cmd->add_flag("--smoke", check.smoke,
+                      "Also run the baseline configuration once, as a trial (no patches), and "
+                      "print the first metric lines it parsed; it is stopped after "
+                      "--smoke-lines lines or --smoke-timeout seconds");
+  check_cmd->add_option("--smoke-timeout", check.smoke_timeout_s,
+                        "Seconds the smoke run may take (at most the task's limits.timeout_s)")
+    ->check(CLI::Range(0.1, 86400.0))
+    ->capture_default_str();
+  check_cmd->add_option("--smoke-lines", check.smoke_lines,
+                        "Metric lines the smoke run shows before it is stopped")
+    ->check(CLI::Range(1u, 1000000u))
+    ->capture_default_str();
+  check_cmd->add_option("--smoke-dir", check.smoke_dir,
+                        "Trial directory of the smoke run, kept with its logs (default: a new "
+                        "$TMPDIR/infrarsi-smoke-XXXXXX)");
 
-  std::string status_store = ".infrarsi";
+  std::string status_store = default_store_dir;
   auto* status_cmd = app.add_subcommand(
-    "status", "Show every run of a store with its stage and promotion (from the run's snapshot "
-              "and the events after it). The events a snapshot covers are read back with their "
+    "status", "Show every run of a store as a block of lines (from the run's snapshot and the "
+              "events after it): its state (finished; running, with the pid holding the store; "
+              "failed in stage doctor, with the cause; interrupted; stopped in a stage; stopped "
+              "after --until), task, stages, trials by outcome, baseline, promotion, report, "
+              "events, and the command that resumes a run that did not finish "
+              "(docs/tune.md \"Status\"). The events a snapshot covers are read back with their "
               "checksums verified: a run whose events do not verify gets a warning naming the "
-              "store and the first bad position, and the exit status is 1");
-  status_cmd->add_option("--store", status_store, "Store directory")->capture_default_str();
+              "store and the first bad position, and the exit status is 1 (also when there is "
+              "no store)");
+  status_cmd->add_option("--store", status_store,
+                         "Store directory (what `infrarsi tune` writes; its events/ directory "
+                         "works too)")
+    ->capture_default_str();
   client_options status_client;
   status_cmd->add_option("--daemon", status_client.endpoint,
                          "Ask the daemon at this client endpoint instead (as `daemon status`)");
@@ -691,6 +839,31 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
                    "it and what was expected), 2 bad command line.");
   keys_show_cmd->add_option("FILE", keys_show_path, "A NAME.key or NAME.pub file")->required();
 
+  // An unknown subcommand is named as such, with the valid ones (CLI11 alone would say "A
+  // subcommand is required" or "The following arguments were not expected").
+  {
+    const CLI::App* at = &app;
+    std::string path = "infrarsi";
+    for (int i = 1; i < argc && at->get_require_subcommand_min() > 0; ++i) {
+      std::string word = argv[i];
+      if (word.empty() || word.front() == '-')
+        break;
+      const CLI::App* next = nullptr;
+      std::string names;
+      for (const auto* sub : at->get_subcommands({})) {
+        names += (names.empty() ? "" : ", ") + sub->get_name();
+        if (sub->get_name() == word)
+          next = sub;
+      }
+      if (next == nullptr) {
+        err << path << ": unknown subcommand '" << word << "'; valid: " << names << " (run '"
+            << path << " --help')\n";
+        return exit_usage;
+      }
+      at = next;
+      path += " " + word;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) { // --help, --help-all, --version
@@ -757,7 +930,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     if (status_cmd->parsed())
       return run_status(status_store, out, err);
     if (check_cmd->parsed())
-      return cmd_check(check_task, out, err);
+      return cmd_check(check, out, err);
     if (replay_cmd->parsed())
       return run_replay(replay, out, err);
     if (report_cmd->parsed())

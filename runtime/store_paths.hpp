@@ -13,6 +13,24 @@
 
 namespace infrarsi::runtime {
 
+/// The store every command uses without --store (tune, status, runs, log dump): .infrarsi in the
+/// current directory.
+inline constexpr const char* default_store_dir = ".infrarsi";
+
+/// Why `dir` holds no event log a reader can open ("" when it does): neither `dir` nor
+/// `dir`/events is a RocksDB directory. The text names the directory and what to do.
+inline std::string missing_store(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(fs::path{dir} / "CURRENT", ec) || fs::exists(fs::path{dir} / "events" / "CURRENT", ec))
+    return {};
+  std::string what = fs::exists(dir, ec) ? "'" + dir + "' holds no event log (no " + dir
+                                               + "/events)"
+                                         : "no store at '" + dir + "'";
+  return what + "; `infrarsi tune TASK` writes its store in .infrarsi of the directory it runs "
+                "in (or where --store says): give that directory with --store DIR";
+}
+
 /// The event-log directory for `dir`: `dir` itself when it is a RocksDB directory (it holds a
 /// CURRENT file), else `dir`/events.
 inline std::string events_dir_of(const std::string& dir) {

@@ -1,6 +1,8 @@
 #include "runtime/tune.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -14,7 +16,9 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <iostream>
+#include <sstream>
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -24,6 +28,7 @@
 #include "decide/decisions.hpp"
 #include "adapters/environment.hpp"
 #include "adapters/node_bridge.hpp"
+#include "adapters/preflight.hpp"
 #include "adapters/process.hpp"
 #include "runtime/signals.hpp"
 #include "runtime/store_paths.hpp"
@@ -197,9 +202,21 @@ int run_tune(const tune_options& o, std::ostream& out, std::ostream& err) {
     err << "infrarsi tune: " << describe(file_task.error()) << '\n';
     return 1;
   }
-  auto store_dir = o.store_dir.empty()
-                     ? (fs::path{file_task->source}.parent_path() / ".infrarsi").string()
-                     : o.store_dir;
+  auto store_dir = o.store_dir.empty() ? std::string{default_store_dir} : o.store_dir;
+  // Pre-flight, before the store is created or opened: a task whose every trial would fail
+  // before it starts creates no run (a resume keeps the task it locked, and is not refused here).
+  if (o.run_id.empty()) {
+    adapters::preflight_options pre;
+    pre.store_dir = store_dir;
+    if (auto problems = adapters::preflight(*file_task, pre); !problems.empty()) {
+      for (const auto& p : problems)
+        err << "infrarsi tune: " << adapters::to_string(p) << '\n';
+      err << "infrarsi tune: " << problems.size()
+          << " pre-flight problem(s); nothing was run and no run was created (`infrarsi check "
+          << o.task_path << "` lists them)\n";
+      return 1;
+    }
+  }
   std::error_code ec;
   fs::create_directories(store_dir, ec);
   if (ec) {
@@ -354,7 +371,11 @@ int run_tune(const tune_options& o, std::ostream& out, std::ostream& err) {
     so.trials = o.trials;
     so.task_text = task_text;
     so.until = o.until;
-    so.progress = o.quiet ? nullptr : &err;
+    so.progress = &err;
+    so.quiet = o.quiet;
+    so.verbose = o.verbose;
+    // A live status line only on a terminal (never into a pipe or a file).
+    so.live_status = !o.quiet && &err == &std::cerr && ::isatty(STDERR_FILENO) == 1;
     so.append_trace = trace.is_open() ? &trace : nullptr;
     so.cancel = &cancel;
     so.space_dirs = {store_dir + "/events", run_dir + "/trials"};
@@ -382,54 +403,173 @@ int run_tune(const tune_options& o, std::ostream& out, std::ostream& err) {
   return status;
 }
 
+namespace {
+
+/// The pid of the process that holds the store's RocksDB lock (LOCK, an fcntl lock), or 0.
+pid_t store_holder(const std::string& events_dir) {
+  auto path = events_dir + "/LOCK";
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return 0;
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = 0;
+  fl.l_len = 0;
+  pid_t holder = 0;
+  if (::fcntl(fd, F_GETLK, &fl) == 0 && fl.l_type != F_UNLCK)
+    holder = fl.l_pid;
+  ::close(fd);
+  return holder;
+}
+
+std::string fixed(double v, int digits) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(digits) << v;
+  return os.str();
+}
+
+} // namespace
+
+std::string run_state_text(const store::run_state& state, bool last_event_interrupt,
+                           int holder) {
+  const auto& done = state.stages_completed;
+  const bool in_stage = state.stages_started.size() > done.size();
+  const std::string stage = in_stage ? state.stages_started.back() : std::string{};
+  if (!done.empty() && done.back() == "apply" && !in_stage)
+    return "finished";
+  if (in_stage && stage == "doctor" && !state.doctor_doc && holder == 0) {
+    const auto failure = decide::baseline_launch_failure(state);
+    // Every baseline attempt ended, none ok: the doctor could not calibrate.
+    bool pending = false;
+    bool any_ok = false;
+    std::size_t ended = 0;
+    for (const auto* t : state.latest_attempts())
+      if (t->kind == tuning::purpose_kind::baseline) {
+        pending = pending || !t->finished;
+        any_ok = any_ok || (t->finished && t->outcome == tuning::trial_outcome::ok);
+        ended += t->finished ? 1 : 0;
+      }
+    if (!failure.empty() || (!pending && !any_ok && ended > 0)) {
+      std::string first;
+      for (const auto* t : state.latest_attempts())
+        if (t->kind == tuning::purpose_kind::baseline && t->finished) {
+          first = "trial " + std::to_string(t->trial_id) + " " + tuning::to_string(t->outcome)
+                  + (t->detail.empty() ? "" : ": " + t->detail);
+          break;
+        }
+      if (first.size() > 300)
+        first = first.substr(0, 300) + " ...";
+      return "failed in stage doctor: the baseline does not run (" + first + ")";
+    }
+  }
+  if (last_event_interrupt)
+    return "interrupted" + (in_stage ? " in stage " + stage : std::string{}) + " (by a signal)";
+  if (holder != 0)
+    return "running" + (in_stage ? " stage " + stage : std::string{}) + " (process "
+           + std::to_string(holder) + " holds the store)";
+  if (in_stage)
+    return "stopped in stage " + stage + ": its process ended before the stage did (it failed, "
+           "or was killed)";
+  if (!done.empty())
+    return "stopped after stage " + done.back() + " (--until " + done.back() + ")";
+  return "created";
+}
+
 int run_status(const std::string& store_dir, std::ostream& out, std::ostream& err) {
+  if (auto missing = missing_store(store_dir); !missing.empty()) {
+    err << "infrarsi status: " << missing << '\n';
+    return 1;
+  }
   store::rocksdb_event_log_options opts;
   opts.read_only = true;
-  auto log = store::rocksdb_event_log::open(events_dir_of(store_dir), opts);
+  const auto events_dir = events_dir_of(store_dir);
+  auto log = store::rocksdb_event_log::open(events_dir, opts);
   if (!log) {
     err << "infrarsi status: " << describe(log.error()) << '\n';
     return 1;
   }
-  warn_if_damaged(**log, events_dir_of(store_dir), "infrarsi status", err);
+  warn_if_damaged(**log, events_dir, "infrarsi status", err);
   auto runs = (*log)->list_runs();
   if (!runs) {
     err << "infrarsi status: " << describe(runs.error()) << '\n';
     return 1;
   }
+  const pid_t holder = store_holder(events_dir);
   int status = 0;
+  bool first = true;
   for (const auto& r : *runs) {
+    if (!first)
+      out << '\n';
+    first = false;
+    out << r.run_id << '\n';
     auto loaded = store::load_run_with_snapshot(**log, r.run_id); // snapshot + tail
     if (!loaded) {
-      out << r.run_id << ": " << describe(loaded.error()) << '\n';
-      warn_damaged_run(events_dir_of(store_dir), r.run_id, "its events", loaded.error(),
-                       "infrarsi status", err);
+      out << "  state:    unreadable: " << describe(loaded.error()) << '\n';
+      warn_damaged_run(events_dir, r.run_id, "its events", loaded.error(), "infrarsi status",
+                       err);
       status = 1;
       continue;
     }
     // The snapshot is trusted only as far as the events it covers are still readable.
     if (loaded->used_snapshot)
       if (auto bad = verify_events(**log, r.run_id, loaded->snapshot_covered)) {
-        warn_damaged_run(events_dir_of(store_dir), r.run_id,
+        warn_damaged_run(events_dir, r.run_id,
                          ("the " + std::to_string(loaded->snapshot_covered)
                           + " events its snapshot covers")
                            .c_str(),
                          bad, "infrarsi status", err);
         status = 1;
       }
-    const auto* state = &loaded->state;
-    std::string stage = state->stages_completed.empty() ? "created" : state->stages_completed.back();
-    if (state->stages_started.size() > state->stages_completed.size())
-      stage = state->stages_started.back() + " (in progress or interrupted)";
-    out << r.run_id << ": " << r.event_count << " events, " << state->trials.size()
-        << " trials, stage " << stage;
-    if (state->promotion) {
-      if (state->promotion->value("promoted", false))
-        out << ", promoted " << state->promotion->value("change", "") << " ("
-            << state->promotion->value("speedup", 1.0) << "x)";
+    const auto& state = loaded->state;
+    bool last_interrupt = false;
+    if (r.event_count > 0)
+      (void)(*log)->for_each_in_stream(r.run_id, r.event_count - 1,
+                                       [&](const store::recorded_event& ev) {
+                                         last_interrupt =
+                                           ev.kind
+                                           == static_cast<store::event_kind_t>(
+                                             wire::EventKind::RunInterrupted);
+                                         return false;
+                                       });
+    auto text = run_state_text(state, last_interrupt, holder);
+    out << "  state:    " << text << '\n';
+    out << "  task:     " << (state.task_path.empty() ? "?" : state.task_path) << '\n';
+    std::string stages;
+    for (const auto& st : state.stages_completed)
+      stages += (stages.empty() ? "" : ", ") + st;
+    if (state.stages_started.size() > state.stages_completed.size())
+      stages += (stages.empty() ? "" : ", ") + state.stages_started.back() + " (not completed)";
+    out << "  stages:   " << (stages.empty() ? "none" : stages) << '\n';
+    std::map<std::string, std::size_t> outcomes;
+    std::size_t ended = 0;
+    for (const auto* t : state.latest_attempts())
+      if (t->finished) {
+        ++ended;
+        ++outcomes[tuning::to_string(t->outcome)];
+      }
+    out << "  trials:   " << state.latest_attempts().size() << " (" << ended << " ended";
+    for (const auto& [name, n] : outcomes)
+      out << ", " << n << " " << name;
+    out << ")\n";
+    if (state.noise)
+      out << "  baseline: " << fixed(state.noise->mean_step_time_s, 4) << " s/step, cv "
+          << fixed(100 * state.noise->cv, 2) << " %\n";
+    if (state.promotion) {
+      if (state.promotion->value("promoted", false))
+        out << "  promoted: " << state.promotion->value("change", "") << ", "
+            << fixed(state.promotion->value("speedup", 1.0), 3) << "x ["
+            << fixed(state.promotion->value("ci_low", 0.0), 3) << ", "
+            << fixed(state.promotion->value("ci_high", 0.0), 3) << "]\n";
       else
-        out << ", nothing promoted";
+        out << "  promoted: nothing (" << state.promotion->value("reason", "") << ")\n";
     }
-    out << '\n';
+    if (state.report)
+      out << "  report:   " << state.report->value("report_md", "") << '\n';
+    out << "  events:   " << r.event_count << '\n';
+    if (text.rfind("finished", 0) != 0 && text.rfind("running", 0) != 0)
+      out << "  resume:   infrarsi tune " << (state.task_path.empty() ? "TASK" : state.task_path)
+          << " --store " << store_dir << " --run " << r.run_id << '\n';
   }
   if (runs->empty())
     err << "infrarsi status: no runs in '" << store_dir << "'\n";

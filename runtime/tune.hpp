@@ -15,12 +15,14 @@
 
 #include "adapters/disk_space.hpp"
 #include "store/event_log.hpp"
+#include "store/run_projection.hpp"
 
 namespace infrarsi::runtime {
 
 struct tune_options {
   std::string task_path;
-  /// Default: .infrarsi/ beside the task file.
+  /// Default ("" too): .infrarsi in the current directory (runtime::default_store_dir), where
+  /// status, runs and log dump look without --store.
   std::string store_dir;
   /// Default: the task's budget.seed.
   std::optional<std::uint64_t> seed;
@@ -45,7 +47,11 @@ struct tune_options {
   std::string until = "apply";
   /// Default: config/knowledge next to the task's config/tasks directory.
   std::string knowledge_dir;
+  /// Only errors and their causes on stderr, no progress lines.
   bool quiet = false;
+  /// Long reasons in the progress: each trial's violations or failure detail, the planner's
+  /// reasons; lines are not shortened to 120 characters.
+  bool verbose = false;
   /// When set, a line "SEQUENCE KIND" is appended (and flushed) to this file after every event
   /// the event log acknowledged (sync_writes: on disk).
   std::string trace_appends;
@@ -79,7 +85,18 @@ std::string cpu_list_error(const std::string& text);
 /// config/knowledge.
 std::string default_knowledge_dir(const std::string& task_source);
 
-/// `infrarsi status`: every run of the store with its stages and promotion. Exit status.
+/// What `infrarsi status` says a run is doing, from its events: "finished" (apply completed);
+/// "failed in stage doctor: the baseline does not run (trial 0 launch_error: ...)" (every
+/// baseline attempt ended and none ok, or decide::baseline_launch_failure, and no process holds
+/// the store); "interrupted in stage S (by a signal)" (its last event is RunInterrupted);
+/// "running stage S (process PID holds the store)" (`holder`: the pid holding the store's lock,
+/// 0 if none); "stopped in stage S: ..." (a stage started and not completed, nothing holds the
+/// store: the process failed or was killed); "stopped after stage S (--until S)"; "created".
+std::string run_state_text(const store::run_state& state, bool last_event_interrupt, int holder);
+
+/// `infrarsi status`: every run of the store as a block of lines (state, task, stages, trials
+/// by outcome, baseline, promotion, report, events, and the resume command of a run that did
+/// not finish). Exit status 0, 1 when the store is missing or a run's events do not verify.
 int run_status(const std::string& store_dir, std::ostream& out, std::ostream& err);
 
 } // namespace infrarsi::runtime

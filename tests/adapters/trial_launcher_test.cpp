@@ -9,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -176,6 +177,13 @@ TEST_F(TrialLauncherTest, MissingBinaryIsLaunchError) {
   auto r = run(task);
   EXPECT_EQ(r.result->outcome(), wire::Outcome::LaunchError) << r.result->detail()->str();
   EXPECT_NE(r.result->detail()->str().find("no-such-trainer-binary"), std::string::npos);
+  // The rank never started, and its logs say why (a failed launch keeps its evidence).
+  EXPECT_NE(read(dir.sub("trial") + "/rank-0.stderr")
+              .find("infrarsi: rank 0 was not started: not_found: spawn: program "
+                    "'no-such-trainer-binary' not found on PATH="),
+            std::string::npos)
+    << read(dir.sub("trial") + "/rank-0.stderr");
+  EXPECT_TRUE(std::filesystem::exists(dir.sub("trial") + "/rank-0.stdout"));
 }
 
 TEST_F(TrialLauncherTest, BadArgumentExitingAtOnceIsLaunchError) {
@@ -279,6 +287,12 @@ TEST_F(TrialLauncherTest, ScopeLockRunsInACopyAndRefusesFrozenEdits) {
             0u)
     << refused->result->detail()->str();
   EXPECT_TRUE(refused->log_files.empty());
+  // The trial directory still says why nothing ran.
+  std::ifstream why{dir.sub("locked/launch.stderr")};
+  std::string text{std::istreambuf_iterator<char>{why}, {}};
+  EXPECT_EQ(text.rfind("infrarsi: the trial was not launched: scope: 'regex_train.py' changed", 0),
+            0u)
+    << text;
 }
 
 } // namespace

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "decide/decisions.hpp"
 #include "decide/next_step.hpp"
 #include "tuning/task.hpp"
 
@@ -126,6 +127,48 @@ TEST(NextStep, BaselinesRunInParallelOverTheFreeSlots) {
   st = next_step(small_task(), s, slots(3));
   EXPECT_EQ(st.kind, step_kind::end_stage);
   EXPECT_EQ(st.stage, "doctor");
+}
+
+/// A launch error of the baseline that repeats (same cause up to digits) stops the repeats: the
+/// doctor calibrates (and fails naming every attempt) instead of launching the third.
+TEST(NextStep, ABaselineLaunchErrorThatRepeatsStopsTheRepeats) {
+  auto failed = [](std::uint64_t id, const std::string& detail) {
+    auto t = trial(id, purpose_kind::baseline);
+    t.outcome = tuning::trial_outcome::launch_error;
+    t.verified = false;
+    t.timed_step_time_s = 0;
+    t.detail = detail;
+    return t;
+  };
+  auto s = after_init();
+  s.stages_started.push_back("doctor");
+  s.trials.push_back(failed(0, "rank 0: exited with status 3; stderr: no shard /data/7"));
+  // One failure: the next repeat runs (a cause seen once may be chance).
+  auto st = next_step(small_task(), s, slots(1));
+  ASSERT_EQ(st.kind, step_kind::launch);
+  EXPECT_EQ(st.launches.at(0).trial_id, 1u);
+  EXPECT_EQ(baseline_launch_failure(s), "");
+  // A second failure with another cause: still the third repeat.
+  s.trials.push_back(failed(1, "rank 0: exited with status 2; stderr: usage: train.py"));
+  st = next_step(small_task(), s, slots(1));
+  ASSERT_EQ(st.kind, step_kind::launch);
+  EXPECT_EQ(st.launches.at(0).trial_id, 2u);
+  // The first cause again (other digits): no more repeats; calibrate now.
+  s.trials.push_back(failed(2, "rank 0: exited with status 3; stderr: no shard /data/9"));
+  EXPECT_EQ(baseline_launch_failure(s),
+            "trial 2 attempt 0 ended launch_error with the cause of trial 0 attempt 0: rank 0: "
+            "exited with status 3; stderr: no shard /data/9");
+  auto t = small_task();
+  t.budget.baseline_repeats = 5;
+  st = next_step(t, s, slots(1));
+  EXPECT_EQ(st.kind, step_kind::calibrate) << st.reason;
+  EXPECT_EQ(st.reason.rfind("the baseline does not launch: trial 2 attempt 0", 0), 0u) << st.reason;
+  // A baseline that ended ok disarms the rule: the repeats go on.
+  s.trials.push_back(trial(3, purpose_kind::baseline));
+  EXPECT_EQ(baseline_launch_failure(s), "");
+  st = next_step(t, s, slots(1));
+  ASSERT_EQ(st.kind, step_kind::launch);
+  EXPECT_EQ(st.launches.at(0).trial_id, 4u);
 }
 
 TEST(NextStep, AnOrphanedAttemptIsLostThenRequeuedOnceAsTheNextAttempt) {

@@ -3,17 +3,22 @@
 
 #include "runtime/cli.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
+#include <pty.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "store/rocksdb_event_log.hpp"
+#include "store/run_projection.hpp"
 #include "test_util.hpp"
 
 namespace infrarsi::runtime {
@@ -196,8 +201,6 @@ TEST_F(CliTest, BinaryDumpsEveryEvent) {
     EXPECT_EQ(nlohmann::json::parse(out_lines[i])["sequence"], i);
 }
 
-} // namespace
-} // namespace infrarsi::runtime
 
 namespace infrarsi::runtime {
 namespace {
@@ -424,6 +427,355 @@ TEST(CheckCli, ABrokenTaskExitsOneNamingFileLineAndKey) {
   EXPECT_NE(help.out.find("Usage: infrarsi check"), std::string::npos) << help.out;
   EXPECT_NE(help.out.find("vacuous"), std::string::npos) << help.out;
   EXPECT_EQ(run({"check"}).status, exit_usage);
+}
+
+} // namespace
+} // namespace infrarsi::runtime
+
+// -- pre-flight (issue 17) ----------------------------------------------------------------------
+
+struct binary_result {
+  int status = -1;
+  std::string output; // stdout and stderr
+};
+
+/// Runs the real binary with `args` (each quoted), stdout and stderr together.
+binary_result run_binary(const std::vector<std::string>& args) {
+  std::string cmd = INFRARSI_CLI_PATH;
+  for (const auto& a : args)
+    cmd += " '" + a + "'";
+  cmd += " 2>&1";
+  binary_result r;
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (pipe == nullptr)
+    return r;
+  std::array<char, 4096> buf{};
+  for (std::size_t n; (n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0;)
+    r.output.append(buf.data(), n);
+  int status = ::pclose(pipe);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+const char* const preflight_task = R"(name = "preflight"
+constraints = ["global_batch % micro_batch == 0"]
+
+[constants]
+global_batch = 16
+
+[workload]
+workdir = "work"
+argv = ["./train.sh", "--mb", "{micro_batch}", "--gb", "{global_batch}"]
+
+[workload.env]
+FUSED = "{fused}"
+
+[metrics]
+format = "regex"
+regex = 'iter (\d+): loss ([0-9.]+), time ([0-9.]+)ms'
+regex_fields = ["step", "loss", "step_time_ms"]
+tokens_per_step = 4096
+
+[contract]
+steps = 4
+tokens_per_step = 4096
+
+[scope]
+editable = ["model.txt"]
+
+[[knobs]]
+name = "micro_batch"
+type = "int"
+values = [1, 2, 4]
+default = 1
+
+[[knobs]]
+name = "fused"
+type = "bool"
+default = false
+
+[[patches]]
+name = "speed"
+file = "speed.patch"
+)";
+
+/// A task directory: the task above, work/train.sh (executable), work/notexec.sh (mode 0644),
+/// work/model.txt, a patch that applies (speed.patch) and one that does not (stale.patch).
+struct preflight_dir {
+  test::temp_dir dir;
+  preflight_dir() {
+    namespace fs = std::filesystem;
+    fs::create_directories(dir.sub("work"));
+    std::ofstream{dir.sub("work/train.sh")}
+      << "#!/bin/sh\nfor i in 0 1 2 3; do echo \"iter $i: loss 2.$i, time 10ms\"; done\n";
+    fs::permissions(dir.sub("work/train.sh"), fs::perms::owner_all | fs::perms::group_read);
+    std::ofstream{dir.sub("work/notexec.sh")} << "#!/bin/sh\necho hi\n";
+    fs::permissions(dir.sub("work/notexec.sh"), fs::perms::owner_read | fs::perms::owner_write
+                                                  | fs::perms::group_read);
+    std::ofstream{dir.sub("work/model.txt")} << "layers 2\nkernel slow\n";
+    std::ofstream{dir.sub("speed.patch")} << "--- a/model.txt\n+++ b/model.txt\n@@ -1,2 +1,2 @@\n"
+                                             " layers 2\n-kernel slow\n+kernel fast\n";
+    std::ofstream{dir.sub("stale.patch")} << "--- a/model.txt\n+++ b/model.txt\n@@ -1,2 +1,2 @@\n"
+                                             " layers 4\n-kernel eager\n+kernel fast\n";
+  }
+  /// Writes the task with `from` replaced by `to` to NAME.toml; returns its path and sets
+  /// `line` to the line (1-based) where `to` stands.
+  std::string variant(const std::string& name, const std::string& from, const std::string& to,
+                      int& line) {
+    std::string text = preflight_task;
+    auto at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    text.replace(at, from.size(), to);
+    line = 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<long>(at), '\n'));
+    auto path = dir.sub(name + ".toml");
+    std::ofstream{path} << text;
+    return path;
+  }
+};
+
+TEST(Preflight, AGoodTaskPassesAndEveryBrokenOneIsNamedWithFileLineAndKeyAndCreatesNoRun) {
+  preflight_dir d;
+  int line = 0;
+  auto good = d.variant("good", "name = \"preflight\"", "name = \"preflight\"", line);
+  auto ok = run_binary({"check", good});
+  ASSERT_EQ(ok.status, 0) << ok.output;
+  EXPECT_NE(ok.output.find("pre-flight: no problem found"), std::string::npos) << ok.output;
+  EXPECT_NE(ok.output.find("1 patch(es) apply alone"), std::string::npos) << ok.output;
+
+  struct broken {
+    std::string name, from, to, key, message;
+  };
+  const std::vector<broken> cases = {
+    {"placeholder_typo", "\"{micro_batch}\"", "\"{micro_bach}\"", "workload.argv[2]",
+     "placeholder {micro_bach} in \"{micro_bach}\" names no knob, constant or built-in; did you "
+     "mean {micro_batch}?"},
+    {"env_placeholder_typo", "FUSED = \"{fused}\"", "FUSED = \"{fusd}\"", "workload.env.FUSED",
+     "placeholder {fusd} in \"{fusd}\" names no knob, constant or built-in; did you mean "
+     "{fused}?"},
+    {"unclosed_brace", "\"{global_batch}\"", "\"{global_batch\"", "workload.argv[4]",
+     "unclosed '{' at offset 0 in \"{global_batch\""},
+    {"argv0_missing", "\"./train.sh\"", "\"./trian.sh\"", "workload.argv[0]",
+     "program \"./trian.sh\" does not exist: no file \"" + d.dir.sub("work/trian.sh") + "\""},
+    {"argv0_not_executable", "\"./train.sh\"", "\"./notexec.sh\"", "workload.argv[0]",
+     "program \"./notexec.sh\" is not executable: \"" + d.dir.sub("work/notexec.sh")
+       + "\" has mode 0640"},
+    {"program_not_on_path", "\"./train.sh\"", "\"infrarsi-no-such-program\"", "workload.argv[0]",
+     "program \"infrarsi-no-such-program\" is not found on PATH"},
+    {"patch_does_not_apply", "file = \"speed.patch\"", "file = \"stale.patch\"",
+     "patches[0].file", "patch 'speed' (\"" + d.dir.sub("stale.patch")
+                          + "\") does not apply to the unpatched workload"},
+    {"patch_missing", "file = \"speed.patch\"", "file = \"gone.patch\"", "patches[0].file",
+     "no such file: " + d.dir.sub("gone.patch")},
+    {"regex_without_step",
+     "regex_fields = [\"step\", \"loss\", \"step_time_ms\"]",
+     "regex_fields = [\"loss\", \"loss\", \"step_time_ms\"]", "metrics.regex_fields",
+     "must include \"step\""},
+    {"regex_does_not_compile", "regex = 'iter (\\d+): loss", "regex = 'iter (\\d+: loss",
+     "metrics.regex", "expected an ECMAScript regular expression"},
+    {"constraint_defaults_violate", "constraints = [\"global_batch % micro_batch == 0\"]",
+     "constraints = [\"micro_batch > 1\"]", "constraints[0]",
+     "the knobs' defaults violate it: constraint 'micro_batch > 1' is false for micro_batch=1"},
+    {"constraint_unknown_knob", "constraints = [\"global_batch % micro_batch == 0\"]",
+     "constraints = [\"global_batch % micro_bach == 0\"]", "constraints[0]",
+     "'micro_bach' is neither a knob nor a constant"},
+    {"workdir_missing", "workdir = \"work\"", "workdir = \"wrok\"", "workload.workdir",
+     "no such directory: \"" + d.dir.sub("wrok") + "\""},
+  };
+  ASSERT_GE(cases.size(), 10u);
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto path = d.variant(c.name, c.from, c.to, line);
+    auto r = run_binary({"check", path});
+    EXPECT_EQ(r.status, 1) << r.output;
+    // FILE:LINE:COLUMN: KEY: message naming the value.
+    auto where = path + ":" + std::to_string(line) + ":";
+    auto at = r.output.find(where);
+    ASSERT_NE(at, std::string::npos) << "expected " << where << " in:\n" << r.output;
+    auto rest = r.output.substr(at);
+    auto colon = rest.find(": ", where.size());
+    ASSERT_NE(colon, std::string::npos) << rest;
+    EXPECT_EQ(rest.substr(colon + 2, c.key.size() + 2), c.key + ": ") << rest;
+    EXPECT_NE(rest.find(c.message), std::string::npos) << "expected '" << c.message << "' in:\n"
+                                                       << r.output;
+    // tune refuses it before the store exists: no run, no store directory.
+    auto store = d.dir.sub("store-" + c.name);
+    auto t = run_binary({"tune", path, "--store", store});
+    EXPECT_EQ(t.status, 1) << t.output;
+    EXPECT_NE(t.output.find(where), std::string::npos) << t.output;
+    EXPECT_FALSE(std::filesystem::exists(store)) << t.output;
+  }
+  // A store that cannot be created: refused before anything runs, naming the path.
+  auto blocked = d.dir.sub("work/model.txt/store");
+  auto t = run_binary({"tune", good, "--store", blocked});
+  EXPECT_EQ(t.status, 1) << t.output;
+  EXPECT_NE(t.output.find("infrarsi tune: --store: store: \"" + blocked + "\": \""
+                          + d.dir.sub("work/model.txt") + "\" is not a directory"),
+            std::string::npos)
+    << t.output;
+  EXPECT_NE(t.output.find("no run was created"), std::string::npos) << t.output;
+}
+
+// A baseline that fails the same way twice stops the doctor: two attempts, not three; the
+// message quotes the stderr tail; every trial directory holds its logs; `status` says failed.
+TEST(Preflight, ABaselineThatFailsTheSameWayTwiceEndsTheRunQuotingItsStderr) {
+  preflight_dir d;
+  std::ofstream{d.dir.sub("work/train.sh")}
+    << "#!/bin/sh\necho \"fatal: cannot open dataset /data/shard-$$\" >&2\nexit 3\n";
+  int line = 0;
+  auto task = d.variant("fails", "[[knobs]]", "[budget]\nbaseline_repeats = 3\ntrials = 2\n\n[[knobs]]",
+                        line);
+  auto store = d.dir.sub("store");
+  auto t = run_binary({"tune", task, "--store", store});
+  EXPECT_EQ(t.status, 1) << t.output;
+  EXPECT_NE(t.output.find("infrarsi tune: doctor: the baseline does not run: no baseline run "
+                          "completed with its timed window: trial 0 attempt 0 launch_error: "),
+            std::string::npos)
+    << t.output;
+  EXPECT_NE(t.output.find("stderr: fatal: cannot open dataset /data/shard-"), std::string::npos)
+    << t.output;
+  EXPECT_EQ(t.output.find('\r'), std::string::npos) << "a live status line went into a pipe";
+  // Two attempts, the second with the first one's cause: no third.
+  {
+    store::rocksdb_event_log_options ro;
+    ro.read_only = true;
+    auto log = store::rocksdb_event_log::open(store + "/events", ro);
+    ASSERT_TRUE(log) << describe(log.error());
+    auto runs = (*log)->list_runs();
+    ASSERT_TRUE(runs);
+    ASSERT_EQ(runs->size(), 1u);
+    auto state = store::load_run(**log, runs->front().run_id);
+    ASSERT_TRUE(state) << describe(state.error());
+    ASSERT_EQ(state->trials.size(), 2u);
+    for (const auto& tr : state->trials) {
+      EXPECT_EQ(tr.outcome, tuning::trial_outcome::launch_error);
+      auto dir = store + "/runs/" + runs->front().run_id + "/trials/trial-"
+                 + std::to_string(tr.trial_id) + "-0";
+      std::ifstream err_log{dir + "/rank-0.stderr"};
+      std::string text{std::istreambuf_iterator<char>{err_log}, {}};
+      EXPECT_EQ(text.rfind("fatal: cannot open dataset /data/shard-", 0), 0u) << dir << ": " << text;
+      EXPECT_TRUE(std::filesystem::exists(dir + "/rank-0.stdout")) << dir;
+    }
+  }
+  // status: a block per run, the run shown as failed with its cause and the resume command.
+  auto st = run({"status", "--store", store});
+  EXPECT_EQ(st.status, 0) << st.err;
+  EXPECT_NE(st.out.find("\n  state:    failed in stage doctor: the baseline does not run (trial 0 "
+                        "launch_error: "),
+            std::string::npos)
+    << st.out;
+  EXPECT_EQ(st.out.find("in progress"), std::string::npos) << st.out;
+  EXPECT_NE(st.out.find("\n  stages:   init, doctor (not completed)\n"), std::string::npos)
+    << st.out;
+  EXPECT_NE(st.out.find("\n  trials:   2 (2 ended, 2 launch_error)\n"), std::string::npos) << st.out;
+  EXPECT_NE(st.out.find("\n  resume:   infrarsi tune " + task + " --store " + store + " --run "),
+            std::string::npos)
+    << st.out;
+}
+
+TEST(CliErrors, AnUnknownSubcommandIsNamedWithTheValidOnes) {
+  auto r = run({"frobnicate"});
+  EXPECT_EQ(r.status, exit_usage);
+  EXPECT_EQ(r.err, "infrarsi: unknown subcommand 'frobnicate'; valid: runs, log, trial, tune, "
+                   "replay, daemon, submit, node, check, status, keys (run 'infrarsi --help')\n");
+  r = run({"log", "dumb", "RUN"});
+  EXPECT_EQ(r.status, exit_usage);
+  EXPECT_EQ(r.err, "infrarsi log: unknown subcommand 'dumb'; valid: dump (run 'infrarsi log "
+                   "--help')\n");
+  // Options and known subcommands still parse as before.
+  EXPECT_EQ(run({"--version"}).status, exit_ok);
+  EXPECT_EQ(run({"keys"}).status, exit_usage);
+}
+
+TEST(CliErrors, ReadersWithoutAStoreSaySoAndEveryDefaultIsTheSame) {
+  test::temp_dir dir;
+  auto missing = dir.sub("nowhere");
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"runs", "--store", missing},
+        std::vector<std::string>{"status", "--store", missing},
+        std::vector<std::string>{"log", "dump", "RUN", "--store", missing}}) {
+    auto r = run(args);
+    EXPECT_EQ(r.status, exit_failure) << args[0];
+    EXPECT_NE(r.err.find("no store at '" + missing + "'; `infrarsi tune TASK` writes its store in "
+                         ".infrarsi of the directory it runs in"),
+              std::string::npos)
+      << r.err;
+    EXPECT_EQ(r.err.find("events/events"), std::string::npos) << r.err;
+  }
+  // tune, status, runs and log dump share one default store.
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"tune", "--help"}, std::vector<std::string>{"status", "--help"},
+        std::vector<std::string>{"runs", "--help"},
+        std::vector<std::string>{"log", "dump", "--help"}}) {
+    auto r = run(args);
+    EXPECT_EQ(r.status, exit_ok);
+    EXPECT_NE(r.out.find("--store TEXT=.infrarsi "), std::string::npos) << r.out;
+  }
+}
+
+// check --smoke: the baseline once, its first metric lines shown; a baseline that prints none
+// exits 1 quoting its stderr.
+TEST(Preflight, SmokeRunsTheBaselineOnceAndShowsItsFirstMetricLines) {
+  preflight_dir d;
+  int line = 0;
+  auto task = d.variant("smoke", "name = \"preflight\"", "name = \"preflight\"", line);
+  auto r = run_binary({"check", task, "--smoke", "--smoke-lines", "2", "--smoke-dir",
+                       d.dir.sub("smoke-ok")});
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("smoke: the baseline configuration once (timeout 60 s, stopped after 2 "
+                          "metric lines), logs in " + d.dir.sub("smoke-ok") + "\n"
+                          "  step 0: loss 2, 0.01 s, 4096 tokens\n"
+                          "  step 1: loss 2.1, 0.01 s, 4096 tokens\n"
+                          "smoke: 2 metric line(s) parsed (stopped there)\n"),
+            std::string::npos)
+    << r.output;
+  EXPECT_TRUE(std::filesystem::exists(d.dir.sub("smoke-ok/rank-0.stdout")));
+
+  std::ofstream{d.dir.sub("work/train.sh")}
+    << "#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n";
+  r = run_binary({"check", task, "--smoke", "--smoke-dir", d.dir.sub("smoke-bad")});
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("infrarsi check --smoke: the baseline printed no metric line the task's "
+                          "metrics spec parses; outcome launch_error: rank 0: exited with status "
+                          "1; stderr: ModuleNotFoundError: No module named 'torch' (logs: "
+                          + d.dir.sub("smoke-bad") + ")\n"),
+            std::string::npos)
+    << r.output;
+}
+
+// On a terminal, tune keeps a live status line below its progress lines (redrawn with
+// "\r\033[K"); into a pipe it writes none (above).
+TEST(Progress, OnATerminalTuneKeepsALiveStatusLine) {
+  namespace fs = std::filesystem;
+  test::temp_dir dir;
+  fs::copy(std::string{INFRARSI_TEST_DATA_DIR} + "/workloads", dir.sub("workloads"),
+           fs::copy_options::recursive);
+  fs::create_directories(dir.sub("tasks"));
+  fs::copy(std::string{INFRARSI_TEST_DATA_DIR} + "/tasks/fake_tune.toml",
+           dir.sub("tasks/fake_tune.toml"));
+  int master = -1;
+  pid_t pid = ::forkpty(&master, nullptr, nullptr, nullptr);
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::execl(INFRARSI_CLI_PATH, INFRARSI_CLI_PATH, "tune", dir.sub("tasks/fake_tune.toml").c_str(),
+            "--store", dir.sub("store").c_str(), "--until", "doctor", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  std::string output;
+  std::array<char, 4096> buf{};
+  for (;;) {
+    auto n = ::read(master, buf.data(), buf.size());
+    if (n <= 0)
+      break; // EIO once the child has ended
+    output.append(buf.data(), static_cast<std::size_t>(n));
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ::close(master);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << output;
+  EXPECT_NE(output.find("\r\033[K[doctor | 1 running | 0:"), std::string::npos) << output;
+  // Each progress line clears the status line first, then redraws it below.
+  EXPECT_NE(output.find("\r\033[Ktrial 0 baseline ok 0.0800 s/step"), std::string::npos) << output;
 }
 
 } // namespace

@@ -111,7 +111,9 @@ TEST(DamagedStore, AFlippedSstByteMakesStatusAndRunsWarnNamingTheFirstBadPositio
   // Healthy: status answers from the snapshot, without a warning.
   auto healthy = cli({"status", "--store", store});
   ASSERT_EQ(healthy.status, 0) << healthy.err;
-  EXPECT_NE(healthy.out.find("run-a: 120 events, 60 trials"), std::string::npos) << healthy.out;
+  EXPECT_EQ(healthy.out.rfind("run-a\n  state:    ", 0), 0u) << healthy.out;
+  EXPECT_NE(healthy.out.find("\n  trials:   60 ("), std::string::npos) << healthy.out;
+  EXPECT_NE(healthy.out.find("\n  events:   120\n"), std::string::npos) << healthy.out;
   EXPECT_EQ(healthy.err.find("warning"), std::string::npos) << healthy.err;
   EXPECT_EQ(cli({"runs", "--store", store}).status, 0);
 

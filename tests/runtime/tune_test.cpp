@@ -13,6 +13,8 @@
 #include <set>
 #include <sstream>
 
+#include <regex>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -139,9 +141,70 @@ TEST_F(TuneEndToEnd, FinishesWithAVerifiedPromotionInTheReport) {
   EXPECT_EQ(report["reverifications"][0]["looks"][0]["decision"], "promote");
   EXPECT_TRUE(fs::exists(dir_->sub("store/runs/" + run_id() + "/report.md")));
   EXPECT_TRUE(fs::exists(dir_->sub("store/runs/" + run_id() + "/promoted/launch.json")));
-  // One progress line per search trial.
-  EXPECT_NE(err_.find("trial 2 (explore) "), std::string::npos) << err_;
-  EXPECT_NE(err_.find("  [1/5] "), std::string::npos) << err_;
+}
+
+/// status: one block per run, the finished run shown as finished with its promotion.
+TEST_F(TuneEndToEnd, StatusShowsTheFinishedRunAsABlock) {
+  ASSERT_EQ(status_, 0) << err_;
+  std::ostringstream out;
+  std::ostringstream err;
+  ASSERT_EQ(run_status(dir_->sub("store"), out, err), 0) << err.str();
+  const auto text = out.str();
+  EXPECT_EQ(text.rfind(run_id() + "\n  state:    finished\n  task:     "
+                         + dir_->sub("tasks/fake_tune.toml") + "\n  stages:   init, doctor, run, "
+                         "report, apply\n  trials:   ",
+                       0),
+            0u)
+    << text;
+  EXPECT_NE(text.find("\n  baseline: 0.0800 s/step, cv "), std::string::npos) << text;
+  EXPECT_NE(text.find("\n  promoted: step_time 0.08->0.03, 2.667x [2.667, 2.667]\n"),
+            std::string::npos)
+    << text;
+  EXPECT_NE(text.find("\n  report:   " + dir_->sub("store/runs/" + run_id() + "/report.md")),
+            std::string::npos)
+    << text;
+  EXPECT_EQ(text.find("resume:"), std::string::npos) << text;
+}
+
+/// Progress for people (docs/tune.md "Progress"): a header per stage with its counts, one short
+/// line per trial with outcome, s/step, speedup, best so far, elapsed and ETA; no line over 120
+/// characters, no JSON, and no live status line into a stream that is not a terminal.
+TEST_F(TuneEndToEnd, ProgressIsOneShortLinePerTrialWithStageHeaders) {
+  ASSERT_EQ(status_, 0) << err_;
+  EXPECT_NE(err_.find("== doctor: 2 baseline runs (up to "), std::string::npos) << err_;
+  EXPECT_NE(err_.find("== run: 5 search trials, then up to 1 candidates re-verified on 1 slot ("),
+            std::string::npos)
+    << err_;
+  EXPECT_EQ(err_.find('\r'), std::string::npos) << "a status line went into a pipe";
+  std::istringstream in{err_};
+  std::size_t trial_lines = 0;
+  std::size_t search_lines = 0;
+  bool promoted_line = false;
+  const std::regex search_line{R"(^trial \d+ explore ok \d\.\d{4} s/step \d+\.\d\dx \| best )"
+                               R"(\d+\.\d\dx \| \d+:\d\d ETA (\d+:\d\d|\?) \| [1-5]/5 step_time 0\.08->)"};
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("apply: promoted configuration written to ", 0) != 0) { // a path stays whole
+      EXPECT_LE(line.size(), 120u) << line;
+    }
+    EXPECT_EQ(line.find('{'), std::string::npos) << line;
+    if (line.rfind("trial ", 0) == 0)
+      ++trial_lines;
+    if (std::regex_search(line, search_line))
+      ++search_lines;
+    if (line.find("step_time 0.08->0.03") != std::string::npos && line.find(" ok 0.0300 s/step 2.67x")
+                                                             != std::string::npos)
+      promoted_line = true;
+  }
+  // Every baseline, search and re-verification attempt has its line.
+  auto log = open_log();
+  auto state = store::load_run(*log, run_id());
+  ASSERT_TRUE(state) << describe(state.error());
+  std::size_t ended = 0;
+  for (const auto& t : state->trials)
+    ended += t.finished && t.outcome != tuning::trial_outcome::lost ? 1 : 0;
+  EXPECT_EQ(trial_lines, ended) << err_;
+  EXPECT_GE(search_lines, 1u) << err_;
+  EXPECT_TRUE(promoted_line) << err_;
 }
 
 /// The report stage writes report.html beside report.md (ReportWritten names all three) and the
