@@ -516,7 +516,7 @@ llm_step llm_next(const tuning::task_spec& task, const store::run_state& run,
       step.k = llm_step::kind::request;
       step.purpose = q;
       step.attempt = asked;
-      step.body = llm_request(task, run, q, q == llm_patches ? files : decltype(files){});
+      step.body = llm_request(task, run, q, q == llm_patches ? files : std::map<std::string, std::string>{});
       return true;
     };
     if (last == nullptr) {

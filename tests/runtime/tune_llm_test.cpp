@@ -222,6 +222,18 @@ TEST_F(TuneLlm, GoodAnswersBecomePriorsAndCheckedPatchesThenTheRunCompletesAndRe
   EXPECT_GE(r.state.trials.size(), 5u);
   EXPECT_NE(r.err.find("init: llm patch 'stale' rejected: does not apply"), std::string::npos)
     << r.err;
+  // The report shows the usage and what became of each proposed patch.
+  ASSERT_TRUE(r.state.report.has_value());
+  std::ifstream md_in{r.store + "/runs/" + r.run_id + "/report.md"};
+  std::string md{std::istreambuf_iterator<char>{md_in}, {}};
+  EXPECT_NE(md.find("## LLM proposer"), std::string::npos) << md;
+  EXPECT_NE(md.find("2 requests, 2 HTTP calls, 2000 prompt + 400 completion tokens, 0 invalid "
+                    "answers. Priors used: llm:scripted."),
+            std::string::npos)
+    << md;
+  EXPECT_NE(md.find("- patch `escape`: rejected: line 1: path '../../etc/passwd'"),
+            std::string::npos)
+    << md;
 
   // Replay with the server stopped: every decision reproduced, no request reaches anything.
   server.stop();
