@@ -4,10 +4,16 @@
 // LlmAnswerParsed) and the progress output, no proposed diff escapes its checks; replay of the
 // log with the server stopped reproduces every decision and makes no connection.
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -90,21 +96,31 @@ protected:
     fs::create_directories(dir_.sub("knowledge"));
   }
 
-  tune_run tune(const std::string& base_url, const std::string& until,
-                const std::string& extra = "") {
-    tune_run r;
-    r.task = dir_.sub("tasks/fake_tune.toml");
-    r.store = dir_.sub("store-" + until + std::to_string(counter_++));
+  /// Writes tasks/fake_tune.toml with an [llm] table for `base_url` (plus `extra` keys).
+  std::string write_task(const std::string& base_url, const std::string& extra,
+                         double timeout_s = 5) {
+    auto path = dir_.sub("tasks/fake_tune.toml");
     std::ifstream in{std::string{INFRARSI_TEST_DATA_DIR} + "/tasks/fake_tune.toml"};
     std::stringstream text;
     text << in.rdbuf();
     text << "\n[llm]\nbase_url = \"" << base_url << "\"\nmodel = \"scripted\"\n"
-         << "timeout_s = 5\nconnect_timeout_s = 1\nretries = 1\nanswer_retries = 1\n" << extra;
-    std::ofstream{r.task} << text.str();
+         << "timeout_s = " << timeout_s
+         << "\nconnect_timeout_s = 1\nretries = 1\nanswer_retries = 1\n" << extra;
+    std::ofstream{path} << text.str();
+    return path;
+  }
+
+  tune_run tune(const std::string& base_url, const std::string& until,
+                const std::string& extra = "", const std::string& store = "",
+                const std::string& resume = "") {
+    tune_run r;
+    r.task = resume.empty() ? write_task(base_url, extra) : dir_.sub("tasks/fake_tune.toml");
+    r.store = store.empty() ? dir_.sub("store-" + until + std::to_string(counter_++)) : store;
     tune_options o;
     o.task_path = r.task;
     o.store_dir = r.store;
     o.until = until;
+    o.run_id = resume;
     o.knowledge_dir = dir_.sub("knowledge");
     std::ostringstream out;
     std::ostringstream err;
@@ -333,6 +349,63 @@ TEST_F(TuneLlm, AnExplicitKnowledgeDirectoryThatIsMissingOrBrokenIsAnError) {
   EXPECT_NE(err2.str().find(dir_.sub("knowledge/fake_tune.toml") + ":1:"), std::string::npos)
     << err2.str();
   EXPECT_NE(err2.str().find("TOML syntax error"), std::string::npos) << err2.str();
+}
+
+TEST_F(TuneLlm, ACrashMidRequestIsResumedByReSendingTheLoggedRequest) {
+  std::atomic<bool> release{false};
+  test::llm_server server{[&release](const httplib::Request&, httplib::Response& res, int call) {
+    // The first request hangs until the test lets it go (its client is killed meanwhile).
+    for (int i = 0; call == 0 && !release && i < 400; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    res.set_content(test::chat_answer(priors_answer()), "application/json");
+  }};
+  auto task = write_task(server.base_url(), "patches = false\n", 30);
+  auto store = dir_.sub("store-crash");
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    std::FILE* f = std::freopen(dir_.sub("crash.log").c_str(), "a", stderr);
+    static_cast<void>(f);
+    std::string bin = INFRARSI_CLI_PATH;
+    std::vector<std::string> args = {bin, "tune", task, "--store", store, "--until", "init",
+                                     "--knowledge", dir_.sub("knowledge")};
+    std::vector<char*> argv;
+    for (auto& a : args)
+      argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(bin.c_str(), argv.data());
+    ::_exit(127);
+  }
+  ASSERT_GT(pid, 0);
+  for (int i = 0; server.received().empty() && i < 600; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_EQ(server.received().size(), 1u) << "the first request never arrived";
+  ::kill(pid, SIGKILL); // mid-request: LlmRequested is logged, no answer is
+  int wstatus = 0;
+  ::waitpid(pid, &wstatus, 0);
+  release = true;
+
+  store::rocksdb_event_log_options ro;
+  ro.read_only = true;
+  std::string run_id;
+  {
+    auto log = store::rocksdb_event_log::open(store + "/events", ro);
+    ASSERT_TRUE(log);
+    run_id = (*log)->list_runs()->front().run_id;
+  }
+  auto r = tune("", "init", "", store, run_id);
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto got = server.received();
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[1].body, got[0].body); // re-sent byte for byte
+  auto requests = of_kind(r, wire::EventKind::LlmRequested);
+  ASSERT_EQ(requests.size(), 1u); // not asked anew
+  EXPECT_EQ(requests[0]["body"].dump(), got[0].body);
+  EXPECT_EQ(of_kind(r, wire::EventKind::LlmResponded).size(), 1u);
+  EXPECT_NE(r.err.find("re-sending the logged request"), std::string::npos) << r.err;
+  ASSERT_EQ(r.state.priors.settings.size(), 3u);
+  EXPECT_EQ(r.state.priors.settings[0].source, "llm:scripted");
+  auto rep = replay(r);
+  EXPECT_FALSE(rep.diverged) << rep.decision << ": " << rep.logged << " vs " << rep.recomputed;
 }
 
 } // namespace
