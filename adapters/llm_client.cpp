@@ -66,9 +66,9 @@ bool retryable(long status, CURLcode code, bool too_large) {
   if (too_large)
     return false;
   if (code != CURLE_OK)
-    return code == CURLE_COULDNT_CONNECT || code == CURLE_OPERATION_TIMEDOUT
-           || code == CURLE_RECV_ERROR || code == CURLE_SEND_ERROR || code == CURLE_GOT_NOTHING
-           || code == CURLE_PARTIAL_FILE;
+    return code == CURLE_COULDNT_CONNECT || code == CURLE_OPERATION_TIMEDOUT ||
+           code == CURLE_RECV_ERROR || code == CURLE_SEND_ERROR || code == CURLE_GOT_NOTHING ||
+           code == CURLE_PARTIAL_FILE;
   return status == 429 || (status >= 500 && status <= 599);
 }
 
@@ -82,12 +82,9 @@ nlohmann::json to_json(const llm_exchange& x) {
                         {"retry_after_s", a.retry_after_s},
                         {"backoff_s", a.backoff_s},
                         {"elapsed_s", a.elapsed_s}});
-  return {{"ok", x.ok},
-          {"http_status", x.http_status},
-          {"body", x.body},
-          {"too_large", x.too_large},
-          {"error", x.error},
-          {"attempts", attempts}};
+  return {{"ok", x.ok},       {"http_status", x.http_status},
+          {"body", x.body},   {"too_large", x.too_large},
+          {"error", x.error}, {"attempts", attempts}};
 }
 
 bool read_api_key(const tuning::llm_spec& spec, std::string& key, std::string& why) {
@@ -96,8 +93,8 @@ bool read_api_key(const tuning::llm_spec& spec, std::string& key, std::string& w
     return true;
   const char* v = std::getenv(spec.api_key_env.c_str());
   if (v == nullptr || *v == '\0') {
-    why = "llm.api_key_env: the environment variable " + spec.api_key_env
-          + " is not set (or empty): it must hold the API key";
+    why = "llm.api_key_env: the environment variable " + spec.api_key_env +
+          " is not set (or empty): it must hold the API key";
     return false;
   }
   key = v;
@@ -135,7 +132,7 @@ llm_exchange post_chat(const tuning::llm_spec& spec, const std::string& api_key,
       headers = curl_slist_append(headers, auth.c_str());
     }
     std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)> header_list{headers,
-                                                                           curl_slist_free_all};
+                                                                            curl_slist_free_all};
     CURL* c = curl.get();
     curl_easy_setopt(c, CURLOPT_URL, url.c_str());
     curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -167,8 +164,8 @@ llm_exchange post_chat(const tuning::llm_spec& spec, const std::string& api_key,
     if (code == CURLE_FILESIZE_EXCEEDED)
       t.too_large = true;
     if (t.too_large)
-      a.error = "the answer is larger than llm.max_response_bytes ("
-                + std::to_string(spec.max_response_bytes) + " bytes): transfer aborted";
+      a.error = "the answer is larger than llm.max_response_bytes (" +
+                std::to_string(spec.max_response_bytes) + " bytes): transfer aborted";
     else if (code != CURLE_OK)
       a.error = std::string{curl_easy_strerror(code)} + (errbuf[0] != '\0' ? ": " : "") + errbuf;
     else if (a.http_status < 200 || a.http_status > 299)
@@ -191,8 +188,8 @@ llm_exchange post_chat(const tuning::llm_spec& spec, const std::string& api_key,
       return x;
     }
     double delay = a.retry_after_s >= 0
-                     ? std::min(a.retry_after_s, 300.0)
-                     : std::min(30.0, 0.5 * std::pow(2.0, static_cast<double>(i))) * jitter(rng);
+                       ? std::min(a.retry_after_s, 300.0)
+                       : std::min(30.0, 0.5 * std::pow(2.0, static_cast<double>(i))) * jitter(rng);
     a.backoff_s = delay;
     x.attempts.push_back(a);
     std::this_thread::sleep_for(std::chrono::duration<double>(delay));

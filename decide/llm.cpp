@@ -70,25 +70,25 @@ json trials_json(const store::run_state& run) {
 
 std::optional<tuning::knob_value> knob_value_of(const tuning::knob_spec& k, const json& v) {
   switch (k.type) {
-    case tuning::knob_type::integer:
-      if (v.is_number_integer())
-        return tuning::knob_value{v.get<std::int64_t>()};
-      if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()
-          && std::fabs(v.get<double>()) < 9e15)
-        return tuning::knob_value{static_cast<std::int64_t>(v.get<double>())};
-      break;
-    case tuning::knob_type::real:
-      if (v.is_number())
-        return tuning::knob_value{v.get<double>()};
-      break;
-    case tuning::knob_type::boolean:
-      if (v.is_boolean())
-        return tuning::knob_value{v.get<bool>()};
-      break;
-    case tuning::knob_type::choice:
-      if (v.is_string())
-        return tuning::knob_value{v.get<std::string>()};
-      break;
+  case tuning::knob_type::integer:
+    if (v.is_number_integer())
+      return tuning::knob_value{v.get<std::int64_t>()};
+    if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() &&
+        std::fabs(v.get<double>()) < 9e15)
+      return tuning::knob_value{static_cast<std::int64_t>(v.get<double>())};
+    break;
+  case tuning::knob_type::real:
+    if (v.is_number())
+      return tuning::knob_value{v.get<double>()};
+    break;
+  case tuning::knob_type::boolean:
+    if (v.is_boolean())
+      return tuning::knob_value{v.get<bool>()};
+    break;
+  case tuning::knob_type::choice:
+    if (v.is_string())
+      return tuning::knob_value{v.get<std::string>()};
+    break;
   }
   if (v.is_string()) { // "4", "true", "sdpa": the prompt gives values as text
     std::string why;
@@ -193,12 +193,11 @@ bool safe_path(const std::string& p) {
 
 json llm_answer_schema(const std::string& purpose) {
   if (purpose == llm_patches)
-    return object_schema(
-      {{"patches",
-        {{"type", "array"},
-         {"items", object_schema({{"name", {{"type", "string"}}},
-                                  {"rationale", {{"type", "string"}}},
-                                  {"diff", {{"type", "string"}}}})}}}});
+    return object_schema({{"patches",
+                           {{"type", "array"},
+                            {"items", object_schema({{"name", {{"type", "string"}}},
+                                                     {"rationale", {{"type", "string"}}},
+                                                     {"diff", {{"type", "string"}}}})}}}});
   json effect = {{"speedup", number_schema()},
                  {"memory_bytes", number_schema()},
                  {"confidence", number_schema()}};
@@ -228,9 +227,9 @@ json llm_request(const tuning::task_spec& task, const store::run_state& run,
                   {"doctor", run.doctor_doc ? *run.doctor_doc : json{}},
                   {"trials", trials_json(run)}};
   std::string system =
-    "You are a performance engineer tuning a training job without changing what it computes: "
-    "the contract (steps, tokens, global batch, loss trajectory) is fixed and checked. Answer "
-    "with one JSON object of the given schema and nothing else.";
+      "You are a performance engineer tuning a training job without changing what it computes: "
+      "the contract (steps, tokens, global batch, loss trajectory) is fixed and checked. Answer "
+      "with one JSON object of the given schema and nothing else.";
   std::string user;
   if (purpose == llm_patches) {
     context["scope"] = {{"editable", task.scope.editable}, {"frozen", task.scope.frozen}};
@@ -250,9 +249,8 @@ json llm_request(const tuning::task_spec& task, const store::run_state& run,
   return {{"model", task.llm.model},
           {"temperature", task.llm.temperature},
           {"max_tokens", task.llm.max_tokens},
-          {"messages",
-           json::array({{{"role", "system"}, {"content", system}},
-                        {{"role", "user"}, {"content", user}}})},
+          {"messages", json::array({{{"role", "system"}, {"content", system}},
+                                    {{"role", "user"}, {"content", user}}})},
           {"response_format",
            {{"type", "json_schema"},
             {"json_schema",
@@ -279,11 +277,11 @@ llm_answer read_llm_answer(const json& response_doc) {
     if (u.contains("completion_tokens") && u["completion_tokens"].is_number_unsigned())
       a.completion_tokens = u["completion_tokens"].get<std::uint64_t>();
   }
-  if (!body.contains("choices") || !body["choices"].is_array() || body["choices"].empty()
-      || !body["choices"][0].is_object() || !body["choices"][0].contains("message")
-      || !body["choices"][0]["message"].is_object()
-      || !body["choices"][0]["message"].contains("content")
-      || !body["choices"][0]["message"]["content"].is_string()) {
+  if (!body.contains("choices") || !body["choices"].is_array() || body["choices"].empty() ||
+      !body["choices"][0].is_object() || !body["choices"][0].contains("message") ||
+      !body["choices"][0]["message"].is_object() ||
+      !body["choices"][0]["message"].contains("content") ||
+      !body["choices"][0]["message"]["content"].is_string()) {
     a.error = "no choices[0].message.content string in the answer";
     return a;
   }
@@ -296,13 +294,13 @@ std::string check_llm_diff(const tuning::task_spec& task, const std::string& dif
                            std::uint64_t max_bytes, std::vector<std::string>& paths) {
   paths.clear();
   if (diff.size() > max_bytes)
-    return "diff of " + std::to_string(diff.size()) + " bytes, more than llm.max_patch_bytes ("
-           + std::to_string(max_bytes) + ")";
+    return "diff of " + std::to_string(diff.size()) + " bytes, more than llm.max_patch_bytes (" +
+           std::to_string(max_bytes) + ")";
   if (diff.find('\0') != std::string::npos)
     return "a NUL byte (binary content)";
-  static const char* refused[] = {"GIT binary patch", "Binary files ", "old mode ",
-                                  "new mode ",        "new file mode", "deleted file mode",
-                                  "rename from",      "rename to",     "copy from",
+  static const char* refused[] = {"GIT binary patch", "Binary files ",    "old mode ",
+                                  "new mode ",        "new file mode",    "deleted file mode",
+                                  "rename from",      "rename to",        "copy from",
                                   "copy to",          "similarity index", "dissimilarity index"};
   std::set<std::string> touched;
   std::string minus;
@@ -417,8 +415,8 @@ json llm_parsed_doc(const tuning::task_spec& task, const store::run_state& run,
       if (knob == nullptr)
         why = "unknown knob";
       else if (!(value = knob_value_of(*knob, s["value"])))
-        why = std::string{"value does not fit the knob's type ("} + tuning::to_string(knob->type)
-              + ")";
+        why = std::string{"value does not fit the knob's type ("} + tuning::to_string(knob->type) +
+              ")";
       else if (std::string d; !tuning::in_domain(*knob, *value, d))
         why = "value outside the domain: " + d;
       else if (priors.find(knob->name, *value) != nullptr)
@@ -430,7 +428,7 @@ json llm_parsed_doc(const tuning::task_spec& task, const store::run_state& run,
         continue;
       }
       priors.settings.push_back(
-        {knob->name, *value, shrunk(s), s["memory_bytes"].get<double>(), source});
+          {knob->name, *value, shrunk(s), s["memory_bytes"].get<double>(), source});
     }
     for (const auto& p : content["patches"]) {
       auto name = p["patch"].get<std::string>();
@@ -473,8 +471,8 @@ llm_usage llm_usage_of(const store::run_state& run) {
 json llm_accepted_patches(const store::run_state& run) {
   json out = json::array();
   for (const auto& e : run.llm)
-    if (e.value("event", "") == "parsed" && e.value("purpose", "") == llm_patches
-        && e.value("valid", false) && e.contains("patches"))
+    if (e.value("event", "") == "parsed" && e.value("purpose", "") == llm_patches &&
+        e.value("valid", false) && e.contains("patches"))
       for (const auto& p : e["patches"])
         if (p.value("apply_error", std::string{"not checked"}).empty())
           out.push_back({{"name", p["name"]},
@@ -504,19 +502,19 @@ llm_step llm_next(const tuning::task_spec& task, const store::run_state& run,
       }
     auto ask = [&]() -> bool {
       if (usage.calls >= task.llm.max_calls) {
-        note(q + ": not asked: llm.max_calls (" + std::to_string(task.llm.max_calls)
-             + ") spent");
+        note(q + ": not asked: llm.max_calls (" + std::to_string(task.llm.max_calls) + ") spent");
         return false;
       }
       if (usage.prompt_tokens + usage.completion_tokens >= task.llm.max_tokens_per_run) {
-        note(q + ": not asked: llm.max_tokens_per_run (" + std::to_string(task.llm.max_tokens_per_run)
-             + ") spent");
+        note(q + ": not asked: llm.max_tokens_per_run (" +
+             std::to_string(task.llm.max_tokens_per_run) + ") spent");
         return false;
       }
       step.k = llm_step::kind::request;
       step.purpose = q;
       step.attempt = asked;
-      step.body = llm_request(task, run, q, q == llm_patches ? files : std::map<std::string, std::string>{});
+      step.body = llm_request(task, run, q,
+                              q == llm_patches ? files : std::map<std::string, std::string>{});
       return true;
     };
     if (last == nullptr) {
@@ -546,15 +544,15 @@ llm_step llm_next(const tuning::task_spec& task, const store::run_state& run,
         return step;
       continue;
     }
-    note(q + ": no valid answer in " + std::to_string(asked) + " asks (last: "
-         + last->value("error", "") + ")");
+    note(q + ": no valid answer in " + std::to_string(asked) +
+         " asks (last: " + last->value("error", "") + ")");
   }
   step = llm_step{};
   step.k = llm_step::kind::finish;
   step.detail = detail;
   for (const auto& e : run.llm)
-    if (e.value("event", "") == "parsed" && e.value("purpose", "") == llm_priors
-        && e.value("valid", false) && e.contains("priors"))
+    if (e.value("event", "") == "parsed" && e.value("purpose", "") == llm_priors &&
+        e.value("valid", false) && e.contains("priors"))
       step.priors = e["priors"];
   return step;
 }

@@ -67,8 +67,9 @@ std::string check_llm_diff(const tuning::task_spec& task, const std::string& dif
 
 /// The LlmAnswerParsed document of the answer `response_doc` to `purpose`:
 /// {"purpose", "attempt", "valid", "error", "tokens": {"prompt", "completion"}, and
-///  priors: "priors" (store::to_json(prior_set), source "llm:MODEL"), "rejected": [{"entry", "why"}];
-///  patches: "patches": [{"name", "rationale", "diff", "paths"}], "rejected": [{"name", "why"}]}.
+///  priors: "priors" (store::to_json(prior_set), source "llm:MODEL"), "rejected": [{"entry",
+///  "why"}]; patches: "patches": [{"name", "rationale", "diff", "paths"}], "rejected": [{"name",
+///  "why"}]}.
 /// "valid" false (with "error") when the exchange failed or the content is not JSON of the
 /// schema (llm_answer_schema: every key required, no other key, each of its type): the question
 /// may be asked again. Entries of a valid answer that name an unknown knob or patch, a value

@@ -19,17 +19,16 @@ namespace infrarsi::test {
 /// A chat-completions answer whose message content is `content`, with usage.
 inline std::string chat_answer(const std::string& content, int prompt_tokens = 100,
                                int completion_tokens = 50) {
-  nlohmann::json j = {
-    {"id", "chatcmpl-test"},
-    {"object", "chat.completion"},
-    {"choices",
-     nlohmann::json::array({{{"index", 0},
-                             {"message", {{"role", "assistant"}, {"content", content}}},
-                             {"finish_reason", "stop"}}})},
-    {"usage",
-     {{"prompt_tokens", prompt_tokens},
-      {"completion_tokens", completion_tokens},
-      {"total_tokens", prompt_tokens + completion_tokens}}}};
+  nlohmann::json j = {{"id", "chatcmpl-test"},
+                      {"object", "chat.completion"},
+                      {"choices", nlohmann::json::array(
+                                      {{{"index", 0},
+                                        {"message", {{"role", "assistant"}, {"content", content}}},
+                                        {"finish_reason", "stop"}}})},
+                      {"usage",
+                       {{"prompt_tokens", prompt_tokens},
+                        {"completion_tokens", completion_tokens},
+                        {"total_tokens", prompt_tokens + completion_tokens}}}};
   return j.dump();
 }
 
@@ -44,16 +43,16 @@ public:
   using handler = std::function<void(const httplib::Request&, httplib::Response&, int call)>;
 
   explicit llm_server(handler h) : handler_(std::move(h)) {
-    server_.Post("/v1/chat/completions", [this](const httplib::Request& req,
-                                                httplib::Response& res) {
-      int call = 0;
-      {
-        std::lock_guard<std::mutex> lock{mutex_};
-        received_.push_back({req.body, req.get_header_value("Authorization")});
-        call = static_cast<int>(received_.size()) - 1;
-      }
-      handler_(req, res, call);
-    });
+    server_.Post("/v1/chat/completions",
+                 [this](const httplib::Request& req, httplib::Response& res) {
+                   int call = 0;
+                   {
+                     std::lock_guard<std::mutex> lock{mutex_};
+                     received_.push_back({req.body, req.get_header_value("Authorization")});
+                     call = static_cast<int>(received_.size()) - 1;
+                   }
+                   handler_(req, res, call);
+                 });
     port_ = server_.bind_to_any_port("127.0.0.1");
     thread_ = std::thread{[this] { server_.listen_after_bind(); }};
     while (!server_.is_running()) // the socket is bound: connections queue until it runs

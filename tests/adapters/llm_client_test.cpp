@@ -151,17 +151,17 @@ TEST(LlmClient, SlowAnswerPastTheTimeout) {
 TEST(LlmClient, FiftyMegabyteAnswerIsAbortedAtTheCap) {
   const std::size_t big = 50u << 20;
   test::llm_server server{[big](const httplib::Request&, httplib::Response& res, int) {
-    res.set_chunked_content_provider("application/json",
-                                     [big, sent = std::size_t{0}](std::size_t,
-                                                                  httplib::DataSink& sink) mutable {
-                                       std::string chunk(1u << 16, 'x');
-                                       if (sent >= big) {
-                                         sink.done();
-                                         return true;
-                                       }
-                                       sent += chunk.size();
-                                       return sink.write(chunk.data(), chunk.size());
-                                     });
+    res.set_chunked_content_provider(
+        "application/json",
+        [big, sent = std::size_t{0}](std::size_t, httplib::DataSink& sink) mutable {
+          std::string chunk(1u << 16, 'x');
+          if (sent >= big) {
+            sink.done();
+            return true;
+          }
+          sent += chunk.size();
+          return sink.write(chunk.data(), chunk.size());
+        });
   }};
   auto s = spec_for(server.base_url());
   s.max_response_bytes = 1u << 20;

@@ -60,12 +60,13 @@ TEST(LlmDiff, RefusesEveryUntrustedShape) {
             std::string::npos);
   EXPECT_NE(check("diff --git a/t.py b/t.py\nold mode 100644\nnew mode 100755\n").find("old mode"),
             std::string::npos);
-  EXPECT_NE(check("diff --git a/t.py b/t.py\nnew file mode 100644\n--- /dev/null\n+++ b/t.py\n" + hunk)
-              .find("new file mode"),
-            std::string::npos);
+  EXPECT_NE(
+      check("diff --git a/t.py b/t.py\nnew file mode 100644\n--- /dev/null\n+++ b/t.py\n" + hunk)
+          .find("new file mode"),
+      std::string::npos);
   EXPECT_NE(check("--- /dev/null\n+++ b/t.py\n" + hunk).find("/dev/null"), std::string::npos);
   EXPECT_NE(check("diff --git a/t.py b/t.py\nindex 1..2 120000\n--- a/t.py\n+++ b/t.py\n" + hunk)
-              .find("symbolic link"),
+                .find("symbolic link"),
             std::string::npos);
   EXPECT_NE(check("diff --git a/t.py b/t.py\nGIT binary patch\nliteral 1\n").find("binary"),
             std::string::npos);
@@ -99,19 +100,19 @@ TEST(LlmParse, StrictSchemaMalformedAndFencedAnswers) {
                               response(R"({"settings": [], "patches": [], "note": 1})"));
   EXPECT_EQ(extra["error"], "the content does not fit the schema: answer.note: unknown key");
   auto type = llm_parsed_doc(
-    t, run, llm_priors, 0,
-    response(R"({"settings": [{"knob": "micro_batch", "value": 2, "speedup": "fast",
+      t, run, llm_priors, 0,
+      response(R"({"settings": [{"knob": "micro_batch", "value": 2, "speedup": "fast",
                  "memory_bytes": 0, "confidence": 1}], "patches": []})"));
   EXPECT_EQ(type["error"],
             "the content does not fit the schema: answer.settings[0].speedup: expected "
             "\"number\", got string");
   auto fenced = llm_parsed_doc(
-    t, run, llm_priors, 1,
-    response("```json\n{\"settings\": [{\"knob\": \"micro_batch\", \"value\": 4, \"speedup\": "
-             "1.5, \"memory_bytes\": 1e9, \"confidence\": 1}, {\"knob\": \"micro_batch\", "
-             "\"value\": 3, \"speedup\": 1.2, \"memory_bytes\": 0, \"confidence\": 1}], "
-             "\"patches\": [{\"patch\": \"nope\", \"speedup\": 1, \"memory_bytes\": 0, "
-             "\"confidence\": 2}]}\n```"));
+      t, run, llm_priors, 1,
+      response("```json\n{\"settings\": [{\"knob\": \"micro_batch\", \"value\": 4, \"speedup\": "
+               "1.5, \"memory_bytes\": 1e9, \"confidence\": 1}, {\"knob\": \"micro_batch\", "
+               "\"value\": 3, \"speedup\": 1.2, \"memory_bytes\": 0, \"confidence\": 1}], "
+               "\"patches\": [{\"patch\": \"nope\", \"speedup\": 1, \"memory_bytes\": 0, "
+               "\"confidence\": 2}]}\n```"));
   ASSERT_TRUE(fenced["valid"].get<bool>()) << fenced.dump();
   EXPECT_EQ(fenced["tokens"]["prompt"], 7);
   auto priors = store::priors_from_json(fenced["priors"]);
@@ -157,7 +158,8 @@ TEST(LlmNext, ResumeResendsTheLoggedRequestAndReAsksAreBounded) {
   auto again = llm_next(t, run, {});
   ASSERT_EQ(again.k, llm_step::kind::request);
   EXPECT_EQ(again.attempt, 1u);
-  run.llm.push_back({{"event", "request"}, {"purpose", "priors"}, {"attempt", 1}, {"body", again.body}});
+  run.llm.push_back(
+      {{"event", "request"}, {"purpose", "priors"}, {"attempt", 1}, {"body", again.body}});
   run.llm.push_back(resp);
   run.llm.push_back(parsed);
   auto done = llm_next(t, run, {});
@@ -173,7 +175,8 @@ TEST(LlmNext, NoRequestOnceTheCallsOrTokensAreSpent) {
   t.llm.max_tokens_per_run = 10; // one answer uses 7 + 3
   t.llm.answer_retries = 3;
   store::run_state run;
-  run.llm.push_back({{"event", "request"}, {"purpose", "priors"}, {"attempt", 0}, {"body", json::object()}});
+  run.llm.push_back(
+      {{"event", "request"}, {"purpose", "priors"}, {"attempt", 0}, {"body", json::object()}});
   auto resp = response("not json");
   resp["event"] = "response";
   resp["purpose"] = "priors";
@@ -212,8 +215,9 @@ TEST(LlmTaskFile, StrictKeysTypesAndRanges) {
             std::string::npos);
   EXPECT_NE(err(base + "timeout_s = 0\n").find("llm.timeout_s: expected a number in (0"),
             std::string::npos);
-  EXPECT_NE(err(base + "max_calls = \"5\"\n").find("llm.max_calls: expected an integer in [1, "
-                                                   "1000], got string \"5\""),
+  EXPECT_NE(err(base + "max_calls = \"5\"\n")
+                .find("llm.max_calls: expected an integer in [1, "
+                      "1000], got string \"5\""),
             std::string::npos);
   EXPECT_NE(err(base + "retries = 11\n").find("llm.retries"), std::string::npos);
   EXPECT_NE(err(base + "api_key_env = \"sk-abc 123\"\n").find("llm.api_key_env: expected the NAME"),

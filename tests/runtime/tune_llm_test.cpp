@@ -35,38 +35,53 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 const char* good_diff =
-  "--- a/fake_train.py\n+++ b/fake_train.py\n@@ -1,3 +1,4 @@\n #!/usr/bin/env python3\n"
-  "+# tuned by the scripted LLM\n \"\"\"A stand-in training job for launcher tests (no torch): "
-  "speaks the INFRARSI_METRICS protocol.\n \n";
+    "--- a/fake_train.py\n+++ b/fake_train.py\n@@ -1,3 +1,4 @@\n #!/usr/bin/env python3\n"
+    "+# tuned by the scripted LLM\n \"\"\"A stand-in training job for launcher tests (no torch): "
+    "speaks the INFRARSI_METRICS protocol.\n \n";
 const char* stale_diff =
-  "--- a/fake_train.py\n+++ b/fake_train.py\n@@ -1,2 +1,3 @@\n #!/usr/bin/env python2\n"
-  "+# never applies\n import nothing\n";
+    "--- a/fake_train.py\n+++ b/fake_train.py\n@@ -1,2 +1,3 @@\n #!/usr/bin/env python2\n"
+    "+# never applies\n import nothing\n";
 
 std::string patches_answer() {
-  json p = {{"patches",
-             json::array({{{"name", "add_comment"}, {"rationale", "harmless"}, {"diff", good_diff}},
-                          {{"name", "touch_frozen"},
-                           {"rationale", "edits the frozen file"},
-                           {"diff", "--- a/regex_train.py\n+++ b/regex_train.py\n@@ -1 +1 @@\n-a\n+b\n"}},
-                          {{"name", "escape"},
-                           {"rationale", "climbs out"},
-                           {"diff", "--- a/../../etc/passwd\n+++ b/../../etc/passwd\n@@ -1 +1 @@\n-a\n+b\n"}},
-                          {{"name", "stale"}, {"rationale", "wrong context"}, {"diff", stale_diff}}})}};
+  json p = {
+      {"patches",
+       json::array(
+           {{{"name", "add_comment"}, {"rationale", "harmless"}, {"diff", good_diff}},
+            {{"name", "touch_frozen"},
+             {"rationale", "edits the frozen file"},
+             {"diff", "--- a/regex_train.py\n+++ b/regex_train.py\n@@ -1 +1 @@\n-a\n+b\n"}},
+            {{"name", "escape"},
+             {"rationale", "climbs out"},
+             {"diff", "--- a/../../etc/passwd\n+++ b/../../etc/passwd\n@@ -1 +1 @@\n-a\n+b\n"}},
+            {{"name", "stale"}, {"rationale", "wrong context"}, {"diff", stale_diff}}})}};
   return p.dump();
 }
 
 std::string priors_answer() {
-  json p = {{"settings",
-             json::array({{{"knob", "step_time"}, {"value", 0.03}, {"speedup", 2.5},
-                           {"memory_bytes", 0}, {"confidence", 1.0}},
-                          {{"knob", "step_time"}, {"value", "0.05"}, {"speedup", 1.6},
-                           {"memory_bytes", 0}, {"confidence", 0.5}},
-                          {{"knob", "alloc_mb"}, {"value", 300}, {"speedup", 1.0},
-                           {"memory_bytes", 3e8}, {"confidence", 0.9}},
-                          {{"knob", "no_such_knob"}, {"value", 1}, {"speedup", 9.0},
-                           {"memory_bytes", 0}, {"confidence", 1.0}}})},
-            {"patches", json::array({{{"patch", "add_comment"}, {"speedup", 1.01},
-                                      {"memory_bytes", 0}, {"confidence", 0.2}}})}};
+  json p = {{"settings", json::array({{{"knob", "step_time"},
+                                       {"value", 0.03},
+                                       {"speedup", 2.5},
+                                       {"memory_bytes", 0},
+                                       {"confidence", 1.0}},
+                                      {{"knob", "step_time"},
+                                       {"value", "0.05"},
+                                       {"speedup", 1.6},
+                                       {"memory_bytes", 0},
+                                       {"confidence", 0.5}},
+                                      {{"knob", "alloc_mb"},
+                                       {"value", 300},
+                                       {"speedup", 1.0},
+                                       {"memory_bytes", 3e8},
+                                       {"confidence", 0.9}},
+                                      {{"knob", "no_such_knob"},
+                                       {"value", 1},
+                                       {"speedup", 9.0},
+                                       {"memory_bytes", 0},
+                                       {"confidence", 1.0}}})},
+            {"patches", json::array({{{"patch", "add_comment"},
+                                      {"speedup", 1.01},
+                                      {"memory_bytes", 0},
+                                      {"confidence", 0.2}}})}};
   return p.dump();
 }
 
@@ -105,7 +120,8 @@ protected:
     text << in.rdbuf();
     text << "\n[llm]\nbase_url = \"" << base_url << "\"\nmodel = \"scripted\"\n"
          << "timeout_s = " << timeout_s
-         << "\nconnect_timeout_s = 1\nretries = 1\nanswer_retries = 1\n" << extra;
+         << "\nconnect_timeout_s = 1\nretries = 1\nanswer_retries = 1\n"
+         << extra;
     std::ofstream{path} << text.str();
     return path;
   }
@@ -178,9 +194,9 @@ protected:
 TEST_F(TuneLlm, GoodAnswersBecomePriorsAndCheckedPatchesThenTheRunCompletesAndReplays) {
   test::llm_server server{[](const httplib::Request& req, httplib::Response& res, int) {
     auto q = question(req);
-    res.set_content(test::chat_answer(q == "patches" ? patches_answer() : priors_answer(), 1000,
-                                      200),
-                    "application/json");
+    res.set_content(
+        test::chat_answer(q == "patches" ? patches_answer() : priors_answer(), 1000, 200),
+        "application/json");
   }};
   auto r = tune(server.base_url(), "report");
   ASSERT_EQ(r.status, 0) << r.err;
@@ -237,7 +253,7 @@ TEST_F(TuneLlm, GoodAnswersBecomePriorsAndCheckedPatchesThenTheRunCompletesAndRe
   EXPECT_TRUE(r.state.stage_done("report"));
   EXPECT_GE(r.state.trials.size(), 5u);
   EXPECT_NE(r.err.find("init: llm patch 'stale' rejected: does not apply"), std::string::npos)
-    << r.err;
+      << r.err;
   // The report shows the usage and what became of each proposed patch.
   ASSERT_TRUE(r.state.report.has_value());
   std::ifstream md_in{r.store + "/runs/" + r.run_id + "/report.md"};
@@ -246,10 +262,10 @@ TEST_F(TuneLlm, GoodAnswersBecomePriorsAndCheckedPatchesThenTheRunCompletesAndRe
   EXPECT_NE(md.find("2 requests, 2 HTTP calls, 2000 prompt + 400 completion tokens, 0 invalid "
                     "answers. Priors used: llm:scripted."),
             std::string::npos)
-    << md;
+      << md;
   EXPECT_NE(md.find("- patch `escape`: rejected: line 1: path '../../etc/passwd'"),
             std::string::npos)
-    << md;
+      << md;
 
   // Replay with the server stopped: every decision reproduced, no request reaches anything.
   server.stop();
@@ -262,7 +278,7 @@ TEST_F(TuneLlm, GoodAnswersBecomePriorsAndCheckedPatchesThenTheRunCompletesAndRe
 
 TEST_F(TuneLlm, MalformedAnswersAreLoggedRetriedThenTheKnowledgeBaseIsUsed) {
   std::ofstream{dir_.sub("knowledge/fake_tune.toml")}
-    << "[[setting]]\nknob = \"step_time\"\nvalue = 0.05\nspeedup = 1.2\n";
+      << "[[setting]]\nknob = \"step_time\"\nvalue = 0.05\nspeedup = 1.2\n";
   test::llm_server server{[](const httplib::Request&, httplib::Response& res, int) {
     res.set_content(test::chat_answer("{\"settings\": [ not json"), "application/json");
   }};
@@ -311,8 +327,8 @@ TEST_F(TuneLlm, TheKeyComesFromTheEnvironmentAndIsNeverLogged) {
   test::llm_server server{[](const httplib::Request&, httplib::Response& res, int) {
     res.set_content(test::chat_answer(priors_answer()), "application/json");
   }};
-  auto r = tune(server.base_url(), "init",
-                "patches = false\napi_key_env = \"INFRARSI_TEST_LLM_KEY\"\n");
+  auto r =
+      tune(server.base_url(), "init", "patches = false\napi_key_env = \"INFRARSI_TEST_LLM_KEY\"\n");
   ::unsetenv("INFRARSI_TEST_LLM_KEY");
   ASSERT_EQ(r.status, 0) << r.err;
   ASSERT_EQ(server.received().size(), 1u);
@@ -341,13 +357,13 @@ TEST_F(TuneLlm, AnExplicitKnowledgeDirectoryThatIsMissingOrBrokenIsAnError) {
   EXPECT_EQ(run_tune(o, out, err), 2);
   EXPECT_NE(err.str().find("--knowledge '" + dir_.sub("no-such-dir") + "': no such directory"),
             std::string::npos)
-    << err.str();
+      << err.str();
   std::ofstream{dir_.sub("knowledge/fake_tune.toml")} << "[[setting]\nknob = \n";
   o.knowledge_dir = dir_.sub("knowledge");
   std::ostringstream err2;
   EXPECT_EQ(run_tune(o, out, err2), 1);
   EXPECT_NE(err2.str().find(dir_.sub("knowledge/fake_tune.toml") + ":1:"), std::string::npos)
-    << err2.str();
+      << err2.str();
   EXPECT_NE(err2.str().find("TOML syntax error"), std::string::npos) << err2.str();
 }
 
@@ -366,8 +382,9 @@ TEST_F(TuneLlm, ACrashMidRequestIsResumedByReSendingTheLoggedRequest) {
     std::FILE* f = std::freopen(dir_.sub("crash.log").c_str(), "a", stderr);
     static_cast<void>(f);
     std::string bin = INFRARSI_CLI_PATH;
-    std::vector<std::string> args = {bin, "tune", task, "--store", store, "--until", "init",
-                                     "--knowledge", dir_.sub("knowledge")};
+    std::vector<std::string> args = {bin,       "tune",        task,
+                                     "--store", store,         "--until",
+                                     "init",    "--knowledge", dir_.sub("knowledge")};
     std::vector<char*> argv;
     for (auto& a : args)
       argv.push_back(a.data());
