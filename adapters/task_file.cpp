@@ -549,6 +549,14 @@ void parse_llm(const reader& r, const toml::table& root, tuning::llm_spec& llm) 
   for (char c : llm.base_url)
     if (static_cast<unsigned char>(c) <= ' ' || c == 0x7f)
       r.expected(*t.get("base_url"), "llm.base_url", "a URL without spaces or control characters");
+  {
+    // Credentials in the URL would reach the log (LlmRequested "url"): only api_key_env.
+    auto rest = llm.base_url.substr(llm.base_url.find("://") + 3);
+    auto authority = rest.substr(0, rest.find('/'));
+    if (authority.find('@') != std::string::npos || rest.find('?') != std::string::npos)
+      r.expected(*t.get("base_url"), "llm.base_url",
+                 "a URL without user:password@ or a query (the key goes in api_key_env)");
+  }
   while (!llm.base_url.empty() && llm.base_url.back() == '/')
     llm.base_url.pop_back();
   llm.model = *r.string(t, "model", "llm", true);

@@ -228,6 +228,11 @@ TEST(LlmTaskFile, StrictKeysTypesAndRanges) {
   EXPECT_NE(err(base + "max_response_bytes = 10\n").find("llm.max_response_bytes"),
             std::string::npos);
   EXPECT_NE(err(base).find("loaded"), std::string::npos);
+  EXPECT_NE(
+      err("base_url = \"https://u:sk-1@x/v1\"\nmodel = \"m\"\n").find("without user:password@"),
+      std::string::npos);
+  EXPECT_NE(err("base_url = \"https://x/v1?key=sk-1\"\nmodel = \"m\"\n").find("or a query"),
+            std::string::npos);
   // Errors name the file and the line.
   EXPECT_NE(err(base + "retries = -1\n").find("t.toml:"), std::string::npos);
 }
