@@ -36,8 +36,11 @@ planner_actor::behavior_type planner(planner_actor::stateful_pointer<fold_state>
 
 /// The offline knowledge base's priors for `task`: `dir`/<task knowledge>.toml, else
 /// `dir`/default.toml, else none; values typed by the task's knobs, entries naming unknown knobs,
-/// values of the wrong type or unknown patches skipped, an unparsable file gives no priors.
-tuning::prior_set load_knowledge(const tuning::task_spec& task, const std::string& dir);
+/// values of the wrong type or unknown patches skipped. Error: errc::invalid_argument
+/// "FILE:LINE:COLUMN: knowledge base: TOML syntax error: ..." when the file does not parse (a
+/// broken knowledge base is never silently neutral).
+caf::expected<tuning::prior_set> load_knowledge(const tuning::task_spec& task,
+                                                const std::string& dir);
 
 /// llm-proposer, offline backend: priors from `knowledge_dir`/<task knowledge>.toml, else
 /// `knowledge_dir`/default.toml, else none (every prior neutral).

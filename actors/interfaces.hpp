@@ -38,6 +38,7 @@ using sendfail_atom = caf::atom_constant<caf::atom("sendfail")>;
 using slots_atom = caf::atom_constant<caf::atom("slots")>;
 using drain_atom = caf::atom_constant<caf::atom("drain")>;
 using status_atom = caf::atom_constant<caf::atom("status")>;
+using chat_atom = caf::atom_constant<caf::atom("chat")>;
 constexpr join_atom join_atom_v{};
 constexpr leave_atom leave_atom_v{};
 constexpr node_atom node_atom_v{};
@@ -46,6 +47,7 @@ constexpr sendfail_atom sendfail_atom_v{};
 constexpr slots_atom slots_atom_v{};
 constexpr drain_atom drain_atom_v{};
 constexpr status_atom status_atom_v{};
+constexpr chat_atom chat_atom_v{};
 constexpr propose_atom propose_atom_v{};
 constexpr priors_atom priors_atom_v{};
 constexpr check_atom check_atom_v{};
@@ -66,10 +68,14 @@ using planner_actor = caf::typed_actor<
   /// while it plans are not seen; ProposalsMade records the version, so replay recomputes it).
   caf::replies_to<propose_atom, std::string, std::uint32_t, std::uint64_t>::with<std::string>>;
 
-/// llm-proposer: priors per setting and patch (offline knowledge base backend).
+/// llm-proposer: priors per setting and patch from the offline knowledge base, and the HTTP
+/// exchanges with an OpenAI-compatible endpoint (blocking: spawned detached).
 using llm_proposer_actor = caf::typed_actor<
   /// (task name) -> priors document (store/run_projection.hpp: to_json(prior_set)).
-  caf::replies_to<priors_atom, std::string>::with<std::string>>;
+  caf::replies_to<priors_atom, std::string>::with<std::string>,
+  /// (request body, calls left, jitter seed) -> the exchange as JSON (adapters::to_json of
+  /// adapters::post_chat, to the task's [llm] endpoint with the key from its api_key_env).
+  caf::replies_to<chat_atom, std::string, std::uint64_t, std::uint64_t>::with<std::string>>;
 
 /// verifier: the contract and the statistics.
 using verifier_actor = caf::typed_actor<

@@ -3,11 +3,14 @@
 #include <toml++/toml.h>
 
 #include "actors/actors.hpp"
+#include "adapters/llm_client.hpp"
+#include "messages/errc.hpp"
 #include "store/run_projection.hpp"
 
 namespace infrarsi::actors {
 
-tuning::prior_set load_knowledge(const tuning::task_spec& task, const std::string& dir) {
+caf::expected<tuning::prior_set> load_knowledge(const tuning::task_spec& task,
+                                                const std::string& dir) {
   tuning::prior_set priors;
   namespace fs = std::filesystem;
   fs::path file = fs::path{dir} / (task.knowledge + ".toml");
@@ -18,8 +21,12 @@ tuning::prior_set load_knowledge(const tuning::task_spec& task, const std::strin
   toml::table root;
   try {
     root = toml::parse_file(file.string());
-  } catch (const toml::parse_error&) {
-    return priors; // a broken knowledge base means neutral priors; the run records which
+  } catch (const toml::parse_error& e) {
+    // A broken knowledge file is an error, never silent neutral priors.
+    return make_error(errc::invalid_argument,
+                      file.string() + ":" + std::to_string(e.source().begin.line) + ":"
+                        + std::to_string(e.source().begin.column)
+                        + ": knowledge base: TOML syntax error: " + std::string{e.description()});
   }
   auto source = "knowledge:" + file.string();
   if (const auto* settings = root["setting"].as_array())
@@ -81,9 +88,24 @@ namespace {
 llm_proposer_actor::behavior_type llm_proposer(llm_proposer_actor::pointer,
                                                const tuning::task_spec* task,
                                                std::string knowledge_dir) {
-  return {[task, knowledge_dir](priors_atom, const std::string&) -> std::string {
-    return store::to_json(load_knowledge(*task, knowledge_dir)).dump();
-  }};
+  return {[task, knowledge_dir](priors_atom, const std::string&) -> caf::result<std::string> {
+            auto priors = load_knowledge(*task, knowledge_dir);
+            if (!priors)
+              return std::move(priors.error());
+            return store::to_json(*priors).dump();
+          },
+          [task](chat_atom, const std::string& body, std::uint64_t calls_left,
+                 std::uint64_t seed) -> std::string {
+            std::string key;
+            std::string why;
+            if (!adapters::read_api_key(task->llm, key, why)) {
+              adapters::llm_exchange x;
+              x.error = why; // names the variable, never a value
+              return adapters::to_json(x).dump();
+            }
+            return adapters::to_json(adapters::post_chat(task->llm, key, body, calls_left, seed))
+              .dump();
+          }};
 }
 
 } // namespace infrarsi::actors

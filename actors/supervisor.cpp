@@ -16,11 +16,13 @@
 #include "adapters/environment.hpp"
 #include "adapters/git.hpp"
 #include "adapters/launch_config.hpp"
+#include "adapters/llm_patch.hpp"
 #include "adapters/run_files.hpp"
 #include "adapters/scope.hpp"
 #include "adapters/trial_copy.hpp"
 #include "adapters/trial_launcher.hpp"
 #include "decide/decisions.hpp"
+#include "decide/llm.hpp"
 #include "decide/next_step.hpp"
 #include "decide/patch_exclusion.hpp"
 #include "decide/report.hpp"
@@ -366,6 +368,9 @@ void post_advance(self_ptr self) {
 
 // -- init -----------------------------------------------------------------------------------------
 
+void seed_experience(self_ptr self);
+void llm_init_step(self_ptr self);
+
 void do_init(self_ptr self) {
   auto& st = self->state;
   const auto& task = *st.o.task;
@@ -392,12 +397,21 @@ void do_init(self_ptr self) {
                                          st.o.seed, st.o.trials.value_or(task.budget.trials));
   if (auto err = append_doc(self, wire::EventKind::ContractLocked, "contract/1", doc.dump()))
     return fail(self, "init", err);
+  if (task.llm.enabled)
+    return llm_init_step(self);
   self->request(st.llm, caf::infinite, priors_atom_v, task.name)
     .then(
       [self](std::string& priors) {
-        auto& s = self->state;
         if (auto err = append_doc(self, wire::EventKind::PriorsLoaded, "priors/1", priors))
           return fail(self, "init", err);
+        seed_experience(self);
+      },
+      [self](caf::error& err) { fail(self, "init: priors", err); });
+}
+
+/// init after the priors: the experience pack, then the end of init.
+void seed_experience(self_ptr self) {
+  auto& s = self->state;
         const auto& locked = *run(self).contract_doc;
         auto hw = locked.value("hardware_fingerprint", "");
         auto sig = locked.value("workload_signature", "");
@@ -417,6 +431,102 @@ void do_init(self_ptr self) {
               advance(self);
             },
             [self](caf::error& err) { fail(self, "init: experience bank", err); });
+}
+
+/// init with an `[llm]` table: one step of decide::llm_next (ask, re-send after a crash, parse,
+/// or load the priors), each logged before it is acted on; then seed_experience.
+void llm_init_step(self_ptr self) {
+  auto& st = self->state;
+  const auto& task = *st.o.task;
+  auto step = decide::llm_next(task, run(self),
+                               task.llm.patches ? adapters::read_prompt_files(task)
+                                                : std::map<std::string, std::string>{});
+  using kind = decide::llm_step::kind;
+  switch (step.k) {
+    case kind::request: {
+      nlohmann::json req = {{"purpose", step.purpose},
+                            {"attempt", step.attempt},
+                            {"url", task.llm.base_url + "/chat/completions"},
+                            {"model", task.llm.model},
+                            {"body", step.body}};
+      if (auto err = append_doc(self, wire::EventKind::LlmRequested, "llm_request/1", req.dump()))
+        return fail(self, "init: llm", err);
+      [[fallthrough]];
+    }
+    case kind::resend: {
+      auto usage = decide::llm_usage_of(run(self));
+      auto left = task.llm.max_calls > usage.calls ? task.llm.max_calls - usage.calls : 1;
+      progress(self) << "init: asking " << task.llm.model << " for " << step.purpose
+                     << (step.k == kind::resend ? " (re-sending the logged request)" : "")
+                     << " (answer attempt " << step.attempt + 1 << ")\n";
+      self->request(st.llm, caf::infinite, chat_atom_v, step.body.dump(), left,
+                    st.o.seed + usage.requests)
+        .then(
+          [self, purpose = step.purpose, attempt = step.attempt](std::string& exchange) {
+            auto doc = nlohmann::json::parse(exchange, nullptr, false);
+            if (!doc.is_object())
+              doc = {{"ok", false}, {"error", "the llm-proposer's reply is not JSON"}};
+            doc["purpose"] = purpose;
+            doc["attempt"] = attempt;
+            if (auto err =
+                  append_doc(self, wire::EventKind::LlmResponded, "llm_response/1", doc.dump()))
+              return fail(self, "init: llm", err);
+            llm_init_step(self);
+          },
+          [self](caf::error& err) { fail(self, "init: llm", err); });
+      return;
+    }
+    case kind::parse: {
+      auto doc = decide::llm_parsed_doc(task, run(self), step.purpose, step.attempt, step.response);
+      if (doc.contains("patches"))
+        for (auto& p : doc["patches"])
+          p["apply_error"] = adapters::check_llm_patch_applies(
+            task, p["diff"].get<std::string>(), p["paths"].get<std::vector<std::string>>(),
+            st.o.run_dir + "/llm-patch-check");
+      if (auto err =
+            append_doc(self, wire::EventKind::LlmAnswerParsed, "llm_parsed/1", doc.dump()))
+        return fail(self, "init: llm", err);
+      if (!doc.value("valid", false)) {
+        progress(self) << "init: llm " << step.purpose << " answer not valid: "
+                       << doc.value("error", "") << '\n';
+      } else {
+        std::size_t kept = doc.contains("priors") ? doc["priors"]["settings"].size()
+                                                      + doc["priors"]["patches"].size()
+                                                  : 0;
+        if (doc.contains("patches"))
+          for (const auto& p : doc["patches"]) {
+            auto why = p.value("apply_error", "");
+            kept += why.empty() ? 1 : 0;
+            if (!why.empty())
+              progress(self) << "init: llm patch '" << p.value("name", "")
+                             << "' rejected: " << why << '\n';
+          }
+        for (const auto& r : doc["rejected"])
+          progress(self) << "init: llm " << step.purpose << " entry rejected ("
+                         << r.value("name", r.contains("entry") ? r["entry"].dump() : "")
+                         << "): " << r.value("why", "") << '\n';
+        progress(self) << "init: llm " << step.purpose << ": " << kept << " kept, "
+                       << doc["rejected"].size() << " rejected\n";
+      }
+      return llm_init_step(self);
+    }
+    case kind::finish: break;
+  }
+  if (!step.detail.empty())
+    progress(self) << "init: llm: " << step.detail << '\n';
+  if (step.priors) {
+    if (auto err =
+          append_doc(self, wire::EventKind::PriorsLoaded, "priors/1", step.priors->dump()))
+      return fail(self, "init", err);
+    return seed_experience(self);
+  }
+  progress(self) << "init: no valid priors from the LLM: the offline knowledge base's instead\n";
+  self->request(st.llm, caf::infinite, priors_atom_v, task.name)
+    .then(
+      [self](std::string& priors) {
+        if (auto err = append_doc(self, wire::EventKind::PriorsLoaded, "priors/1", priors))
+          return fail(self, "init", err);
+        seed_experience(self);
       },
       [self](caf::error& err) { fail(self, "init: priors", err); });
 }
@@ -868,7 +978,7 @@ supervisor_actor::behavior_type supervisor(supervisor_actor::stateful_pointer<su
   st.fold.emplace(st.o.run_id);
   st.planner = self->spawn(planner, st.o.log, st.o.task);
   st.verifier = self->spawn(verifier, st.o.log, st.o.task);
-  st.llm = self->spawn(llm_proposer, st.o.task, st.o.knowledge_dir);
+  st.llm = self->spawn<caf::detached>(llm_proposer, st.o.task, st.o.knowledge_dir);
   st.curator = self->spawn(curator, st.o.bank);
   if (st.o.pool) // daemon mode: virtual slots, as many as the run may have in flight
     st.nodes.resize(std::max<std::uint32_t>(1, st.o.pool_slots));

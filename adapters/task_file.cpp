@@ -533,10 +533,85 @@ void parse_contract_sections(const reader& r, const toml::table& root, tuning::t
   }
 }
 
+/// The `[llm]` table (tuning::llm_spec; docs/llm.md).
+void parse_llm(const reader& r, const toml::table& root, tuning::llm_spec& llm) {
+  if (root.get("llm") == nullptr)
+    return;
+  const auto& t = r.table(root, "llm", "", true);
+  r.only_keys(t, "llm", {"base_url", "model", "temperature", "max_tokens", "timeout_s",
+                         "connect_timeout_s", "max_calls", "max_tokens_per_run", "api_key_env",
+                         "max_response_bytes", "retries", "answer_retries", "patches",
+                         "max_prompt_file_bytes", "max_patch_bytes"});
+  llm.enabled = true;
+  llm.base_url = *r.string(t, "base_url", "llm", true);
+  if (llm.base_url.rfind("http://", 0) != 0 && llm.base_url.rfind("https://", 0) != 0)
+    r.expected(*t.get("base_url"), "llm.base_url", "an http:// or https:// URL");
+  for (char c : llm.base_url)
+    if (static_cast<unsigned char>(c) <= ' ' || c == 0x7f)
+      r.expected(*t.get("base_url"), "llm.base_url", "a URL without spaces or control characters");
+  {
+    // Credentials in the URL would reach the log (LlmRequested "url"): only api_key_env.
+    auto rest = llm.base_url.substr(llm.base_url.find("://") + 3);
+    auto authority = rest.substr(0, rest.find('/'));
+    if (authority.find('@') != std::string::npos || rest.find('?') != std::string::npos)
+      r.expected(*t.get("base_url"), "llm.base_url",
+                 "a URL without user:password@ or a query (the key goes in api_key_env)");
+  }
+  while (!llm.base_url.empty() && llm.base_url.back() == '/')
+    llm.base_url.pop_back();
+  llm.model = *r.string(t, "model", "llm", true);
+  if (llm.model.empty() || llm.model.size() > 256)
+    r.expected(*t.get("model"), "llm.model", "a model name of 1 to 256 characters");
+  auto bounded = [&](const char* key, double lo, double hi, bool open_low, double& out) {
+    if (t.get(key) == nullptr)
+      return;
+    auto v = *r.number(t, key, "llm", lo);
+    if (v > hi || (open_low && v <= lo))
+      r.expected(*t.get(key), std::string{"llm."} + key,
+                 std::string{"a number in "} + (open_low ? "(" : "[") + std::to_string(lo) + ", "
+                   + std::to_string(hi) + "]");
+    out = v;
+  };
+  bounded("temperature", 0, 2, false, llm.temperature);
+  bounded("timeout_s", 0, 3600, true, llm.timeout_s);
+  bounded("connect_timeout_s", 0, 600, true, llm.connect_timeout_s);
+  if (auto v = r.count(t, "max_tokens", "llm", 1, 1000000))
+    llm.max_tokens = *v;
+  if (auto v = r.count(t, "max_calls", "llm", 1, 1000))
+    llm.max_calls = *v;
+  if (auto v = r.count(t, "max_tokens_per_run", "llm", 1, 1000000000))
+    llm.max_tokens_per_run = *v;
+  if (auto v = r.count(t, "retries", "llm", 0, 10))
+    llm.retries = *v;
+  if (auto v = r.count(t, "answer_retries", "llm", 0, 5))
+    llm.answer_retries = *v;
+  if (auto v = r.boolean(t, "patches", "llm"))
+    llm.patches = *v;
+  if (auto v = r.string(t, "api_key_env", "llm", false)) {
+    static const std::regex env_name{"[A-Za-z_][A-Za-z0-9_]{0,127}"};
+    if (!std::regex_match(*v, env_name))
+      r.expected(*t.get("api_key_env"), "llm.api_key_env",
+                 "the NAME of an environment variable (letters, digits, '_'), never the key");
+    llm.api_key_env = *v;
+  }
+  auto sized = [&](const char* key, std::uint64_t lo, std::uint64_t hi, std::uint64_t& out) {
+    if (t.get(key) == nullptr)
+      return;
+    auto v = r.byte_size(t, key, "llm", out);
+    if (v < lo || v > hi)
+      r.expected(*t.get(key), std::string{"llm."} + key,
+                 "a byte size from " + std::to_string(lo) + " to " + std::to_string(hi));
+    out = v;
+  };
+  sized("max_response_bytes", 1024, std::uint64_t{256} << 20, llm.max_response_bytes);
+  sized("max_prompt_file_bytes", 0, std::uint64_t{16} << 20, llm.max_prompt_file_bytes);
+  sized("max_patch_bytes", 64, std::uint64_t{16} << 20, llm.max_patch_bytes);
+}
+
 tuning::task_spec parse_task(const reader& r, const toml::table& root) {
   r.only_keys(root, "", {"name", "description", "workload", "knobs", "metrics", "limits",
                          "patches", "constants", "constraints", "contract", "scope", "budget",
-                         "knowledge"});
+                         "knowledge", "llm"});
   tuning::task_spec task;
   task.name = r.safe_name(root, "name", "", *r.string(root, "name", "", true));
   task.knowledge = r.string(root, "knowledge", "", false).value_or(task.name);
@@ -765,6 +840,7 @@ tuning::task_spec parse_task(const reader& r, const toml::table& root) {
            std::to_string(features) + " search features (the searched values of every knob "
              "other than its default, plus one per patch), more than the limit of "
              + std::to_string(limits::max_search_features));
+  parse_llm(r, root, task.llm);
   parse_contract_sections(r, root, task);
   return task;
 }

@@ -614,8 +614,8 @@ struct supervisor {
   }
 };
 
-/// Runs `git apply [--check] PATCH` in `dir` as a plain patch tool; false (with git's stderr in
-/// `err_text`) when it does not apply or git cannot run.
+} // namespace
+
 bool git_apply(const std::string& patch_file, const std::string& dir, bool check_only,
                std::string& err_text) {
   // Inside an enclosing git work tree (a store under the project), `git apply` would read
@@ -650,6 +650,8 @@ bool git_apply(const std::string& patch_file, const std::string& dir, bool check
   reap_child(child->pid, status, 0);
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
+
+namespace {
 
 /// "" if the copy at `dest` matches the scope lock, else the first difference ("scope: ...").
 std::string check_lock(const std::map<std::string, std::string>& lock, const std::string& dest) {

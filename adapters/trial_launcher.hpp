@@ -94,6 +94,11 @@ patch_conflicts(const tuning::task_spec& task, const std::vector<std::string>& n
 /// patch tool: repository discovery stops at `dir`); nothing is written. When it does not,
 /// `why` holds git's message. Used by the pre-flight check (adapters/preflight.hpp).
 bool patch_applies(const std::string& patch_file, const std::string& dir, std::string& why);
+/// Runs `git apply --whitespace=nowarn [--check] PATCH` in `dir` as a plain patch tool (no
+/// shell; repository discovery stops at `dir`); false (with git's stderr in `err_text`) when it
+/// does not apply or git cannot run.
+bool git_apply(const std::string& patch_file, const std::string& dir, bool check_only,
+               std::string& err_text);
 
 /// Checks an assignment against the task: every name is a knob, every value in its domain.
 /// Returns the complete assignment (defaults filled in). Error: errc::invalid_argument naming the

@@ -989,10 +989,18 @@ int main_impl(int argc, char** argv) {
   // Priors: the offline knowledge base, as `infrarsi tune`'s llm-proposer loads it (the sim
   // tasks have no entry: neutral priors).
   std::vector<tuning::prior_set> task_priors;
-  for (std::size_t ti = 0; ti < tasks.size(); ++ti)
-    task_priors.push_back(o.knowledge.empty() ? tuning::prior_set{}
-                                              : actors::load_knowledge(evaluators[ti]->task(),
-                                                                       o.knowledge));
+  for (std::size_t ti = 0; ti < tasks.size(); ++ti) {
+    if (o.knowledge.empty()) {
+      task_priors.emplace_back();
+      continue;
+    }
+    auto priors = actors::load_knowledge(evaluators[ti]->task(), o.knowledge);
+    if (!priors) {
+      std::cerr << "search_quality: " << describe(priors.error()) << '\n';
+      return 2;
+    }
+    task_priors.push_back(std::move(*priors));
+  }
 
   // Runs: task, then policy, then seed.
   std::vector<run_result> runs;

@@ -9,6 +9,7 @@
 
 #include "adapters/environment.hpp"
 #include "decide/decisions.hpp"
+#include "decide/llm.hpp"
 #include "decide/patch_exclusion.hpp"
 #include "decide/resources.hpp"
 #include "tuning/contract_check.hpp"
@@ -169,6 +170,43 @@ nlohmann::json memory_model_of(const tuning::task_spec& task, const store::run_s
        {"p_oom", m.fit.p_oom(x, std::log(m.capacity_bytes))}});
   }
   return doc;
+}
+
+} // namespace
+
+namespace {
+
+/// The report's "llm" block: usage from the run's LLM exchanges and what became of each
+/// proposed patch (decide/llm.hpp).
+nlohmann::json llm_report(const tuning::task_spec& task, const store::run_state& run) {
+  auto usage = llm_usage_of(run);
+  nlohmann::json patches = nlohmann::json::array();
+  for (const auto& e : run.llm) {
+    if (e.value("event", "") != "parsed" || e.value("purpose", "") != llm_patches)
+      continue;
+    for (const auto& p : e.value("patches", nlohmann::json::array())) {
+      auto why = p.value("apply_error", "");
+      patches.push_back({{"name", p.value("name", "")},
+                         {"status", why.empty() ? std::string{"passed every check (not searched yet)"}
+                                                : "rejected: " + why}});
+    }
+    for (const auto& r : e.value("rejected", nlohmann::json::array()))
+      patches.push_back({{"name", r.value("name", "")}, {"status", "rejected: " + r.value("why", "")}});
+  }
+  std::string source = "none";
+  if (!run.priors.settings.empty())
+    source = run.priors.settings.front().source;
+  else if (!run.priors.patches.empty())
+    source = run.priors.patches.front().source;
+  return {{"model", task.llm.model},
+          {"url", task.llm.base_url},
+          {"requests", usage.requests},
+          {"calls", usage.calls},
+          {"prompt_tokens", usage.prompt_tokens},
+          {"completion_tokens", usage.completion_tokens},
+          {"invalid_answers", usage.invalid_answers},
+          {"priors_source", source},
+          {"patches", patches}};
 }
 
 } // namespace
@@ -464,7 +502,7 @@ nlohmann::json make_report(const tuning::task_spec& task, const store::run_state
                                {"rest", promoted.value("speedup", 1.0) / product}};
   }
 
-  return {{"run", run.run_id},
+  auto report = nlohmann::json{{"run", run.run_id},
           {"task", task.name},
           {"task_file", task.source},
           {"seed", run.seed},
@@ -499,6 +537,9 @@ nlohmann::json make_report(const tuning::task_spec& task, const store::run_state
           {"noise_band", noise_band},
           {"top_configurations", top},
           {"memory_model", memory_model_of(task, run)}};
+  if (task.llm.enabled || !run.llm.empty())
+    report["llm"] = llm_report(task, run);
+  return report;
 }
 
 std::string render_markdown(const nlohmann::json& r) {
@@ -702,6 +743,17 @@ std::string render_markdown(const nlohmann::json& r) {
         md << sep << c.get<std::string>(), sep = ", ";
       md << " |\n";
     }
+  }
+  if (r.contains("llm") && r["llm"].is_object()) {
+    const auto& l = r["llm"];
+    md << "\n## LLM proposer\n\n"
+       << "Model " << l.value("model", "") << " at " << l.value("url", "") << ": "
+       << l.value("requests", 0) << " requests, " << l.value("calls", 0) << " HTTP calls, "
+       << l.value("prompt_tokens", 0) << " prompt + " << l.value("completion_tokens", 0)
+       << " completion tokens, " << l.value("invalid_answers", 0)
+       << " invalid answers. Priors used: " << l.value("priors_source", "") << ".\n";
+    for (const auto& patch : l["patches"])
+      md << "- patch `" << patch.value("name", "") << "`: " << patch.value("status", "") << "\n";
   }
   md << "\nMFU: ";
   if (r["mfu"].contains("baseline"))

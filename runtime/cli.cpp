@@ -590,7 +590,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     ->capture_default_str();
   tune_cmd->add_option("--knowledge", tune.knowledge_dir,
                        "Offline priors directory (default: config/knowledge beside the task's "
-                       "directory)");
+                       "directory); a directory that does not exist or a file in it that does "
+                       "not parse is an error");
   tune_cmd->add_flag("--quiet", tune.quiet,
                      "No progress lines: only errors and their causes (and the summary)");
   tune_cmd->add_flag("--verbose", tune.verbose,

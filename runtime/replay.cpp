@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "decide/decisions.hpp"
+#include "decide/llm.hpp"
 #include "adapters/environment.hpp"
 #include "messages/codec.hpp"
 #include "messages/errc.hpp"
@@ -184,6 +185,47 @@ public:
           return diverge("reverification", document_text(ev), "a reverification document");
         auto doc = decide::reverify_doc(state, j.value("candidate_trial", std::uint64_t{0}));
         return same("reverification", document_text(ev), doc ? *doc : describe(doc.error()));
+      }
+      case wire::EventKind::LlmRequested: {
+        // A priors question depends only on the task and the run so far: recomputed. (A
+        // patches question also quotes the workload's files as they were: an input.)
+        auto j = nlohmann::json::parse(document_text(ev), nullptr, false);
+        if (!j.is_object())
+          return diverge("llm request", document_text(ev), "an llm_request document");
+        if (j.value("purpose", "") != decide::llm_priors)
+          return true;
+        return same("llm request", j.value("body", nlohmann::json{}).dump(),
+                    decide::llm_request(task_, state, decide::llm_priors, {}).dump());
+      }
+      case wire::EventKind::LlmAnswerParsed: {
+        // The logged answer (the LlmResponded before it) parsed again; no network call. The
+        // `git apply --check` result of each patch is an input (the tree as it was), not
+        // recomputed.
+        auto j = nlohmann::json::parse(document_text(ev), nullptr, false);
+        const nlohmann::json* response = nullptr;
+        for (const auto& e : state.llm)
+          if (e.value("event", "") == "response")
+            response = &e;
+        if (!j.is_object() || response == nullptr)
+          return diverge("llm answer", document_text(ev), "an answer logged before it");
+        auto logged = j;
+        if (logged.contains("patches"))
+          for (auto& p : logged["patches"])
+            p.erase("apply_error");
+        auto doc = decide::llm_parsed_doc(task_, state, j.value("purpose", ""),
+                                          j.value("attempt", 0u), *response);
+        return same("llm answer", logged.dump(), doc.dump());
+      }
+      case wire::EventKind::PriorsLoaded: {
+        if (!task_.llm.enabled)
+          return true; // the offline knowledge base: an input
+        auto step = decide::llm_next(task_, state, {});
+        if (step.k != decide::llm_step::kind::finish)
+          return diverge("priors", document_text(ev),
+                         "the LLM questions were not settled (" + step.purpose + ")");
+        if (!step.priors)
+          return true; // no valid LLM priors: the knowledge base's, an input
+        return same("priors", nlohmann::json::parse(document_text(ev)).dump(), step.priors->dump());
       }
       case wire::EventKind::CandidatePromoted:
         return same("promotion", document_text(ev),

@@ -15,6 +15,10 @@
 ///   verdict      TrialVerified == check_doc
 ///   reverification  CandidateReverified == reverify_doc, for a candidate reverify_candidates picks
 ///   promotion    CandidatePromoted == promotion_decision
+///   llm request  a priors LlmRequested's body == decide::llm_request on the state before it
+///   llm answer   LlmAnswerParsed == decide::llm_parsed_doc of the logged LlmResponded (each
+///                patch's "apply_error", the `git apply --check` on the tree, is an input)
+///   priors       with an [llm] table: PriorsLoaded == the last valid LLM priors, when any
 
 #include <cstdint>
 #include <ostream>

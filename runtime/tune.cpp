@@ -320,6 +320,12 @@ int run_tune(const tune_options& o, std::ostream& out, std::ostream& err) {
     std::ifstream in{file_task->source};
     task_text.assign(std::istreambuf_iterator<char>{in}, {});
   }
+  // An explicit --knowledge naming no directory is an error, never silent neutral priors (a
+  // broken file in it fails init: actors::load_knowledge).
+  if (!o.knowledge_dir.empty() && !fs::is_directory(o.knowledge_dir, ec)) {
+    err << "infrarsi tune: --knowledge '" << o.knowledge_dir << "': no such directory\n";
+    return 2;
+  }
   auto run_dir = store_dir + "/runs/" + run_id;
   fs::create_directories(run_dir, ec);
 

@@ -329,6 +329,17 @@ void run_projection::apply(const recorded_event& ev) {
           if (pair.is_array() && pair.size() == 2 && pair[0].is_string() && pair[1].is_string())
             s.patch_conflicts.emplace_back(pair[0].get<std::string>(), pair[1].get<std::string>());
       break;
+    case wire::EventKind::LlmRequested:
+    case wire::EventKind::LlmResponded:
+    case wire::EventKind::LlmAnswerParsed:
+      if (auto j = document_json(ev); j && j->is_object()) {
+        auto kind = static_cast<wire::EventKind>(ev.kind);
+        (*j)["event"] = kind == wire::EventKind::LlmRequested   ? "request"
+                        : kind == wire::EventKind::LlmResponded ? "response"
+                                                                : "parsed";
+        s.llm.push_back(std::move(*j));
+      }
+      break;
     case wire::EventKind::PriorsLoaded:
       if (auto j = document_json(ev)) {
         s.priors = priors_from_json(*j);

@@ -103,6 +103,9 @@ struct run_state {
   /// been proposed from it since (its proposals are taken in order).
   std::optional<nlohmann::json> last_proposals;
   std::uint64_t proposals_taken = 0;
+  /// The llm-proposer's exchanges in log order (issue 15; decide/llm.hpp): each LlmRequested,
+  /// LlmResponded and LlmAnswerParsed document with "event": "request" | "response" | "parsed".
+  std::vector<nlohmann::json> llm;
   /// RunInterrupted events (a signal stopped the run).
   std::uint64_t interruptions = 0;
   /// Stages started and completed (init, doctor, run, report, apply).
@@ -149,7 +152,7 @@ private:
 /// Format tag of the run_state snapshots this build writes and trusts. Any change to what the
 /// fold computes or to the JSON layout below bumps the number; snapshots of another format are
 /// ignored (the stream is folded from the start instead), never migrated or trusted.
-inline constexpr const char* run_state_format = "infrarsi-run-state/4";
+inline constexpr const char* run_state_format = "infrarsi-run-state/5";
 
 /// A run_state as canonical JSON text (compact, keys sorted, every field the fold fills).
 /// Doubles are written shortest round-trip and read back bit-exactly; non-finite doubles, which

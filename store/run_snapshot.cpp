@@ -18,7 +18,7 @@ using nlohmann::json;
 // state_from_json), bump run_state_format, then update the size here. (Sizes of x86-64
 // libstdc++; other platforms skip the check.)
 #if defined(__x86_64__) && defined(__GLIBCXX__)
-static_assert(sizeof(run_state) == 840, "run_state changed: update run_snapshot.cpp");
+static_assert(sizeof(run_state) == 864, "run_state changed: update run_snapshot.cpp");
 static_assert(sizeof(tuning::trial_record) == 392, "trial_record changed: update run_snapshot.cpp");
 static_assert(sizeof(reverification) == 224, "reverification changed: update run_snapshot.cpp");
 static_assert(sizeof(tuning::step_point) == 64, "step_point changed: update run_snapshot.cpp");
@@ -280,6 +280,8 @@ json state_json(const run_state& s) {
     j["last_proposals"] = *s.last_proposals;
   j["interruptions"] = s.interruptions;
   j["proposals_taken"] = s.proposals_taken;
+  if (!s.llm.empty())
+    j["llm"] = s.llm;
   json in_flight = json::array();
   for (const auto& [a, c] : s.in_flight)
     in_flight.push_back(json::array({a.first, a.second, c.dispatched_at_ns, c.interrupted_at_ns}));
@@ -648,6 +650,9 @@ run_state state_from_json(const json& j) {
   s.apply_intent = opt_doc(j, "apply_intent");
   s.last_proposals = opt_doc(j, "last_proposals");
   s.interruptions = as_u64(f("interruptions"), "interruptions");
+  if (j.contains("llm")) // snapshots before issue 15 have none
+    for (const auto& e : as_array(j["llm"], "llm"))
+      s.llm.push_back(e);
   s.proposals_taken = as_u64(f("proposals_taken"), "proposals_taken");
   const auto& in_flight = as_array(f("in_flight"), "in_flight");
   for (std::size_t i = 0; i < in_flight.size(); ++i) {

@@ -271,6 +271,49 @@ struct budget_spec {
   std::uint64_t seed = 0;
 };
 
+/// The llm-proposer's endpoint: an OpenAI-compatible `POST {base_url}/chat/completions`
+/// (vLLM, llama.cpp server, Ollama, hosted services). Read from the task file's `[llm]` table;
+/// absent (enabled false) means the offline knowledge base. Reference: docs/llm.md.
+struct llm_spec {
+  /// Whether the task has an `[llm]` table.
+  bool enabled = false;
+  /// "http://127.0.0.1:8000/v1" or "https://api.example.com/v1" (no trailing "/chat/completions").
+  std::string base_url;
+  /// The model name sent in each request.
+  std::string model;
+  /// Sampling temperature, [0, 2]. Default 0.
+  double temperature = 0.0;
+  /// Completion tokens per request at most (the request's max_tokens), [1, 1000000]. Default 4096.
+  std::uint64_t max_tokens = 4096;
+  /// Total time of one HTTP attempt, seconds, (0, 3600]. Default 120.
+  double timeout_s = 120.0;
+  /// Time to connect, seconds, (0, 600]. Default 10.
+  double connect_timeout_s = 10.0;
+  /// HTTP requests per run at most (retries included), [1, 1000]. Default 16.
+  std::uint64_t max_calls = 16;
+  /// Tokens (prompt + completion, from each answer's `usage`) per run at most; no request is
+  /// sent once they are spent. [1, 10^9]. Default 200000.
+  std::uint64_t max_tokens_per_run = 200000;
+  /// Name of the environment variable holding the API key ("" = send no Authorization header).
+  /// The key itself is never in a task file, an event, a report or any output.
+  std::string api_key_env;
+  /// Bytes of one answer at most: the transfer is aborted past it. Default 4 MiB, at most 256 MiB.
+  std::uint64_t max_response_bytes = 4u << 20;
+  /// Retries of one request after a 429, a 5xx or a transport error (exponential backoff with
+  /// jitter, honouring Retry-After in seconds), [0, 10]. Default 3.
+  std::uint64_t retries = 3;
+  /// Re-asks after an answer that is not valid (malformed JSON, wrong schema), [0, 5]; then the
+  /// run goes on with the fallback priors. Default 1.
+  std::uint64_t answer_retries = 1;
+  /// Whether to ask for code patches as well as priors. Default true.
+  bool patches = true;
+  /// Bytes of editable files quoted in the patch prompt at most (each file is cut to what is
+  /// left). Default 64 KiB.
+  std::uint64_t max_prompt_file_bytes = 64u << 10;
+  /// Bytes of one proposed diff at most. Default 64 KiB.
+  std::uint64_t max_patch_bytes = 64u << 10;
+};
+
 /// One tuning task.
 struct task_spec {
   std::string name;
@@ -291,6 +334,7 @@ struct task_spec {
   contract_spec contract;
   scope_spec scope;
   budget_spec budget;
+  llm_spec llm;
 
   /// The knob named `name`, or nullptr.
   [[nodiscard]] const knob_spec* find_knob(const std::string& knob_name) const;
