@@ -109,6 +109,54 @@ constexpr double z95 = 1.959963984540054; // two-sided 95 % normal quantile
 /// the planner's own history, decide::planner_input_for), its price of each single change from
 /// the baseline (a factor on peak memory with its 95 % interval, and bytes over the baseline's
 /// predicted peak), and each trial's predicted peak against the capacity.
+/// What the run's loss invariant compared each trial with, and how far a trial could be from it
+/// (contract.loss_mode; tuning/contract_check.hpp): the baseline reference of the doctor and the
+/// tolerance of each compared quantity. window: per window, the reference mean and the
+/// tolerance window_tolerance gives a trial whose own within-window variance equals the
+/// baseline's (a noisier trial gets a wider one); eval: per eval step, the reference and
+/// eval_loss_tolerance; pointwise: per compared step, the reference and loss_tolerance. Loss
+/// units. Empty lists before the doctor.
+nlohmann::json loss_invariant_of(const tuning::task_spec& task, const store::run_state& run) {
+  const auto& c = task.contract;
+  const auto& ref = run.reference;
+  nlohmann::json out{{"mode", tuning::to_string(c.loss_mode)},
+                     {"loss_rtol", c.loss_rtol},
+                     {"loss_atol", c.loss_atol}};
+  if (c.loss_mode == tuning::loss_mode::window) {
+    nlohmann::json windows = nlohmann::json::array();
+    for (const auto& w : ref.windows) {
+      const auto n = static_cast<std::size_t>(w.last - w.first + 1);
+      windows.push_back({{"first", w.first},
+                         {"last", w.last},
+                         {"reference", w.mean},
+                         {"runs", w.runs},
+                         {"tolerance", tuning::window_tolerance(c, w, w.within_var, n)}});
+    }
+    out["loss_window"] = c.loss_window;
+    out["windows"] = windows;
+  } else if (c.loss_mode == tuning::loss_mode::eval) {
+    nlohmann::json steps = nlohmann::json::array();
+    for (const auto& [step, loss] : ref.eval_loss)
+      steps.push_back({{"step", step},
+                       {"reference", loss},
+                       {"tolerance", tuning::eval_loss_tolerance(c, ref, step)}});
+    out["eval_steps"] = steps;
+  } else {
+    nlohmann::json steps = nlohmann::json::array();
+    for (const auto& [step, loss] : ref.loss) {
+      if (!c.loss_checkpoints.empty()
+          && std::find(c.loss_checkpoints.begin(), c.loss_checkpoints.end(), step)
+               == c.loss_checkpoints.end())
+        continue;
+      steps.push_back({{"step", step},
+                       {"reference", loss},
+                       {"tolerance", tuning::loss_tolerance(c, ref, step)}});
+    }
+    out["steps"] = steps;
+  }
+  return out;
+}
+
 nlohmann::json memory_model_of(const tuning::task_spec& task, const store::run_state& run) {
   auto in = planner_input_for(task, run);
   tuning::feature_space fs{task, in.priors};
@@ -536,7 +584,8 @@ nlohmann::json make_report(const tuning::task_spec& task, const store::run_state
           {"search_progress", progress},
           {"noise_band", noise_band},
           {"top_configurations", top},
-          {"memory_model", memory_model_of(task, run)}};
+          {"memory_model", memory_model_of(task, run)},
+          {"loss_invariant", loss_invariant_of(task, run)}};
   if (task.llm.enabled || !run.llm.empty())
     report["llm"] = llm_report(task, run);
   return report;
@@ -573,6 +622,39 @@ std::string render_markdown(const nlohmann::json& r) {
     md << "- phases per step:";
     for (const auto& [name, s] : b["phases_s"].items())
       md << " " << name << " " << fixed(s.get<double>(), 4) << " s;";
+    md << "\n";
+  }
+  if (r.contains("loss_invariant") && r["loss_invariant"].is_object()) {
+    // What each trial's loss was compared with, and the tolerance (loss units).
+    const auto& li = r["loss_invariant"];
+    const auto mode = li.value("mode", std::string{"pointwise"});
+    const char* key = mode == "window" ? "windows" : mode == "eval" ? "eval_steps" : "steps";
+    const auto rows = li.value(key, nlohmann::json::array());
+    md << "- loss invariant: " << mode;
+    if (mode == "window")
+      md << " (mean training loss over windows of " << li.value("loss_window", 0)
+         << " steps; tolerance for a trial as noisy as the baseline, 4 standard errors)";
+    else if (mode == "eval")
+      md << " (eval loss on fixed data at the baseline's eval steps)";
+    else
+      md << " (loss at each compared step; rtol " << li.value("loss_rtol", 0.0) << ", atol "
+         << li.value("loss_atol", 0.0) << ", or 3x the baselines' spread)";
+    md << ":";
+    if (rows.empty())
+      md << " no reference (the doctor did not calibrate)";
+    std::size_t shown = 0;
+    for (const auto& w : rows) {
+      if (++shown > 12) {
+        md << " ... (" << rows.size() << " in all, report.json `loss_invariant`)";
+        break;
+      }
+      if (mode == "window")
+        md << " steps " << w.value("first", 0) << "-" << w.value("last", 0);
+      else
+        md << " step " << w.value("step", 0);
+      md << " " << fixed(w.value("reference", 0.0), 4) << " +/- "
+         << fixed(w.value("tolerance", 0.0), 4) << ";";
+    }
     md << "\n";
   }
   md << "\n## Result\n\n";

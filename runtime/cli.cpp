@@ -617,9 +617,10 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
               "replay could not be made (no such run, damaged log, task file missing; 2 stays a "
               "bad command line)");
   replay_cmd->add_option("RUN", replay.run_id, "Run id (infrarsi status / infrarsi runs)")->required();
+  replay.store_dir = default_store_dir;
   replay_cmd->add_option("--store", replay.store_dir,
                          "Store directory (the one infrarsi tune used, or its events/ directory)")
-    ->required();
+    ->capture_default_str();
   replay_cmd->add_option("--task", replay.task_path,
                          "Task file, only for runs logged before the task text was (default: the "
                          "task logged at init; for older runs the path the run recorded)");
@@ -637,9 +638,10 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
               "missing for html, a file not writable), 2 bad command line.");
   report_cmd->add_option("RUN", report.run_id, "Run id (infrarsi status / infrarsi runs)")
     ->required();
+  report.store_dir = default_store_dir;
   report_cmd->add_option("--store", report.store_dir,
                          "Store directory (the one infrarsi tune used, or its events/ directory)")
-    ->required();
+    ->capture_default_str();
   report_cmd->add_option("--format", report.format,
                          "Which file to write: html, md, json, or all of them")
     ->check(CLI::IsMember({"all", "html", "md", "json"}))

@@ -13,8 +13,8 @@
 
 namespace infrarsi::runtime {
 
-/// The store every command uses without --store (tune, status, runs, log dump): .infrarsi in the
-/// current directory.
+/// The store every command uses without --store (tune, status, runs, log dump, replay, report):
+/// .infrarsi in the current directory.
 inline constexpr const char* default_store_dir = ".infrarsi";
 
 /// Why `dir` holds no event log a reader can open ("" when it does): neither `dir` nor

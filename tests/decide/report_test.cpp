@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "store/run_projection.hpp"
+#include "tuning/contract_check.hpp"
 
 namespace infrarsi::decide {
 namespace {
@@ -78,6 +79,49 @@ TEST(ReportFigures, ARunWithoutTrialsHasEmptyFiguresAndSaysWhyThereIsNoMemoryMod
   report = make_report(task, finished_run());
   EXPECT_EQ(report["memory_model"]["why"], "no trial measured its peak memory");
   EXPECT_EQ(report["memory_model"]["capacity_bytes"], double(1u << 30));
+}
+
+// Issue 19: the report says what each trial's loss was compared with and how far it could be.
+TEST(ReportLossInvariant, WindowModeShowsEachWindowsReferenceAndTolerance) {
+  auto task = regex_task();
+  task.contract.loss_mode = tuning::loss_mode::window;
+  task.contract.loss_window = 10;
+  auto run = finished_run();
+  tuning::loss_window_reference w;
+  w.first = 0;
+  w.last = 9;
+  w.mean = 4.0;
+  w.within_var = 0.01;
+  w.between_var = 0.0001;
+  w.runs = 3;
+  run.reference.windows = {w};
+  auto report = make_report(task, run);
+  const auto& li = report["loss_invariant"];
+  EXPECT_EQ(li["mode"], "window");
+  ASSERT_EQ(li["windows"].size(), 1u);
+  // se^2 = (0.01 + 0.01) / 10 + 0.0001 x (1 + 1/3) = 0.00213333; 4 se = 0.184752.
+  EXPECT_NEAR(li["windows"][0]["tolerance"].get<double>(), 0.184752, 1e-6);
+  EXPECT_EQ(li["windows"][0]["reference"].get<double>(), 4.0);
+  auto md = render_markdown(report);
+  EXPECT_NE(md.find("loss invariant: window (mean training loss over windows of 10 steps"),
+            std::string::npos)
+    << md;
+  EXPECT_NE(md.find("steps 0-9 4.0000 +/- 0.1848;"), std::string::npos) << md;
+}
+
+TEST(ReportLossInvariant, PointwiseModeShowsTheCalibratedToleranceOfEachComparedStep) {
+  auto task = regex_task();
+  auto run = finished_run();
+  run.reference.loss = {{0, 5.0}, {1, 4.0}};
+  run.reference.spread = {{0, 0.01}, {1, 0.0}};
+  auto report = make_report(task, run);
+  const auto& steps = report["loss_invariant"]["steps"];
+  ASSERT_EQ(steps.size(), 2u);
+  EXPECT_NEAR(steps[0]["tolerance"].get<double>(), 0.03, 1e-12);   // 3 x spread
+  EXPECT_NEAR(steps[1]["tolerance"].get<double>(), 4.0e-4, 1e-12); // rtol x |reference|
+  auto md = render_markdown(report);
+  EXPECT_NE(md.find("step 0 5.0000 +/- 0.0300; step 1 4.0000 +/- 0.0004;"), std::string::npos)
+    << md;
 }
 
 } // namespace
