@@ -483,7 +483,7 @@ TEST(DashboardDaemon, ChromiumSeesBothRunsTheNodesAndTheTrialCountRise) {
       later = again[run_a] + again[run_b];
   }
   EXPECT_GT(later, first) << "first " << first << "; last page: " << later_dom << log;
-  // INFRARSI_DASHBOARD_SCREENSHOT=FILE.png keeps a picture of the page (docs/dashboard.png).
+  // INFRARSI_DASHBOARD_SCREENSHOT=FILE.png keeps a picture of the page (docs/img/dashboard.png).
   if (const char* shot = std::getenv("INFRARSI_DASHBOARD_SCREENSHOT"); shot != nullptr) {
     chromium_dom(d.url, 3000, &log, {std::string{"--screenshot="} + shot}, 1500, 560);
     EXPECT_TRUE(std::filesystem::exists(shot)) << log;
