@@ -676,7 +676,8 @@ TEST(CliErrors, AnUnknownSubcommandIsNamedWithTheValidOnes) {
   auto r = run({"frobnicate"});
   EXPECT_EQ(r.status, exit_usage);
   EXPECT_EQ(r.err, "infrarsi: unknown subcommand 'frobnicate'; valid: runs, log, trial, tune, "
-                   "replay, report, daemon, submit, node, check, status, keys (run 'infrarsi --help')\n");
+                   "replay, report, daemon, submit, node, check, status, keys "
+                   "(run 'infrarsi --help')\n");
   r = run({"log", "dumb", "RUN"});
   EXPECT_EQ(r.status, exit_usage);
   EXPECT_EQ(r.err, "infrarsi log: unknown subcommand 'dumb'; valid: dump (run 'infrarsi log "
