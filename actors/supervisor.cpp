@@ -832,13 +832,14 @@ void do_apply(self_ptr self) {
   }
   progress(self) << "apply: promoted configuration written to " << out_dir << "/launch.json\n";
   if (doc["git"].is_object()) {
-    if (doc["git"].value("committed", false))
-      progress(self) << "apply: the promoted change (promoted/launch.json"
+    if (doc["git"].value("committed", false)) {
+      // The branch first, on a line of its own, so that no shortening can cut it off.
+      progress(self) << "apply: committed on branch " << doc["git"].value("branch", "")
+                     << " (commit " << doc["git"].value("commit", "").substr(0, 12) << ")\n";
+      progress(self) << "apply: the commit holds promoted/launch.json"
                      << (config->patches.empty() ? "" : " and the patches")
-                     << ") is committed on branch " << doc["git"].value("branch", "")
-                     << " (commit " << doc["git"].value("commit", "").substr(0, 12)
-                     << ") of the workload's git repository; your working tree is untouched\n";
-    else
+                     << "; your working tree is untouched\n";
+    } else
       progress_error(self) << "apply: not committed: " << doc["git"].value("reason", "") << '\n';
   }
   if (auto err = append_doc(self, wire::EventKind::ChangesApplied, "apply/1", doc.dump()))
@@ -1023,10 +1024,19 @@ supervisor_actor::behavior_type supervisor(supervisor_actor::stateful_pointer<su
       nlohmann::json doc = {{"signal", signal}, {"in_flight", in_flight}};
       if (auto err = append_doc(self, wire::EventKind::RunInterrupted, "interrupted/1", doc.dump()))
         progress_error(self) << "interrupt: not logged: " << describe(err) << '\n';
+      // Trials as ID.ATTEMPT, as the trials table of the report names them.
+      std::string which;
+      for (const auto& a : s.busy.running)
+        which += (which.empty() ? "" : ", ") + std::to_string(a.first) + "."
+                 + std::to_string(a.second);
       end_run(self,
-              "interrupted by signal " + std::to_string(signal) + " with "
-                + std::to_string(in_flight.size()) + " trial(s) in flight (" + in_flight.dump()
-                + "); they will be re-queued on resume",
+              "interrupted by signal " + std::to_string(signal) + " in stage "
+                + (run(self).stages_started.empty() ? std::string{"init"}
+                                                    : run(self).stages_started.back())
+                + "; "
+                + (which.empty() ? std::string{"no trial in flight"}
+                                 : "trial(s) " + which
+                                     + " in flight will be re-queued on resume"),
               128 + signal);
     },
     [self](deadline_atom) {

@@ -19,6 +19,7 @@
 #include <fstream>
 #include <unistd.h>
 
+#include "adapters/environment.hpp"
 #include "adapters/preflight.hpp"
 #include "adapters/trial_launcher.hpp"
 #include "messages/json.hpp"
@@ -451,6 +452,13 @@ int cmd_check(const check_options& o, std::ostream& out, std::ostream& err) {
                                 : std::to_string(task->patches.size())
                                     + " patch(es) apply alone to the workload")
       << ")\n";
+  // A patch outside the editable scope is not an error (a task may list one on purpose, as the
+  // planted-cheat tasks do): init excludes it from the search (decide::excluded_patches). Say so
+  // here, before any run.
+  for (const auto& p : task->patches)
+    if (auto violation = adapters::patch_scope_violation(*task, p.name); !violation.empty())
+      out << "warning: " << task->source << ": patches '" << p.name
+          << "' will be excluded at init and never run: " << violation << '\n';
   if (o.smoke)
     return check_smoke(*task, o, out, err);
   return exit_ok;
@@ -592,12 +600,13 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
                        "Offline priors directory (default: config/knowledge beside the task's "
                        "directory); a directory that does not exist or a file in it that does "
                        "not parse is an error");
-  tune_cmd->add_flag("--quiet", tune.quiet,
-                     "No progress lines: only errors and their causes (and the summary)");
-  tune_cmd->add_flag("--verbose", tune.verbose,
-                     "The long reasons too: each trial's violations or failure detail (its "
-                     "stderr tail), the planner's reason for each proposal; lines are not "
-                     "shortened");
+  auto* quiet_flag = tune_cmd->add_flag(
+    "--quiet", tune.quiet, "No progress lines: only errors and their causes (and the summary)");
+  tune_cmd
+    ->add_flag("--verbose", tune.verbose,
+               "The long reasons too: each trial's violations or failure detail (its stderr "
+               "tail), the planner's reason for each proposal; lines are not shortened")
+    ->excludes(quiet_flag);
   tune_cmd->add_option("--keep-trial-copies", tune.keep_trial_copies,
                        "Ended trials that keep their copy of the workload besides the first "
                        "baseline, the candidates and the promoted trial; older copies are removed "

@@ -34,6 +34,7 @@
 #include "adapters/environment.hpp"
 #include "adapters/node_agent.hpp"
 #include "adapters/node_broker.hpp"
+#include "adapters/preflight.hpp"
 #include "adapters/task_file.hpp"
 #include "decide/decisions.hpp"
 #include "decide/run_progress.hpp"
@@ -887,6 +888,16 @@ int run_submit(const client_options& client, const std::string& task_path,
   auto task = adapters::load_task_file(task_path);
   if (!task) {
     err << "infrarsi submit: " << describe(task.error()) << '\n';
+    return 1;
+  }
+  // The pre-flight of `infrarsi check` and `tune`, before anything is sent: a task whose every
+  // trial would fail before it starts creates no run on the daemon either.
+  if (auto problems = adapters::preflight(*task); !problems.empty()) {
+    for (const auto& p : problems)
+      err << "infrarsi submit: " << adapters::to_string(p) << '\n';
+    err << "infrarsi submit: " << problems.size()
+        << " pre-flight problem(s); nothing was sent and no run was created (`infrarsi check "
+        << task_path << "` lists them)\n";
     return 1;
   }
   std::ifstream in{task->source};

@@ -603,6 +603,12 @@ TEST(Preflight, AGoodTaskPassesAndEveryBrokenOneIsNamedWithFileLineAndKeyAndCrea
     EXPECT_EQ(t.status, 1) << t.output;
     EXPECT_NE(t.output.find(where), std::string::npos) << t.output;
     EXPECT_FALSE(std::filesystem::exists(store)) << t.output;
+    // submit refuses it before it sends anything (port 1: nobody listens, so a send would fail
+    // naming the daemon instead), with the same FILE:LINE.
+    auto sub = run_binary({"submit", path, "--daemon", "tcp://127.0.0.1:1"});
+    EXPECT_EQ(sub.status, 1) << sub.output;
+    EXPECT_NE(sub.output.find(where), std::string::npos) << sub.output;
+    EXPECT_EQ(sub.output.find("daemon"), std::string::npos) << sub.output;
   }
   // A store that cannot be created: refused before anything runs, naming the path.
   auto blocked = d.dir.sub("work/model.txt/store");
