@@ -168,7 +168,9 @@ function renderRuns(runs) {
     link.textContent = r.run_id;
     cell(tr, "").appendChild(link);
     cell(tr, r.task || "");
-    cell(tr, r.active ? "active" : "ended" + (r.status !== undefined ? " (" + r.status + ")" : ""),
+    cell(tr, r.active ? "active"
+             : r.status === undefined ? "ended"
+             : r.status === 0 ? "finished" : "ended (exit status " + r.status + ")",
          r.active ? "active" : "");
     cell(tr, p.stage || r.stage || "");
     const done = p.search_trials_done || 0;
