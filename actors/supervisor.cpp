@@ -371,6 +371,20 @@ void post_advance(self_ptr self) {
 void seed_experience(self_ptr self);
 void llm_init_step(self_ptr self);
 
+/// Init's priors from the offline knowledge base (the llm-proposer actor's priors handler),
+/// logged as PriorsLoaded before the experience is seeded: without `[llm]`, and as the LLM's
+/// fallback.
+void load_offline_priors(self_ptr self) {
+  self->request(self->state.llm, caf::infinite, priors_atom_v, self->state.o.task->name)
+    .then(
+      [self](std::string& priors) {
+        if (auto err = append_doc(self, wire::EventKind::PriorsLoaded, "priors/1", priors))
+          return fail(self, "init", err);
+        seed_experience(self);
+      },
+      [self](caf::error& err) { fail(self, "init: priors", err); });
+}
+
 void do_init(self_ptr self) {
   auto& st = self->state;
   const auto& task = *st.o.task;
@@ -399,14 +413,7 @@ void do_init(self_ptr self) {
     return fail(self, "init", err);
   if (task.llm.enabled)
     return llm_init_step(self);
-  self->request(st.llm, caf::infinite, priors_atom_v, task.name)
-    .then(
-      [self](std::string& priors) {
-        if (auto err = append_doc(self, wire::EventKind::PriorsLoaded, "priors/1", priors))
-          return fail(self, "init", err);
-        seed_experience(self);
-      },
-      [self](caf::error& err) { fail(self, "init: priors", err); });
+  load_offline_priors(self);
 }
 
 /// init after the priors: the experience pack, then the end of init.
@@ -521,14 +528,7 @@ void llm_init_step(self_ptr self) {
     return seed_experience(self);
   }
   progress(self) << "init: no valid priors from the LLM: the offline knowledge base's instead\n";
-  self->request(st.llm, caf::infinite, priors_atom_v, task.name)
-    .then(
-      [self](std::string& priors) {
-        if (auto err = append_doc(self, wire::EventKind::PriorsLoaded, "priors/1", priors))
-          return fail(self, "init", err);
-        seed_experience(self);
-      },
-      [self](caf::error& err) { fail(self, "init: priors", err); });
+  load_offline_priors(self);
 }
 
 // -- trials ---------------------------------------------------------------------------------------
