@@ -172,6 +172,11 @@ struct supervisor_state {
   bool ended = false;
   /// When this supervisor started (elapsed time and ETA of the progress lines).
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  /// The task the run searches (decide::with_llm_patches: the task's patches and the accepted
+  /// LLM-proposed ones, their diffs written under RUN_DIR/llm-patches), recomputed when the
+  /// number of LLM events folded (`search_task_at`) changes.
+  tuning::task_spec search_task;
+  std::size_t search_task_at = static_cast<std::size_t>(-1);
   planner_actor planner;
   verifier_actor verifier;
   llm_proposer_actor llm;

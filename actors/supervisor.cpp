@@ -199,11 +199,34 @@ caf::error append_doc(self_ptr self, wire::EventKind kind, const char* schema,
   return append_all(self, {doc_event(kind, schema, json)});
 }
 
+/// The task the run searches: the task's patches and the accepted LLM-proposed ones
+/// (decide::with_llm_patches), their logged diffs written to RUN_DIR/llm-patches for the
+/// supervisor's own checks, the report and the apply stage. Recomputed when an LLM event was
+/// folded since; without [llm] the task itself.
+const tuning::task_spec& task_now(self_ptr self) {
+  auto& st = self->state;
+  const auto& r = run(self);
+  if (!st.o.task->llm.enabled)
+    return *st.o.task;
+  if (st.search_task_at != r.llm.size()) {
+    auto dir = st.o.run_dir + "/llm-patches";
+    auto accepted = decide::llm_accepted_patches(r);
+    if (!accepted.empty())
+      if (auto err = adapters::write_llm_patch_files(dir, accepted))
+        progress_error(self) << "llm patches: " << describe(err) << '\n';
+    st.search_task = decide::with_llm_patches(*st.o.task, r, dir);
+    st.search_task_at = r.llm.size();
+  }
+  return st.search_task;
+}
+
 messages::trial_spec_msg spec_for(self_ptr self, const decide::launch& l) {
-  const auto& task = *self->state.o.task;
+  const auto& task = task_now(self);
   adapters::trial_request req;
   req.knobs = l.config.knobs;
   req.patches = l.config.patches;
+  // An accepted LLM-proposed patch travels as text: a node needs no file for it.
+  req.patch_texts = decide::llm_patch_texts(run(self), l.config.patches);
   req.trial_id = l.trial_id;
   req.attempt = l.attempt;
   req.timeout_s = task.limits.timeout_s;
@@ -230,7 +253,7 @@ double best_speedup(const store::run_state& r) {
 double eta_s(self_ptr self) {
   const auto& st = self->state;
   const auto& r = run(self);
-  const auto budget = decide::budget_of(*st.o.task, r);
+  const auto budget = decide::budget_of(task_now(self), r);
   double wall = 0;
   std::size_t ended = 0;
   std::uint32_t baselines = 0;
@@ -292,7 +315,7 @@ std::string status_text(self_ptr self) {
 /// speedup over the baseline, best so far, elapsed and ETA, search progress and the change;
 /// with --verbose, the reason on a second line.
 std::string trial_line(self_ptr self, const tuning::trial_record& t) {
-  const auto& task = *self->state.o.task;
+  const auto& task = task_now(self);
   const auto& r = run(self);
   double base_time = r.noise ? r.noise->mean_step_time_s : 0.0;
   std::ostringstream out;
@@ -369,7 +392,7 @@ void post_advance(self_ptr self) {
 // -- init -----------------------------------------------------------------------------------------
 
 void seed_experience(self_ptr self);
-void llm_init_step(self_ptr self);
+void llm_step(self_ptr self, std::uint32_t round, std::string why);
 
 /// Init's priors from the offline knowledge base (the llm-proposer actor's priors handler),
 /// logged as PriorsLoaded before the experience is seeded: without `[llm]`, and as the LLM's
@@ -412,7 +435,7 @@ void do_init(self_ptr self) {
   if (auto err = append_doc(self, wire::EventKind::ContractLocked, "contract/1", doc.dump()))
     return fail(self, "init", err);
   if (task.llm.enabled)
-    return llm_init_step(self);
+    return llm_step(self, 0, "init");
   load_offline_priors(self);
 }
 
@@ -440,14 +463,68 @@ void seed_experience(self_ptr self) {
             [self](caf::error& err) { fail(self, "init: experience bank", err); });
 }
 
-/// init with an `[llm]` table: one step of decide::llm_next (ask, re-send after a crash, parse,
-/// or load the priors), each logged before it is acted on; then seed_experience.
-void llm_init_step(self_ptr self) {
+/// The pairs of patches that do not apply together, for the patches of the parsed answer `doc`
+/// that passed every check (apply_error ""): each of them against the task's searchable patches,
+/// the LLM patches accepted before and each other (adapters::patch_conflicts on copies of the
+/// locked workload); logged as the answer's "conflicts" (decide::llm_patch_conflicts), so the
+/// planner never proposes such a pair. An input for replay, like apply_error.
+caf::error check_llm_patch_pairs(self_ptr self, nlohmann::json& doc) {
+  auto& st = self->state;
+  if (!doc.value("valid", false) || !doc.contains("patches"))
+    return caf::none;
+  nlohmann::json fresh = nlohmann::json::array();
+  std::set<std::string> fresh_names;
+  for (const auto& p : doc["patches"])
+    if (p.value("apply_error", std::string{"not checked"}).empty()) {
+      fresh.push_back(p);
+      fresh_names.insert(p["name"].get<std::string>());
+    }
+  doc["conflicts"] = nlohmann::json::array();
+  if (fresh.empty())
+    return caf::none;
+  auto dir = st.o.run_dir + "/llm-patches";
+  auto accepted = decide::llm_accepted_patches(run(self));
+  for (const auto& p : fresh)
+    accepted.push_back(p);
+  if (auto err = adapters::write_llm_patch_files(dir, accepted))
+    return err;
+  auto task = decide::with_llm_patches(*st.o.task, run(self), dir);
+  for (const auto& p : fresh)
+    task.patches.push_back({p["name"].get<std::string>(),
+                            dir + "/" + p["name"].get<std::string>() + ".patch",
+                            p["rationale"].get<std::string>()});
+  std::set<std::string> excluded;
+  for (const auto& x : decide::excluded_patches(run(self)))
+    excluded.insert(x.patch);
+  std::vector<std::string> names;
+  for (const auto& p : task.patches)
+    if (excluded.count(p.name) == 0)
+      names.push_back(p.name);
+  auto pairs = adapters::patch_conflicts(task, names, st.o.run_dir + "/llm-patch-check");
+  if (!pairs)
+    return std::move(pairs.error());
+  for (const auto& [a, b] : *pairs)
+    if (fresh_names.count(a) != 0 || fresh_names.count(b) != 0) {
+      doc["conflicts"].push_back({a, b});
+      progress(self) << "init: patches '" << a << "' and '" << b
+                     << "' do not apply together: never proposed together\n";
+    }
+  return caf::none;
+}
+
+/// One step of decide::llm_next for round `round` (0: init; > 0: asked again during the search,
+/// decide::llm_round_due, `why`): ask, re-send after a crash, parse, or settle; each logged
+/// before it is acted on. Round 0 then loads the priors and seeds the experience; a later round's
+/// valid priors answer is logged together with the PriorsLoaded it gives, and the run goes on.
+void llm_step(self_ptr self, std::uint32_t round, std::string why) {
   auto& st = self->state;
   const auto& task = *st.o.task;
+  const std::string stage = round == 0 ? "init" : "run";
+  const std::string what = round == 0 ? "init: llm" : "run: llm round " + std::to_string(round);
   auto step = decide::llm_next(task, run(self),
                                task.llm.patches ? adapters::read_prompt_files(task)
-                                                : std::map<std::string, std::string>{});
+                                                : std::map<std::string, std::string>{},
+                               round);
   using kind = decide::llm_step::kind;
   switch (step.k) {
     case kind::request: {
@@ -456,31 +533,41 @@ void llm_init_step(self_ptr self) {
                             {"url", task.llm.base_url + "/chat/completions"},
                             {"model", task.llm.model},
                             {"body", step.body}};
+      if (round > 0) {
+        req["round"] = round;
+        req["explored"] = decide::ended_search_trials(run(self));
+        req["why"] = why;
+      }
       if (auto err = append_doc(self, wire::EventKind::LlmRequested, "llm_request/1", req.dump()))
-        return fail(self, "init: llm", err);
+        return fail(self, what, err);
       [[fallthrough]];
     }
     case kind::resend: {
       auto usage = decide::llm_usage_of(run(self));
       auto left = task.llm.max_calls > usage.calls ? task.llm.max_calls - usage.calls : 1;
-      progress(self) << "init: asking " << task.llm.model << " for " << step.purpose
+      progress(self) << stage << ": asking " << task.llm.model << " for " << step.purpose
+                     << (round > 0 ? " (round " + std::to_string(round) + ": " + why + ")"
+                                   : std::string{})
                      << (step.k == kind::resend ? " (re-sending the logged request)" : "")
                      << " (answer attempt " << step.attempt + 1 << ")\n";
       self->request(st.llm, caf::infinite, chat_atom_v, step.body.dump(), left,
                     st.o.seed + usage.requests)
         .then(
-          [self, purpose = step.purpose, attempt = step.attempt](std::string& exchange) {
+          [self, round, why, what, purpose = step.purpose,
+           attempt = step.attempt](std::string& exchange) {
             auto doc = nlohmann::json::parse(exchange, nullptr, false);
             if (!doc.is_object())
               doc = {{"ok", false}, {"error", "the llm-proposer's reply is not JSON"}};
             doc["purpose"] = purpose;
             doc["attempt"] = attempt;
+            if (round > 0)
+              doc["round"] = round;
             if (auto err =
                   append_doc(self, wire::EventKind::LlmResponded, "llm_response/1", doc.dump()))
-              return fail(self, "init: llm", err);
-            llm_init_step(self);
+              return fail(self, what, err);
+            llm_step(self, round, why);
           },
-          [self](caf::error& err) { fail(self, "init: llm", err); });
+          [self, what](caf::error& err) { fail(self, what, err); });
       return;
     }
     case kind::parse: {
@@ -490,11 +577,20 @@ void llm_init_step(self_ptr self) {
           p["apply_error"] = adapters::check_llm_patch_applies(
             task, p["diff"].get<std::string>(), p["paths"].get<std::vector<std::string>>(),
             st.o.run_dir + "/llm-patch-check");
-      if (auto err =
-            append_doc(self, wire::EventKind::LlmAnswerParsed, "llm_parsed/1", doc.dump()))
-        return fail(self, "init: llm", err);
+      if (auto err = check_llm_patch_pairs(self, doc))
+        return fail(self, what, err);
+      std::vector<store::new_event> events;
+      if (round > 0)
+        doc["round"] = round;
+      events.push_back(doc_event(wire::EventKind::LlmAnswerParsed, "llm_parsed/1", doc.dump()));
+      // A later round's valid priors replace those in use, in the same atomic append.
+      if (round > 0 && doc.value("valid", false) && doc.contains("priors"))
+        events.push_back(
+          doc_event(wire::EventKind::PriorsLoaded, "priors/1", doc["priors"].dump()));
+      if (auto err = append_all(self, std::move(events)))
+        return fail(self, what, err);
       if (!doc.value("valid", false)) {
-        progress(self) << "init: llm " << step.purpose << " answer not valid: "
+        progress(self) << what << " " << step.purpose << " answer not valid: "
                        << doc.value("error", "") << '\n';
       } else {
         std::size_t kept = doc.contains("priors") ? doc["priors"]["settings"].size()
@@ -502,25 +598,32 @@ void llm_init_step(self_ptr self) {
                                                   : 0;
         if (doc.contains("patches"))
           for (const auto& p : doc["patches"]) {
-            auto why = p.value("apply_error", "");
-            kept += why.empty() ? 1 : 0;
-            if (!why.empty())
-              progress(self) << "init: llm patch '" << p.value("name", "")
-                             << "' rejected: " << why << '\n';
+            auto reason = p.value("apply_error", "");
+            kept += reason.empty() ? 1 : 0;
+            if (!reason.empty())
+              progress(self) << what << " patch '" << p.value("name", "")
+                             << "' rejected: " << reason << '\n';
           }
         for (const auto& r : doc["rejected"])
-          progress(self) << "init: llm " << step.purpose << " entry rejected ("
+          progress(self) << what << " " << step.purpose << " entry rejected ("
                          << r.value("name", r.contains("entry") ? r["entry"].dump() : "")
                          << "): " << r.value("why", "") << '\n';
-        progress(self) << "init: llm " << step.purpose << ": " << kept << " kept, "
+        progress(self) << what << " " << step.purpose << ": " << kept << " kept, "
                        << doc["rejected"].size() << " rejected\n";
       }
-      return llm_init_step(self);
+      return llm_step(self, round, why);
     }
     case kind::finish: break;
   }
   if (!step.detail.empty())
-    progress(self) << "init: llm: " << step.detail << '\n';
+    progress(self) << what << ": " << step.detail << '\n';
+  if (round > 0) {
+    progress(self) << what << ": done ("
+                   << (step.priors ? "its priors are in use" : "the earlier priors stay in use")
+                   << ")\n";
+    st.busy.exclusive = false;
+    return advance(self);
+  }
   if (step.priors) {
     if (auto err =
           append_doc(self, wire::EventKind::PriorsLoaded, "priors/1", step.priors->dump()))
@@ -583,7 +686,7 @@ void on_lost(self_ptr self, std::size_t slot, const messages::trial_spec_msg& sp
 
 void do_launch(self_ptr self, const std::vector<decide::launch>& launches) {
   auto& st = self->state;
-  const auto& task = *st.o.task;
+  const auto& task = task_now(self);
   std::vector<store::new_event> events;
   std::vector<std::pair<std::size_t, messages::trial_spec_msg>> sends;
   std::size_t slot = 0;
@@ -659,7 +762,7 @@ void do_propose(self_ptr self, std::uint32_t n) {
         s.busy.proposing = false;
         if (s.ended)
           return;
-        auto batch = decide::proposal_batch(*s.o.task, run(self), n, at, doc);
+        auto batch = decide::proposal_batch(task_now(self), run(self), n, at, doc);
         if (!batch)
           return fail(self, "planner", batch.error());
         std::vector<store::new_event> events;
@@ -742,7 +845,7 @@ void do_reverify(self_ptr self, std::uint64_t candidate) {
 void do_promote(self_ptr self) {
   auto& st = self->state;
   const auto& r = run(self);
-  auto decision = decide::promotion_decision(*st.o.task, r);
+  auto decision = decide::promotion_decision(task_now(self), r);
   if (auto err = append_doc(self, wire::EventKind::CandidatePromoted, "promotion/1",
                             decision.dump()))
     return fail(self, "promote", err);
@@ -771,7 +874,7 @@ void do_promote(self_ptr self) {
 
 void do_report(self_ptr self) {
   auto& st = self->state;
-  auto written = write_run_report(*st.o.task, run(self), st.o.run_dir);
+  auto written = write_run_report(task_now(self), run(self), st.o.run_dir);
   if (!written)
     return fail(self, "report", written.error());
   if (written->contains("report_html_error"))
@@ -784,7 +887,7 @@ void do_report(self_ptr self) {
 
 void do_apply(self_ptr self) {
   auto& st = self->state;
-  const auto& task = *st.o.task;
+  const auto& task = task_now(self);
   const auto& r = run(self);
   if (!r.promotion || !r.promotion->value("promoted", false)) {
     progress(self) << "apply: nothing promoted, nothing applied\n";
@@ -852,7 +955,7 @@ void do_apply(self_ptr self) {
 std::string summary(self_ptr self) {
   const auto& r = run(self);
   std::ostringstream os;
-  const auto spend = decide::device_seconds_spent(*self->state.o.task, r);
+  const auto spend = decide::device_seconds_spent(task_now(self), r);
   os << "run " << self->state.o.run_id << ": " << r.trials.size() << " trials, "
      << std::setprecision(4) << spend.total_s << " device-seconds";
   if (spend.lost_attempts > 0)
@@ -901,7 +1004,7 @@ void advance(self_ptr self) {
     }
     in.busy = st.busy;
     in.wall_clock_expired = st.wall_clock_expired;
-    auto s = decide::next_step(*st.o.task, run(self), in);
+    auto s = decide::next_step(task_now(self), run(self), in);
     if (s.kind == step_kind::begin_stage || s.kind == step_kind::launch)
       if (auto full = adapters::check_free_space(st.o.space_dirs, st.o.disk_reserve_bytes))
         return end_run(self,
@@ -966,6 +1069,9 @@ void advance(self_ptr self) {
       case step_kind::promote: return do_promote(self);
       case step_kind::report: return do_report(self);
       case step_kind::apply: return do_apply(self);
+      case step_kind::llm_round:
+        st.busy.exclusive = true; // nothing is proposed until the round is settled
+        return llm_step(self, s.n, s.reason);
     }
   }
 }

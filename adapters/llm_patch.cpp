@@ -6,6 +6,7 @@
 
 #include "adapters/environment.hpp"
 #include "adapters/trial_launcher.hpp"
+#include "messages/errc.hpp"
 
 namespace infrarsi::adapters {
 
@@ -70,6 +71,29 @@ std::string check_llm_patch_applies(const tuning::task_spec& task, const std::st
   while (!err.empty() && (err.back() == '\n' || err.back() == ' '))
     err.pop_back();
   return err.empty() ? "git apply --check failed" : "does not apply: " + err.substr(0, 1000);
+}
+
+caf::error write_llm_patch_files(const std::string& dir, const nlohmann::json& accepted) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec)
+    return make_error(errc::io_error, "cannot create " + dir + ": " + ec.message());
+  for (const auto& p : accepted) {
+    auto file = dir + "/" + p["name"].get<std::string>() + ".patch";
+    const auto& diff = p["diff"].get_ref<const std::string&>();
+    if (fs::is_regular_file(file, ec)) {
+      std::ifstream in{file, std::ios::binary};
+      std::string now{std::istreambuf_iterator<char>{in}, {}};
+      if (now == diff)
+        continue;
+    }
+    std::ofstream out{file, std::ios::binary | std::ios::trunc};
+    out << diff;
+    out.close();
+    if (!out)
+      return make_error(errc::io_error, "cannot write " + file);
+  }
+  return caf::none;
 }
 
 } // namespace infrarsi::adapters

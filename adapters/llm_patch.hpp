@@ -9,6 +9,9 @@
 #include <string>
 #include <vector>
 
+#include <caf/error.hpp>
+#include <nlohmann/json.hpp>
+
 #include "tuning/task.hpp"
 
 namespace infrarsi::adapters {
@@ -25,5 +28,13 @@ std::map<std::string, std::string> read_prompt_files(const tuning::task_spec& ta
 std::string check_llm_patch_applies(const tuning::task_spec& task, const std::string& diff,
                                     const std::vector<std::string>& paths,
                                     const std::string& scratch_dir);
+
+/// Writes the diff of each accepted LLM-proposed patch (`accepted`: [{"name", "diff", ...}], as
+/// decide::llm_accepted_patches gives them; names already checked safe) to `dir`/NAME.patch,
+/// creating `dir`; a file whose content is already the diff is left alone. These are the files
+/// the supervisor's own checks, the report and the apply stage read (decide::with_llm_patches).
+/// Error: errc::io_error naming the file.
+[[nodiscard]] caf::error write_llm_patch_files(const std::string& dir,
+                                               const nlohmann::json& accepted);
 
 } // namespace infrarsi::adapters

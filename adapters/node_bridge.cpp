@@ -4,8 +4,10 @@
 #include <zmq_addon.hpp>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 
 #include "adapters/disk_space.hpp"
+#include "adapters/task_file.hpp"
 #include "adapters/trial_copy.hpp"
 #include "adapters/trial_launcher.hpp"
 #include "messages/errc.hpp"
@@ -65,6 +67,38 @@ messages::trial_result_msg run_node_trial(const tuning::task_spec& task,
   };
   if (auto full = check_free_space({trials_root}, disk_reserve_bytes))
     return not_prepared(full);
+  // Patches that travel as text (accepted LLM-proposed ones): written into the trial directory
+  // and applied like the task's own, under the same scope checks (copy_and_patch).
+  tuning::task_spec with_texts;
+  if (spec->patch_texts() != nullptr && spec->patch_texts()->size() > 0) {
+    with_texts = task;
+    auto dir = req.trial_dir + "/patches";
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec)
+      return not_prepared(make_error(errc::io_error, "cannot create " + dir + ": " + ec.message()));
+    for (const auto* t : *spec->patch_texts()) {
+      auto name = t->name()->str();
+      std::string why;
+      if (!is_safe_name(name))
+        why = "patch text '" + name.substr(0, 100) + "': not a safe name";
+      else if (task.find_patch(name) != nullptr)
+        why = "patch text '" + name + "': the task has a patch of this name";
+      if (!why.empty()) {
+        r.outcome = wire::Outcome::LaunchError;
+        r.detail = "node-runner " + node + ": " + why;
+        return messages::trial_result_msg::pack(r);
+      }
+      auto file = dir + "/" + name + ".patch";
+      std::ofstream out{file, std::ios::binary | std::ios::trunc};
+      out << t->diff()->str();
+      out.close();
+      if (!out)
+        return not_prepared(make_error(errc::io_error, "cannot write " + file));
+      with_texts.patches.push_back({name, file, "patch sent with the trial"});
+    }
+    req.task = &with_texts;
+  }
   auto report = adapters::run_trial(req);
   if (report) {
     if (report->result.empty())

@@ -322,6 +322,18 @@ std::vector<preflight_problem> preflight(const tuning::task_spec& task,
       }
     }
 
+  // The LLM's API key: the variable named must hold it (else every request would go out
+  // without a key and the run would quietly use the knowledge base).
+  if (options.check_api_key && task.llm.enabled && !task.llm.api_key_env.empty()) {
+    const char* v = std::getenv(task.llm.api_key_env.c_str());
+    if (v == nullptr || *v == '\0')
+      out.push_back({pos.at("llm", "api_key_env"), "llm.api_key_env",
+                     "the environment variable " + task.llm.api_key_env
+                       + (v == nullptr ? " is not set" : " is empty")
+                       + ": it must hold the API key of " + in_quotes(task.llm.base_url)
+                       + " (export it, or set api_key_env = \"\" for a server without a key)"});
+  }
+
   // The store.
   if (!options.store_dir.empty()) {
     fs::path s = fs::absolute(options.store_dir, ec);

@@ -33,6 +33,9 @@ struct preflight_options {
   std::string store_dir;
   /// Whether each patch is checked with `git apply --check` against the unpatched workload.
   bool check_patches = true;
+  /// Whether an `[llm]` api_key_env must name a set, non-empty environment variable of this
+  /// process (false for `infrarsi submit`: the key is the daemon's, which checks it on receipt).
+  bool check_api_key = true;
 };
 
 /// Every pre-flight problem of `task` (loaded by load_task_file; task.source names the file),
@@ -50,7 +53,9 @@ struct preflight_options {
 ///    this user may execute;
 ///  - every patch applies alone to the unpatched workload (`git apply --check`, git's message
 ///    quoted) when options.check_patches;
-///  - options.store_dir can be written.
+///  - options.store_dir can be written;
+///  - with an `[llm]` table whose api_key_env names a variable (options.check_api_key): that
+///    variable is set and not empty here (its value is never read into a message).
 /// Cost: one `git apply --check` per patch; no copy, nothing written.
 [[nodiscard]] std::vector<preflight_problem> preflight(const tuning::task_spec& task,
                                                       const preflight_options& options = {});

@@ -541,7 +541,8 @@ void parse_llm(const reader& r, const toml::table& root, tuning::llm_spec& llm) 
   r.only_keys(t, "llm", {"base_url", "model", "temperature", "max_tokens", "timeout_s",
                          "connect_timeout_s", "max_calls", "max_tokens_per_run", "api_key_env",
                          "max_response_bytes", "retries", "answer_retries", "patches",
-                         "max_prompt_file_bytes", "max_patch_bytes"});
+                         "max_prompt_file_bytes", "max_patch_bytes", "rounds_every",
+                         "rounds_on_stall", "max_rounds"});
   llm.enabled = true;
   llm.base_url = *r.string(t, "base_url", "llm", true);
   if (llm.base_url.rfind("http://", 0) != 0 && llm.base_url.rfind("https://", 0) != 0)
@@ -587,6 +588,12 @@ void parse_llm(const reader& r, const toml::table& root, tuning::llm_spec& llm) 
     llm.answer_retries = *v;
   if (auto v = r.boolean(t, "patches", "llm"))
     llm.patches = *v;
+  if (auto v = r.count(t, "rounds_every", "llm", 0, 10000))
+    llm.rounds_every = *v;
+  if (auto v = r.count(t, "rounds_on_stall", "llm", 0, 10000))
+    llm.rounds_on_stall = *v;
+  if (auto v = r.count(t, "max_rounds", "llm", 0, 100))
+    llm.max_rounds = *v;
   if (auto v = r.string(t, "api_key_env", "llm", false)) {
     static const std::regex env_name{"[A-Za-z_][A-Za-z0-9_]{0,127}"};
     if (!std::regex_match(*v, env_name))
@@ -947,6 +954,23 @@ caf::expected<tuning::task_spec> load_task_text(const std::string& text,
   } catch (const toml::parse_error& e) {
     std::ostringstream os;
     os << abs << " (as logged):" << e.source().begin.line << ':' << e.source().begin.column
+       << ": TOML syntax error: " << e.description();
+    return make_error(errc::invalid_argument, os.str());
+  } catch (const task_error& e) {
+    return make_error(errc::invalid_argument, e.message);
+  }
+}
+
+caf::expected<tuning::llm_spec> load_llm_table(const std::string& text, const std::string& file) {
+  tuning::llm_spec llm;
+  try {
+    auto root = toml::parse(text, file);
+    reader r{file, false};
+    parse_llm(r, root, llm);
+    return llm;
+  } catch (const toml::parse_error& e) {
+    std::ostringstream os;
+    os << file << ':' << e.source().begin.line << ':' << e.source().begin.column
        << ": TOML syntax error: " << e.description();
     return make_error(errc::invalid_argument, os.str());
   } catch (const task_error& e) {

@@ -69,4 +69,11 @@ struct task_file_limits {
 /// Returns false on anything else.
 bool parse_byte_size(const std::string& text, std::uint64_t& out);
 
+/// The `[llm]` table of the TOML document `text` read from `file` (a task's, or the daemon
+/// config's), checked as in a task file (docs/llm.md "Configure"); `llm.enabled` false when there
+/// is none. Errors: errc::invalid_argument "FILE:LINE:COLUMN: llm.KEY: expected WHAT, got VALUE"
+/// (or a TOML syntax error).
+[[nodiscard]] caf::expected<tuning::llm_spec> load_llm_table(const std::string& text,
+                                                             const std::string& file);
+
 } // namespace infrarsi::adapters

@@ -86,6 +86,12 @@ messages::trial_spec_msg make_trial_spec(const trial_request& req, const std::st
     spec.scope_lock.push_back(std::move(h));
   }
   spec.patches = req.patches;
+  for (const auto& [name, diff] : req.patch_texts) {
+    auto t = std::make_unique<wire::PatchTextT>();
+    t->name = name;
+    t->diff = diff;
+    spec.patch_texts.push_back(std::move(t));
+  }
   spec.timeout_s = req.timeout_s;
   spec.memory_cap_bytes = req.memory_cap_bytes;
   spec.purpose = purpose;

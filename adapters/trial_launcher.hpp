@@ -33,6 +33,10 @@ struct trial_request {
   tuning::knob_assignment knobs;
   /// Names of task patches to apply, in order (the trial then runs in a patched copy).
   std::vector<std::string> patches;
+  /// The diff text of every patch in `patches` that is not one of the task's [[patches]] (an
+  /// accepted LLM-proposed patch), by name: packed into the TrialSpec (`patch_texts`) so that a
+  /// node needs no file for it (run_node_trial writes it into the trial directory).
+  std::map<std::string, std::string> patch_texts;
   /// The scope lock taken at init: SHA-256 (hex) of each editable and frozen file, by path
   /// relative to the workload directory. When not empty the trial runs in a fresh copy (also
   /// without patches); before launch the copy must match every hash, and after the patches are

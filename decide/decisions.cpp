@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "adapters/environment.hpp"
+#include "decide/llm.hpp"
 #include "decide/patch_exclusion.hpp"
 #include "messages/errc.hpp"
 #include "tuning/contract_check.hpp"
@@ -409,6 +410,9 @@ tuning::planner_input planner_input_for(const tuning::task_spec& task,
   for (const auto& x : excluded_patches(run))
     in.excluded_patches.push_back(x.patch);
   in.incompatible_patches = run.patch_conflicts;
+  // Accepted LLM-proposed patches: the pairs their check found not to apply together.
+  for (const auto& pair : llm_patch_conflicts(run))
+    in.incompatible_patches.push_back(pair);
   in.noise_log_sd = run.noise ? run.noise->log_sd : 0.02;
   // The doctor gives the minimum detectable speedup as a fraction (0.05 = 5 %).
   // Adaptive runs: the promotion margin (at most budget.target_mds), the bar a finding must clear.
@@ -441,7 +445,9 @@ std::string proposal_doc(const tuning::task_spec& task, const store::run_state& 
 
 std::string proposal_doc(const tuning::task_spec& task, const store::run_state& run,
                          std::uint32_t n, const tuning::planner_policy& policy) {
-  auto in = planner_input_for(task, run);
+  // The task's patches and the accepted LLM-proposed ones, from the log (decide/llm.hpp).
+  const auto search = with_llm_patches(task, run, "");
+  auto in = planner_input_for(search, run);
   auto batch = policy.plan(in, n);
   nlohmann::json list = nlohmann::json::array();
   for (const auto& p : batch.proposals) {

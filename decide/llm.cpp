@@ -8,7 +8,9 @@
 #include "adapters/environment.hpp"
 #include "adapters/task_file.hpp"
 #include "decide/decisions.hpp"
+#include "tuning/prior_revision.hpp"
 #include "tuning/search_space.hpp"
+#include "tuning/stats.hpp"
 
 namespace infrarsi::decide {
 
@@ -211,7 +213,8 @@ json llm_answer_schema(const std::string& purpose) {
 }
 
 json llm_request(const tuning::task_spec& task, const store::run_state& run,
-                 const std::string& purpose, const std::map<std::string, std::string>& files) {
+                 const std::string& purpose, const std::map<std::string, std::string>& files,
+                 std::uint32_t round) {
   json knobs = json::array();
   for (const auto& k : task.knobs)
     knobs.push_back(knob_json(k));
@@ -226,6 +229,10 @@ json llm_request(const tuning::task_spec& task, const store::run_state& run,
                   {"patches", patches},
                   {"doctor", run.doctor_doc ? *run.doctor_doc : json{}},
                   {"trials", trials_json(run)}};
+  if (round > 0) {
+    context["round"] = round;
+    context["priors_now"] = store::to_json(run.priors);
+  }
   std::string system =
       "You are a performance engineer tuning a training job without changing what it computes: "
       "the contract (steps, tokens, global batch, loss trajectory) is fixed and checked. Answer "
@@ -245,6 +252,14 @@ json llm_request(const tuning::task_spec& task, const store::run_state& run,
            "peak memory per rank in bytes (negative saves) and your confidence in [0, 1]. Give "
            "values as in searched_values.\n\n";
   }
+  if (round > 0)
+    user += "This is round " + std::to_string(round) +
+            ": the trials measured so far are below (failures and contract violations "
+            "included) with the priors in use (priors_now). Revise your estimates from them" +
+            (purpose == llm_patches ? std::string{" and propose new patches (not one already in "
+                                                  "patches)"}
+                                    : std::string{}) +
+            ".\n\n";
   user += context.dump(2);
   return {{"model", task.llm.model},
           {"temperature", task.llm.temperature},
@@ -482,8 +497,45 @@ json llm_accepted_patches(const store::run_state& run) {
   return out;
 }
 
+tuning::task_spec with_llm_patches(const tuning::task_spec& task, const store::run_state& run,
+                                   const std::string& patch_dir) {
+  tuning::task_spec out = task;
+  for (const auto& p : llm_accepted_patches(run)) {
+    auto name = p["name"].get<std::string>();
+    if (out.find_patch(name) != nullptr)
+      continue; // cannot happen: llm_parsed_doc rejects a name in use
+    out.patches.push_back({name, patch_dir.empty() ? std::string{} : patch_dir + "/" + name + ".patch",
+                           p["rationale"].get<std::string>()});
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> llm_patch_conflicts(const store::run_state& run) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& e : run.llm)
+    if (e.value("event", "") == "parsed" && e.value("purpose", "") == llm_patches &&
+        e.value("valid", false) && e.contains("conflicts") && e["conflicts"].is_array())
+      for (const auto& pair : e["conflicts"])
+        if (pair.is_array() && pair.size() == 2 && pair[0].is_string() && pair[1].is_string())
+          out.emplace_back(pair[0].get<std::string>(), pair[1].get<std::string>());
+  return out;
+}
+
+std::map<std::string, std::string> llm_patch_texts(const store::run_state& run,
+                                                   const std::vector<std::string>& names) {
+  std::map<std::string, std::string> out;
+  if (names.empty())
+    return out;
+  for (const auto& p : llm_accepted_patches(run)) {
+    auto name = p["name"].get<std::string>();
+    if (std::find(names.begin(), names.end(), name) != names.end())
+      out[name] = p["diff"].get<std::string>();
+  }
+  return out;
+}
+
 llm_step llm_next(const tuning::task_spec& task, const store::run_state& run,
-                  const std::map<std::string, std::string>& files) {
+                  const std::map<std::string, std::string>& files, std::uint32_t round) {
   llm_step step;
   std::vector<std::string> questions;
   if (task.llm.patches)
@@ -496,7 +548,7 @@ llm_step llm_next(const tuning::task_spec& task, const store::run_state& run,
     const json* last = nullptr;
     std::uint32_t asked = 0;
     for (const auto& e : run.llm)
-      if (e.value("purpose", "") == q) {
+      if (e.value("purpose", "") == q && llm_round_of(e) == round) {
         last = &e;
         asked += e.value("event", "") == "request" ? 1 : 0;
       }
@@ -514,7 +566,8 @@ llm_step llm_next(const tuning::task_spec& task, const store::run_state& run,
       step.purpose = q;
       step.attempt = asked;
       step.body = llm_request(task, run, q,
-                              q == llm_patches ? files : std::map<std::string, std::string>{});
+                              q == llm_patches ? files : std::map<std::string, std::string>{},
+                              round);
       return true;
     };
     if (last == nullptr) {
@@ -552,9 +605,167 @@ llm_step llm_next(const tuning::task_spec& task, const store::run_state& run,
   step.detail = detail;
   for (const auto& e : run.llm)
     if (e.value("event", "") == "parsed" && e.value("purpose", "") == llm_priors &&
-        e.value("valid", false) && e.contains("priors"))
+        e.value("valid", false) && e.contains("priors") && llm_round_of(e) == round)
       step.priors = e["priors"];
   return step;
+}
+
+std::uint32_t llm_round_of(const json& event) {
+  auto it = event.find("round");
+  return it != event.end() && it->is_number_unsigned() ? it->get<std::uint32_t>() : 0;
+}
+
+std::uint32_t llm_current_round(const store::run_state& run) {
+  std::uint32_t r = 0;
+  for (const auto& e : run.llm)
+    r = std::max(r, llm_round_of(e));
+  return r;
+}
+
+namespace {
+
+/// The ended search trials (latest attempts, not lost) in log order.
+std::vector<const tuning::trial_record*> ended_explore(const store::run_state& run) {
+  std::vector<const tuning::trial_record*> out;
+  for (const auto* t : run.latest_attempts())
+    if (t->kind == tuning::purpose_kind::explore && t->finished &&
+        t->outcome != tuning::trial_outcome::lost)
+      out.push_back(t);
+  return out;
+}
+
+/// "explored" of the first request of round `round` (0 for round 0 or when absent).
+std::uint32_t round_start(const store::run_state& run, std::uint32_t round) {
+  if (round == 0)
+    return 0;
+  for (const auto& e : run.llm)
+    if (llm_round_of(e) == round && e.value("event", "") == "request")
+      return e.value("explored", 0u);
+  return 0;
+}
+
+} // namespace
+
+std::uint32_t ended_search_trials(const store::run_state& run) {
+  return static_cast<std::uint32_t>(ended_explore(run).size());
+}
+
+llm_round_plan llm_round_due(const tuning::task_spec& task, const store::run_state& run) {
+  llm_round_plan plan;
+  const auto& llm = task.llm;
+  if (!llm.enabled || (llm.rounds_every == 0 && llm.rounds_on_stall == 0))
+    return plan;
+  const auto current = llm_current_round(run);
+  if (current > 0 && llm_next(task, run, {}, current).k != llm_step::kind::finish) {
+    plan.ask = true;
+    plan.round = current;
+    plan.why = "round " + std::to_string(current) + " in progress";
+    return plan;
+  }
+  if (current >= llm.max_rounds)
+    return plan;
+  const auto usage = llm_usage_of(run);
+  if (usage.calls >= llm.max_calls ||
+      usage.prompt_tokens + usage.completion_tokens >= llm.max_tokens_per_run)
+    return plan;
+  const auto ended = ended_explore(run);
+  const auto start = std::min<std::size_t>(round_start(run, current), ended.size());
+  const auto since = ended.size() - start;
+  if (llm.rounds_every > 0 && since >= llm.rounds_every) {
+    plan.ask = true;
+    plan.why = std::to_string(since) + " search trials ended since round " +
+               std::to_string(current) + " (llm.rounds_every = " +
+               std::to_string(llm.rounds_every) + ")";
+  } else if (llm.rounds_on_stall > 0 && since >= llm.rounds_on_stall) {
+    // Stalled: none of the last rounds_on_stall ended search trials beat the best before them.
+    const double base = run.noise ? run.noise->mean_step_time_s : 0.0;
+    auto speedup = [&](const tuning::trial_record* t) {
+      return t->usable() && base > 0 && t->timed_step_time_s > 0 ? base / t->timed_step_time_s
+                                                                 : 0.0;
+    };
+    const auto tail = ended.size() - llm.rounds_on_stall;
+    double best_before = 0;
+    for (std::size_t i = 0; i < tail; ++i)
+      best_before = std::max(best_before, speedup(ended[i]));
+    double best_tail = 0;
+    for (std::size_t i = tail; i < ended.size(); ++i)
+      best_tail = std::max(best_tail, speedup(ended[i]));
+    if (best_tail <= best_before) {
+      plan.ask = true;
+      plan.why = "the search stalled: the last " + std::to_string(llm.rounds_on_stall) +
+                 " search trials found nothing better (llm.rounds_on_stall)";
+    }
+  }
+  if (plan.ask)
+    plan.round = current + 1;
+  return plan;
+}
+
+std::vector<llm_round_summary> llm_rounds(const tuning::task_spec& task,
+                                          const store::run_state& run) {
+  std::vector<llm_round_summary> out;
+  if (!task.llm.enabled)
+    return out;
+  const auto search = with_llm_patches(task, run, "");
+  const auto ended = ended_explore(run);
+  const auto rounds = llm_current_round(run);
+  // The priors in use from each round on: its valid priors answer, else the earlier ones (the
+  // knowledge base's at init when the model gave none: run.priors then, as PriorsLoaded held).
+  std::optional<tuning::prior_set> in_use;
+  for (std::uint32_t r = 0; r <= rounds; ++r) {
+    llm_round_summary s;
+    s.round = r;
+    s.explored = std::min<std::uint32_t>(round_start(run, r),
+                                         static_cast<std::uint32_t>(ended.size()));
+    for (const auto& e : run.llm)
+      if (llm_round_of(e) == r && e.value("event", "") == "request" && s.why.empty())
+        s.why = r == 0 ? std::string{"init"} : e.value("why", std::string{});
+      else if (llm_round_of(e) == r && e.value("event", "") == "parsed" &&
+               e.value("purpose", "") == llm_priors && e.value("valid", false) &&
+               e.contains("priors")) {
+        s.priors_valid = true;
+        in_use = store::priors_from_json(e["priors"]);
+      }
+    if (r == 0 && !s.priors_valid)
+      in_use = run.priors; // the only PriorsLoaded of a run without valid LLM priors at init
+    if (!in_use)
+      in_use = tuning::prior_set{};
+    std::uint32_t end = static_cast<std::uint32_t>(ended.size());
+    if (r < rounds)
+      end = std::min(end, round_start(run, r + 1));
+    std::set<std::uint64_t> window;
+    for (std::uint32_t i = s.explored; i < end; ++i)
+      window.insert(ended[i]->trial_id);
+    // Revised on every measurement up to the window's end (baseline included); the rank
+    // correlations over the window's usable search trials.
+    std::vector<tuning::trial_record> history;
+    for (const auto& t : run.trials) {
+      if (t.outcome == tuning::trial_outcome::lost)
+        continue;
+      if (t.kind == tuning::purpose_kind::explore && window.count(t.trial_id) == 0) {
+        bool before = false;
+        for (std::uint32_t i = 0; i < s.explored && i < ended.size(); ++i)
+          before = before || ended[i]->trial_id == t.trial_id;
+        if (!before)
+          continue;
+      }
+      history.push_back(t);
+    }
+    auto revision = tuning::revise_priors(search, *in_use, history,
+                                          run.noise ? run.noise->log_sd : 0.02);
+    std::vector<double> measured, prior, revised;
+    for (const auto& q : revision.points)
+      if (window.count(q.trial_id) != 0) {
+        measured.push_back(q.measured);
+        prior.push_back(q.prior);
+        revised.push_back(q.posterior);
+      }
+    s.trials = measured.size();
+    s.spearman_prior = tuning::spearman(prior, measured);
+    s.spearman_revised = tuning::spearman(revised, measured);
+    out.push_back(std::move(s));
+  }
+  return out;
 }
 
 } // namespace infrarsi::decide

@@ -12,6 +12,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -33,9 +34,13 @@ inline constexpr const char* llm_priors = "priors";
 /// so far with their speedups over the baseline and the failed ones with their reason, and for
 /// "patches" the scope and `files` (path -> text, already cut to llm.max_prompt_file_bytes in
 /// all by the caller: adapters::read_prompt_files). Never holds the API key.
+/// Round `round` > 0 (asked again during the search) adds {"round", "priors_now": the priors
+/// in use (store::to_json(prior_set))} and asks to revise the estimates and propose new patches
+/// from the measurements.
 nlohmann::json llm_request(const tuning::task_spec& task, const store::run_state& run,
                            const std::string& purpose,
-                           const std::map<std::string, std::string>& files);
+                           const std::map<std::string, std::string>& files,
+                           std::uint32_t round = 0);
 
 /// The JSON schema of the answer to `purpose` (the response_format's "schema").
 nlohmann::json llm_answer_schema(const std::string& purpose);
@@ -119,14 +124,80 @@ struct llm_step {
   std::string detail;
 };
 
-/// The next LLM step of the run (run.llm in log order). A question whose answer is invalid is
-/// asked again while it has been asked at most llm.answer_retries times; no request starts once
-/// llm.max_calls calls or llm.max_tokens_per_run tokens are spent. `files` as llm_request.
+/// The next LLM step of round `round` of the run (its events of run.llm, in log order; an event
+/// without "round" is of round 0, the one at init). A question whose answer is invalid is asked
+/// again while it has been asked at most llm.answer_retries times; no request starts once
+/// llm.max_calls calls or llm.max_tokens_per_run tokens are spent (over every round). `files` as
+/// llm_request.
 llm_step llm_next(const tuning::task_spec& task, const store::run_state& run,
-                  const std::map<std::string, std::string>& files);
+                  const std::map<std::string, std::string>& files, std::uint32_t round = 0);
+
+/// The round of an LLM event document: its "round", 0 when absent.
+std::uint32_t llm_round_of(const nlohmann::json& event);
+
+/// The latest round the run's LLM events belong to (0 when there are none).
+std::uint32_t llm_current_round(const store::run_state& run);
+
+/// Search trials that ended (latest attempts, not lost), in log order of their first attempt.
+std::uint32_t ended_search_trials(const store::run_state& run);
+
+/// Whether to ask the LLM (again) now, during the search: `ask` with `round` = the current
+/// round when it is > 0 and not settled (a resume mid-round), else the current round + 1 when
+/// every question of the current round is settled, fewer than llm.max_rounds rounds followed
+/// init, the calls and tokens are not spent, and since the current round began (`explored` of
+/// its first request; 0 for init) either llm.rounds_every search trials ended, or the last
+/// llm.rounds_on_stall ended search trials brought no usable speedup above the best before them.
+/// `why` says which, in words.
+struct llm_round_plan {
+  bool ask = false;
+  std::uint32_t round = 0;
+  std::string why;
+};
+llm_round_plan llm_round_due(const tuning::task_spec& task, const store::run_state& run);
+
+/// One round as the report shows it: the search trials measured while its priors were in use,
+/// and how well those priors ranked them before and after the planner's revision.
+struct llm_round_summary {
+  std::uint32_t round = 0;
+  /// Search trials ended when the round began; why it was asked.
+  std::uint32_t explored = 0;
+  std::string why;
+  /// Its priors answer was valid (its priors were then used; else the earlier ones stayed).
+  bool priors_valid = false;
+  /// Usable search trials measured while its priors were in use (until the next round).
+  std::size_t trials = 0;
+  /// Spearman's rho of the priors in use vs measured speedups of those trials, and of the
+  /// revised time model (fitted on the usable trials before each one: tuning::revise_priors'
+  /// sequential posterior) vs measured; NaN with fewer than 3 trials or no spread.
+  double spearman_prior = 0.0;
+  double spearman_revised = 0.0;
+};
+/// Every round of the run, init's first (tuning::revise_priors on `task`, with the accepted LLM
+/// patches: with_llm_patches).
+std::vector<llm_round_summary> llm_rounds(const tuning::task_spec& task,
+                                          const store::run_state& run);
 
 /// The patches of the run's valid patch answers that passed every check (including "apply_error"
 /// empty), in order: [{"name", "rationale", "diff", "paths"}].
 nlohmann::json llm_accepted_patches(const store::run_state& run);
+
+/// The task the search runs on: `task` with every accepted LLM-proposed patch
+/// (llm_accepted_patches, in log order) appended to its patches as {name, file, description =
+/// the rationale}; `file` is `patch_dir`/NAME.patch (where the supervisor writes the logged diff:
+/// adapters::write_llm_patch_files), or "" when `patch_dir` is empty (the planner and replay read
+/// no file). The planner (proposal_doc), the supervisor, the report and replay all call this, so
+/// a resumed or replayed run sees the same candidates.
+tuning::task_spec with_llm_patches(const tuning::task_spec& task, const store::run_state& run,
+                                   const std::string& patch_dir);
+
+/// Pairs of patches that do not apply together, from the "conflicts" each valid patches answer
+/// logged (at least one patch of each pair an accepted LLM-proposed one; the task's own pairs
+/// are the ContractLocked "patch_conflicts"), in log order.
+std::vector<std::pair<std::string, std::string>> llm_patch_conflicts(const store::run_state& run);
+
+/// name -> diff of the accepted LLM-proposed patches among `names` (the TrialSpec's
+/// patch_texts: a node needs no file for them).
+std::map<std::string, std::string> llm_patch_texts(const store::run_state& run,
+                                                   const std::vector<std::string>& names);
 
 } // namespace infrarsi::decide

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "decide/decisions.hpp"
+#include "decide/llm.hpp"
 #include "tuning/contract_check.hpp"
 #include "tuning/planner.hpp"
 
@@ -70,6 +71,7 @@ const char* to_string(step_kind k) {
     case step_kind::promote: return "promote";
     case step_kind::report: return "report";
     case step_kind::apply: return "apply";
+    case step_kind::llm_round: return "llm_round";
   }
   return "?";
 }
@@ -284,6 +286,12 @@ step next_step(const tuning::task_spec& task, const store::run_state& run, const
         return make(step_kind::wait, "the planner is proposing");
       if (!busy.verifying.empty())
         return make(step_kind::wait, "a verdict is pending");
+      // The LLM asked again with what was measured (decide/llm.hpp), before the next proposal.
+      if (auto round = llm_round_due(task, run); round.ask) {
+        step s = make(step_kind::llm_round, round.why);
+        s.n = round.round;
+        return s;
+      }
       if (in.free_slots == 0)
         return make(step_kind::wait, "every node slot is busy");
       step s = make(step_kind::propose, "free node slots");

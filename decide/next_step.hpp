@@ -103,6 +103,9 @@ enum class step_kind {
   report,
   /// Apply the promotion (ApplyStarted, then ChangesApplied).
   apply,
+  /// Ask the LLM again (round `n`: decide::llm_round_due): its requests, answers and parses are
+  /// logged as at init; a valid priors answer is logged with the PriorsLoaded it gives.
+  llm_round,
 };
 
 /// The name of a step kind ("wait", "launch", ...), for progress lines and tests.
@@ -117,7 +120,8 @@ struct step {
   std::vector<attempt_id> attempts;
   /// launch: at most the free slots.
   std::vector<launch> launches;
-  /// propose: the batch size (>= 1, <= free slots, <= the search trials left).
+  /// propose: the batch size (>= 1, <= free slots, <= the search trials left); llm_round: the
+  /// round.
   std::uint32_t n = 0;
   /// reverify.
   std::uint64_t candidate = 0;

@@ -9,8 +9,9 @@
 namespace infrarsi::messages {
 
 /// The node protocol a build speaks; NodeHello.protocol. A daemon refuses a node whose protocol
-/// differs (NodeControl "refused", detail naming both versions).
-constexpr std::uint32_t node_protocol_version = 1;
+/// differs (NodeControl "refused", detail naming both versions). 2: a TrialSpec may carry
+/// `patch_texts` (LLM-proposed patches as diffs), which a node of protocol 1 cannot apply.
+constexpr std::uint32_t node_protocol_version = 2;
 
 /// The infrarsi version a node-runner reports in its hello.
 constexpr const char* tool_version = "0.3.0";

@@ -556,6 +556,11 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
             "reason with --verbose) and, on a terminal, a live status line. The summary on "
             "stdout. The event log, experience bank, trial logs and report live under the "
             "store directory.\n"
+            "A task with an [llm] table asks that OpenAI-compatible endpoint for priors and "
+            "code patches at init (and again during the search with llm.rounds_every / "
+            "llm.rounds_on_stall); proposed diffs that pass every check are searched and "
+            "verified like the task's [[patches]]; an llm.api_key_env naming an unset variable "
+            "is a pre-flight problem (docs/llm.md).\n"
             "--nodes N runs N node-runners (each behind its own ZeroMQ endpoint) and keeps N "
             "trials in flight; give each slot its share of the machine with --slot-env and "
             "--slot-cpus (docs/tune.md \"Node slots\").\n"
@@ -676,6 +681,9 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
               "bound to any other address it requires a token (dashboard.token_file or "
               "dashboard.token_env) and refuses to start without one. It prints "
               "`dashboard http://...` on stdout.\n"
+              "An [llm] table is the llm-proposer of every submitted task without one "
+              "(docs/llm.md); its api_key_env must name a variable set in the daemon's "
+              "environment, else the daemon does not start.\n"
               "Exit status: 0 drained, 1 it could not start (the message names the config file, "
               "key and value, or the endpoint), 2 bad command line.");
   daemon_cmd->add_option("--config", daemon_config_path,

@@ -19,6 +19,8 @@
 #include <memory>
 #include <mutex>
 #include <sstream>
+#include <cstdlib>
+#include <iterator>
 #include <type_traits>
 
 #include <caf/actor_system.hpp>
@@ -62,6 +64,24 @@ std::string resolve(const fs::path& base, const std::string& p) {
 
 } // namespace
 
+namespace {
+
+/// Why `llm`'s API key cannot be read here ("" when it can, or when no variable is named): the
+/// variable named by api_key_env is unset or empty in this process's environment.
+std::string llm_key_problem(const tuning::llm_spec& llm) {
+  if (!llm.enabled || llm.api_key_env.empty())
+    return {};
+  const char* v = std::getenv(llm.api_key_env.c_str());
+  if (v != nullptr && *v != '\0')
+    return {};
+  return "the environment variable " + llm.api_key_env + (v == nullptr ? " is not set" : " is empty")
+         + " in the daemon's environment: it must hold the API key of " + llm.base_url
+         + " (export it before starting the daemon, or set api_key_env = \"\" for a server "
+           "without a key)";
+}
+
+} // namespace
+
 caf::expected<daemon_config> load_daemon_config(const std::string& path) {
   std::error_code ec;
   if (!fs::exists(path, ec))
@@ -90,9 +110,11 @@ caf::expected<daemon_config> load_daemon_config(const std::string& path) {
     {"dashboard", {"enabled", "bind", "port", "token_file", "token_env"}}};
   for (const auto& [table, node] : doc) {
     auto t = std::string{table.str()};
+    if (t == "llm")
+      continue; // checked below, as a task's [llm] (adapters::load_llm_table)
     auto k = known.find(t);
     if (k == known.end())
-      return bad(t, "unknown table (expected [daemon], [security] or [dashboard])");
+      return bad(t, "unknown table (expected [daemon], [security], [dashboard] or [llm])");
     if (!node.is_table())
       return bad(t, "expected a table");
     for (const auto& [key, value] : *node.as_table()) {
@@ -197,6 +219,19 @@ caf::expected<daemon_config> load_daemon_config(const std::string& path) {
   c.dashboard.token_file = resolve(base, c.dashboard.token_file);
   if (!c.allow_clients.empty() && c.secret_key.empty())
     return bad("security.allow_clients", "needs security.secret_key and security.allow");
+  if (const auto* llm = doc.get("llm")) {
+    std::ifstream in{path};
+    std::string config_text{std::istreambuf_iterator<char>{in}, {}};
+    auto spec = adapters::load_llm_table(config_text, path);
+    if (!spec)
+      return std::move(spec.error());
+    if (auto why = llm_key_problem(*spec); !why.empty())
+      return bad("llm.api_key_env", why);
+    c.llm = *spec;
+    std::ostringstream os;
+    os << toml::table{{"llm", *llm->as_table()}};
+    c.llm_toml = os.str();
+  }
   return c;
 }
 
@@ -323,6 +358,20 @@ caf::expected<std::string> start_run(controller_ptr self, const std::string& tas
   auto task = adapters::load_task_text(task_text, task_path);
   if (!task)
     return std::move(task.error());
+  // A new run of a task without [llm]: the daemon's [llm], appended to the task's text (the
+  // logged task then holds it: resume and replay need no daemon config).
+  std::string text_with_llm;
+  if (resume_id.empty() && !task->llm.enabled && !st.config->llm_toml.empty()) {
+    text_with_llm = task_text + "\n\n# [llm] of the daemon config " + st.config->source + "\n"
+                    + st.config->llm_toml + "\n";
+    task = adapters::load_task_text(text_with_llm, task_path);
+    if (!task)
+      return std::move(task.error());
+  }
+  const std::string& run_text = text_with_llm.empty() ? task_text : text_with_llm;
+  if (resume_id.empty())
+    if (auto why = llm_key_problem(task->llm); !why.empty())
+      return make_error(errc::invalid_argument, task->source + ": llm.api_key_env: " + why);
   std::string run_id = resume_id;
   std::uint64_t run_seed = seed.value_or(task->budget.seed);
   if (run_id.empty()) {
@@ -338,7 +387,7 @@ caf::expected<std::string> start_run(controller_ptr self, const std::string& tas
   fs::create_directories(run_dir, ec);
   auto& r = st.runs[run_id];
   r.task = std::make_unique<tuning::task_spec>(std::move(*task));
-  r.task_text = task_text;
+  r.task_text = run_text;
   r.progress = std::make_unique<prefixed_stream>(*st.out, "[" + run_id + "] ");
   r.active = true;
   r.status = -1;
@@ -355,7 +404,7 @@ caf::expected<std::string> start_run(controller_ptr self, const std::string& tas
                        : st.config->knowledge_dir;
   so.seed = run_seed;
   so.trials = trials;
-  so.task_text = task_text;
+  so.task_text = run_text;
   so.progress = r.progress.get();
   so.space_dirs = {st.config->store_dir + "/events"};
   so.pool = st.pool;
@@ -369,7 +418,7 @@ caf::expected<std::string> start_run(controller_ptr self, const std::string& tas
     }};
   });
   r.supervisor = caf::actor_cast<caf::actor>(self->spawn(actors::supervisor, std::move(so)));
-  caf::anon_send(st.pool, actors::join_atom_v, run_id, r.max_slots, task_text, r.task->source,
+  caf::anon_send(st.pool, actors::join_atom_v, run_id, r.max_slots, run_text, r.task->source,
                  r.supervisor);
   say(self, (resume_id.empty() ? "run " : "resuming run ") + run_id + " (task " + r.task->name
               + ", " + r.task->source + ")");
@@ -892,7 +941,9 @@ int run_submit(const client_options& client, const std::string& task_path,
   }
   // The pre-flight of `infrarsi check` and `tune`, before anything is sent: a task whose every
   // trial would fail before it starts creates no run on the daemon either.
-  if (auto problems = adapters::preflight(*task); !problems.empty()) {
+  adapters::preflight_options pre;
+  pre.check_api_key = false; // the daemon's environment holds the key: checked on receipt
+  if (auto problems = adapters::preflight(*task, pre); !problems.empty()) {
     for (const auto& p : problems)
       err << "infrarsi submit: " << adapters::to_string(p) << '\n';
     err << "infrarsi submit: " << problems.size()

@@ -15,6 +15,7 @@
 #include <caf/expected.hpp>
 
 #include "runtime/dashboard.hpp"
+#include "tuning/task.hpp"
 
 namespace infrarsi::runtime {
 
@@ -60,6 +61,13 @@ struct daemon_config {
   /// [security] allow_clients: the allow-list of client keys (`submit`, `daemon status`), in the
   /// same formats. Default "": the `allow` list serves both sockets.
   std::string allow_clients;
+  /// [llm]: the llm-proposer for every submitted task that has no `[llm]` table of its own
+  /// (docs/llm.md; the same keys, checked the same way). The table is appended to such a task's
+  /// text before its run starts, so the run's logged task holds it (resume and replay need no
+  /// daemon config). Default: none (those tasks use the offline knowledge base).
+  tuning::llm_spec llm;
+  /// The [llm] table as TOML text ("[llm]\n..."), what is appended; "" without one.
+  std::string llm_toml;
   /// [dashboard]: the live dashboard over HTTP (runtime/dashboard.hpp). Default: off.
   dashboard_config dashboard;
   /// The file this was read from.

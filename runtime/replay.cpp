@@ -192,10 +192,18 @@ public:
         auto j = nlohmann::json::parse(document_text(ev), nullptr, false);
         if (!j.is_object())
           return diverge("llm request", document_text(ev), "an llm_request document");
+        const auto round = decide::llm_round_of(j);
+        if (round > 0 && round > decide::llm_current_round(state)) {
+          // The first request of a round asked during the search: it was due.
+          auto plan = decide::llm_round_due(task_, state);
+          if (!same("llm round", "round " + std::to_string(round),
+                    plan.ask ? "round " + std::to_string(plan.round) : std::string{"no round due"}))
+            return false;
+        }
         if (j.value("purpose", "") != decide::llm_priors)
           return true;
         return same("llm request", j.value("body", nlohmann::json{}).dump(),
-                    decide::llm_request(task_, state, decide::llm_priors, {}).dump());
+                    decide::llm_request(task_, state, decide::llm_priors, {}, round).dump());
       }
       case wire::EventKind::LlmAnswerParsed: {
         // The logged answer (the LlmResponded before it) parsed again; no network call. The
@@ -212,6 +220,8 @@ public:
         if (logged.contains("patches"))
           for (auto& p : logged["patches"])
             p.erase("apply_error");
+        logged.erase("conflicts"); // which pairs apply together: the tree's answer, an input
+        logged.erase("round");     // bookkeeping: the round the exchange belongs to
         auto doc = decide::llm_parsed_doc(task_, state, j.value("purpose", ""),
                                           j.value("attempt", 0u), *response);
         return same("llm answer", logged.dump(), doc.dump());
@@ -219,7 +229,7 @@ public:
       case wire::EventKind::PriorsLoaded: {
         if (!task_.llm.enabled)
           return true; // the offline knowledge base: an input
-        auto step = decide::llm_next(task_, state, {});
+        auto step = decide::llm_next(task_, state, {}, decide::llm_current_round(state));
         if (step.k != decide::llm_step::kind::finish)
           return diverge("priors", document_text(ev),
                          "the LLM questions were not settled (" + step.purpose + ")");

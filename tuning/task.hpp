@@ -312,6 +312,15 @@ struct llm_spec {
   std::uint64_t max_prompt_file_bytes = 64u << 10;
   /// Bytes of one proposed diff at most. Default 64 KiB.
   std::uint64_t max_patch_bytes = 64u << 10;
+  /// Rounds (docs/llm.md "Rounds"): during the search the model is asked again, with what was
+  /// measured (failures and contract violations included), every `rounds_every` finished search
+  /// trials (0: never for that reason), [0, 10000]. Default 0.
+  std::uint64_t rounds_every = 0;
+  /// ... and when the search stalls: after this many finished search trials in a row without a
+  /// better usable one (0: never for that reason), [0, 10000]. Default 0.
+  std::uint64_t rounds_on_stall = 0;
+  /// Rounds after the one at init at most, [0, 100]. Default 3.
+  std::uint64_t max_rounds = 3;
 };
 
 /// One tuning task.

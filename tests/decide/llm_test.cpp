@@ -3,12 +3,14 @@
 
 #include "decide/llm.hpp"
 
+#include <algorithm>
 #include <fstream>
 
 #include <gtest/gtest.h>
 
 #include "adapters/llm_client.hpp"
 #include "adapters/task_file.hpp"
+#include "decide/decisions.hpp"
 #include "llm_server.hpp"
 #include "test_util.hpp"
 
@@ -187,6 +189,128 @@ TEST(LlmNext, NoRequestOnceTheCallsOrTokensAreSpent) {
   auto s = llm_next(t, run, {});
   ASSERT_EQ(s.k, llm_step::kind::finish);
   EXPECT_NE(s.detail.find("llm.max_tokens_per_run (10) spent"), std::string::npos) << s.detail;
+}
+
+/// A finished, verified search trial taking `step_time_s` (0: an OOM).
+tuning::trial_record explore_trial(std::uint64_t id, double step_time_s) {
+  tuning::trial_record t;
+  t.trial_id = id;
+  t.kind = tuning::purpose_kind::explore;
+  t.dispatched = true;
+  t.finished = true;
+  t.verified = true;
+  t.outcome = step_time_s > 0 ? tuning::trial_outcome::ok : tuning::trial_outcome::oom;
+  t.timed_step_time_s = step_time_s;
+  t.config.knobs["micro_batch"] = std::int64_t{1};
+  return t;
+}
+
+TEST(LlmRounds, DueEveryKTrialsOrOnAStallAndNeverPastTheirLimits) {
+  auto t = task();
+  t.llm.patches = false;
+  store::run_state run;
+  run.noise = tuning::noise_estimate{};
+  run.noise->mean_step_time_s = 1.0;
+  // Off unless configured.
+  for (int i = 0; i < 5; ++i)
+    run.trials.push_back(explore_trial(i, 1.0 / (1 + i)));
+  EXPECT_FALSE(llm_round_due(t, run).ask);
+  t.llm.rounds_every = 3;
+  auto plan = llm_round_due(t, run);
+  ASSERT_TRUE(plan.ask);
+  EXPECT_EQ(plan.round, 1u);
+  EXPECT_EQ(plan.why, "5 search trials ended since round 0 (llm.rounds_every = 3)");
+  // Round 1 asked after 5 trials and not answered yet: in progress (a resume re-sends).
+  run.llm.push_back({{"event", "request"}, {"purpose", "priors"}, {"attempt", 0}, {"round", 1},
+                     {"explored", 5}, {"body", json::object()}});
+  plan = llm_round_due(t, run);
+  ASSERT_TRUE(plan.ask);
+  EXPECT_EQ(plan.round, 1u);
+  EXPECT_EQ(llm_current_round(run), 1u);
+  auto resp = response("{\"settings\": [], \"patches\": []}");
+  resp["event"] = "response";
+  resp["purpose"] = "priors";
+  resp["round"] = 1;
+  run.llm.push_back(resp);
+  auto parsed = llm_parsed_doc(t, run, llm_priors, 0, resp);
+  ASSERT_TRUE(parsed["valid"].get<bool>());
+  parsed["event"] = "parsed";
+  parsed["round"] = 1;
+  run.llm.push_back(parsed);
+  // Settled: the next round is due 3 ended trials after round 1 began, not before.
+  EXPECT_FALSE(llm_round_due(t, run).ask);
+  run.trials.push_back(explore_trial(5, 0.5));
+  run.trials.push_back(explore_trial(6, 0.5));
+  EXPECT_FALSE(llm_round_due(t, run).ask);
+  run.trials.push_back(explore_trial(7, 0.5));
+  plan = llm_round_due(t, run);
+  ASSERT_TRUE(plan.ask);
+  EXPECT_EQ(plan.round, 2u);
+  // max_rounds caps the rounds.
+  t.llm.max_rounds = 1;
+  EXPECT_FALSE(llm_round_due(t, run).ask);
+  // A stall: the last 3 ended trials found nothing above the best before them (1/5 s = 5x).
+  t.llm.max_rounds = 3;
+  t.llm.rounds_every = 0;
+  t.llm.rounds_on_stall = 3;
+  plan = llm_round_due(t, run);
+  ASSERT_TRUE(plan.ask);
+  EXPECT_NE(plan.why.find("stalled: the last 3 search trials"), std::string::npos) << plan.why;
+  // ... unless one of them did better; an OOM (unusable) is no improvement.
+  run.trials.back() = explore_trial(7, 0.1);
+  EXPECT_FALSE(llm_round_due(t, run).ask);
+  run.trials.back() = explore_trial(7, 0.0);
+  EXPECT_TRUE(llm_round_due(t, run).ask);
+  // Never once the tokens are spent (one answer used 7 + 3).
+  t.llm.max_tokens_per_run = 10;
+  EXPECT_FALSE(llm_round_due(t, run).ask);
+  // The next round's request carries the round and the priors in use.
+  auto body = llm_request(t, run, llm_priors, {}, 2);
+  auto prompt = body["messages"][1]["content"].get<std::string>();
+  EXPECT_NE(prompt.find("This is round 2"), std::string::npos);
+  EXPECT_NE(prompt.find("\"priors_now\""), std::string::npos);
+  EXPECT_EQ(llm_request(t, run, llm_priors, {}).dump().find("priors_now"), std::string::npos);
+}
+
+TEST(LlmPatches, AcceptedOnesJoinTheSearchTaskWithTheirTextsAndConflicts) {
+  auto t = task();
+  store::run_state run;
+  const std::string diff = "--- a/train.py\n+++ b/train.py\n@@ -1 +1 @@\n-a\n+b\n";
+  json parsed = {{"event", "parsed"},
+                 {"purpose", "patches"},
+                 {"valid", true},
+                 {"patches", json::array({{{"name", "fuse"},
+                                           {"rationale", "fewer kernels"},
+                                           {"diff", diff},
+                                           {"paths", {"train.py"}},
+                                           {"apply_error", ""}},
+                                          {{"name", "stale"},
+                                           {"rationale", "r"},
+                                           {"diff", diff},
+                                           {"paths", {"train.py"}},
+                                           {"apply_error", "does not apply"}}})},
+                 {"conflicts", json::array({json::array({"fuse", "other"})})},
+                 {"rejected", json::array()}};
+  run.llm.push_back(parsed);
+  auto search = with_llm_patches(t, run, "/run/llm-patches");
+  ASSERT_EQ(search.patches.size(), 1u); // "stale" did not pass git apply --check
+  EXPECT_EQ(search.patches[0].name, "fuse");
+  EXPECT_EQ(search.patches[0].file, "/run/llm-patches/fuse.patch");
+  EXPECT_EQ(search.patches[0].description, "fewer kernels");
+  EXPECT_EQ(with_llm_patches(t, run, "").patches[0].file, "");
+  auto texts = llm_patch_texts(run, {"fuse", "not-an-llm-patch"});
+  ASSERT_EQ(texts.size(), 1u);
+  EXPECT_EQ(texts["fuse"], diff);
+  EXPECT_TRUE(llm_patch_texts(run, {}).empty());
+  auto pairs = llm_patch_conflicts(run);
+  ASSERT_EQ(pairs.size(), 1u);
+  EXPECT_EQ(pairs[0], (std::pair<std::string, std::string>{"fuse", "other"}));
+  // The planner's input has the pair; proposals are made over the search task.
+  auto in = planner_input_for(search, run);
+  EXPECT_EQ(in.task->patches.size(), 1u);
+  EXPECT_NE(std::find(in.incompatible_patches.begin(), in.incompatible_patches.end(),
+                      std::pair<std::string, std::string>{"fuse", "other"}),
+            in.incompatible_patches.end());
 }
 
 TEST(LlmTaskFile, StrictKeysTypesAndRanges) {

@@ -22,6 +22,7 @@
 #include "decide/llm.hpp"
 #include "llm_server.hpp"
 #include "messages/codec.hpp"
+#include "runtime/daemon.hpp"
 #include "runtime/replay.hpp"
 #include "runtime/tune.hpp"
 #include "store/rocksdb_event_log.hpp"
@@ -423,6 +424,153 @@ TEST_F(TuneLlm, ACrashMidRequestIsResumedByReSendingTheLoggedRequest) {
   EXPECT_EQ(r.state.priors.settings[0].source, "llm:scripted");
   auto rep = replay(r);
   EXPECT_FALSE(rep.diverged) << rep.decision << ": " << rep.logged << " vs " << rep.recomputed;
+}
+
+/// Rounds: asked again every 2 ended search trials (at most twice), with what was measured; each
+/// round logged like init, its priors in use from then on; the report shows each round's rank
+/// correlations; replay reproduces every round with the server stopped.
+TEST_F(TuneLlm, RoundsAskAgainWithTheMeasurementsAndTheirPriorsAreUsed) {
+  auto priors = [](double fast, double mid) {
+    return json{{"settings", json::array({{{"knob", "step_time"},
+                                           {"value", 0.03},
+                                           {"speedup", fast},
+                                           {"memory_bytes", 0},
+                                           {"confidence", 1.0}},
+                                          {{"knob", "step_time"},
+                                           {"value", 0.05},
+                                           {"speedup", mid},
+                                           {"memory_bytes", 0},
+                                           {"confidence", 1.0}}})},
+                {"patches", json::array()}}
+      .dump();
+  };
+  test::llm_server server{[&](const httplib::Request& req, httplib::Response& res, int call) {
+    // Init: deliberately wrong (0.03 s/step said to be slower than 0.05); later rounds right.
+    res.set_content(test::chat_answer(call == 0 ? priors(0.6, 1.5) : priors(2.6, 1.6)),
+                    "application/json");
+    (void) req;
+  }};
+  auto r = tune(server.base_url(), "report",
+                "patches = false\nrounds_every = 2\nmax_rounds = 2\n");
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto got = server.received();
+  ASSERT_EQ(got.size(), 3u) << r.err; // init, round 1, round 2
+  auto requests = of_kind(r, wire::EventKind::LlmRequested);
+  ASSERT_EQ(requests.size(), 3u);
+  EXPECT_FALSE(requests[0].contains("round"));
+  for (std::uint32_t round : {1u, 2u}) {
+    const auto& q = requests[round];
+    EXPECT_EQ(q["round"], round);
+    EXPECT_EQ(q["explored"], 2 * round);
+    EXPECT_NE(q["why"].get<std::string>().find("llm.rounds_every = 2"), std::string::npos);
+    // The prompt holds the round, the priors in use and the trials measured so far.
+    auto prompt = json::parse(got[round].body)["messages"][1]["content"].get<std::string>();
+    EXPECT_NE(prompt.find("This is round " + std::to_string(round)), std::string::npos);
+    EXPECT_NE(prompt.find("\"priors_now\""), std::string::npos);
+    auto context = json::parse(prompt.substr(prompt.find('{')));
+    std::size_t explore = 0;
+    for (const auto& t : context["trials"])
+      explore += t["purpose"] == "explore" ? 1 : 0;
+    EXPECT_EQ(explore, 2 * round);
+  }
+  // Each round's priors were loaded with its parse: three PriorsLoaded, the last ones in use.
+  EXPECT_EQ(of_kind(r, wire::EventKind::PriorsLoaded).size(), 3u);
+  ASSERT_EQ(r.state.priors.settings.size(), 2u);
+  EXPECT_DOUBLE_EQ(r.state.priors.settings[0].speedup, 2.6);
+  // The report: one row per round, with what it was asked after.
+  auto rounds = decide::llm_rounds(*adapters::load_task_file(r.task), r.state);
+  ASSERT_EQ(rounds.size(), 3u);
+  EXPECT_EQ(rounds[1].explored, 2u);
+  EXPECT_EQ(rounds[2].explored, 4u);
+  std::ifstream md_in{r.store + "/runs/" + r.run_id + "/report.md"};
+  std::string md{std::istreambuf_iterator<char>{md_in}, {}};
+  EXPECT_NE(md.find("| round | after search trials | why | priors | trials | rho before | rho "
+                    "after |"),
+            std::string::npos)
+    << md;
+  EXPECT_NE(md.find("| 0 | 0 | init | new |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 1 | 2 | 2 search trials ended since round 0 (llm.rounds_every = 2) | new"),
+            std::string::npos)
+    << md;
+  server.stop();
+  auto rep = replay(r);
+  EXPECT_FALSE(rep.diverged) << rep.decision << "\nlogged:     " << rep.logged
+                             << "\nrecomputed: " << rep.recomputed;
+  EXPECT_EQ(server.received().size(), 3u);
+}
+
+TEST_F(TuneLlm, ANamedApiKeyVariableThatIsUnsetFailsAtStartNamingIt) {
+  test::llm_server server{[](const httplib::Request&, httplib::Response& res, int) {
+    res.set_content(test::chat_answer(priors_answer()), "application/json");
+  }};
+  ::unsetenv("INFRARSI_TEST_KEY_NEVER_SET");
+  tune_options o;
+  o.task_path = write_task(server.base_url(),
+                           "patches = false\napi_key_env = \"INFRARSI_TEST_KEY_NEVER_SET\"\n");
+  o.store_dir = dir_.sub("store-nokey");
+  o.until = "init";
+  o.knowledge_dir = dir_.sub("knowledge");
+  std::ostringstream out;
+  std::ostringstream err;
+  EXPECT_EQ(run_tune(o, out, err), 1);
+  // FILE:LINE:COLUMN of the key, the key, the variable; nothing sent, no run created.
+  EXPECT_NE(err.str().find(o.task_path + ":"), std::string::npos) << err.str();
+  EXPECT_NE(err.str().find(": llm.api_key_env: the environment variable "
+                           "INFRARSI_TEST_KEY_NEVER_SET is not set"),
+            std::string::npos)
+    << err.str();
+  EXPECT_TRUE(server.received().empty());
+  EXPECT_FALSE(fs::exists(o.store_dir + "/events"));
+  // Set but empty: the same refusal.
+  ::setenv("INFRARSI_TEST_KEY_NEVER_SET", "", 1);
+  std::ostringstream err2;
+  EXPECT_EQ(run_tune(o, out, err2), 1);
+  EXPECT_NE(err2.str().find("INFRARSI_TEST_KEY_NEVER_SET is empty"), std::string::npos)
+    << err2.str();
+  ::unsetenv("INFRARSI_TEST_KEY_NEVER_SET");
+  EXPECT_TRUE(server.received().empty());
+}
+
+/// The daemon config's [llm]: checked like a task's, its key variable checked at start.
+TEST(DaemonConfigLlm, IsReadCheckedAndRefusedWhenItsKeyVariableIsUnset) {
+  test::temp_dir dir;
+  auto write = [&](const std::string& body) {
+    auto path = dir.sub("daemon.toml");
+    std::ofstream{path} << "[daemon]\nstore = \"store\"\n\n" << body;
+    return path;
+  };
+  auto ok = load_daemon_config(write("[llm]\nbase_url = \"http://127.0.0.1:8000/v1/\"\n"
+                                     "model = \"qwen\"\nmax_calls = 4\n"));
+  ASSERT_TRUE(ok) << describe(ok.error());
+  EXPECT_TRUE(ok->llm.enabled);
+  EXPECT_EQ(ok->llm.base_url, "http://127.0.0.1:8000/v1");
+  EXPECT_EQ(ok->llm.max_calls, 4u);
+  // The table as appended to a task without [llm]: it loads as that task's [llm].
+  EXPECT_EQ(ok->llm_toml.rfind("[llm]", 0), 0u) << ok->llm_toml;
+  std::ifstream task_in{std::string{INFRARSI_TEST_DATA_DIR} + "/tasks/fake_tune.toml"};
+  std::string task_text{std::istreambuf_iterator<char>{task_in}, {}};
+  auto task = adapters::load_task_text(task_text + "\n" + ok->llm_toml,
+                                       std::string{INFRARSI_TEST_DATA_DIR} + "/tasks/x.toml");
+  ASSERT_TRUE(task) << describe(task.error());
+  EXPECT_EQ(task->llm.model, "qwen");
+  EXPECT_EQ(task->llm.max_calls, 4u);
+  // A bad value names the file, the line and the key.
+  auto bad = load_daemon_config(write("[llm]\nbase_url = \"ftp://x\"\nmodel = \"m\"\n"));
+  ASSERT_FALSE(bad);
+  EXPECT_NE(describe(bad.error()).find(dir.sub("daemon.toml") + ":5:"), std::string::npos)
+    << describe(bad.error());
+  EXPECT_NE(describe(bad.error()).find("llm.base_url"), std::string::npos);
+  // A named key variable that is unset: the daemon does not start.
+  ::unsetenv("INFRARSI_TEST_DAEMON_KEY_UNSET");
+  auto nokey = load_daemon_config(write("[llm]\nbase_url = \"https://api.example.com/v1\"\n"
+                                        "model = \"m\"\napi_key_env = "
+                                        "\"INFRARSI_TEST_DAEMON_KEY_UNSET\"\n"));
+  ASSERT_FALSE(nokey);
+  EXPECT_NE(describe(nokey.error()).find("llm.api_key_env: the environment variable "
+                                         "INFRARSI_TEST_DAEMON_KEY_UNSET is not set in the "
+                                         "daemon's environment"),
+            std::string::npos)
+    << describe(nokey.error());
 }
 
 } // namespace
