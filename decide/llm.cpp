@@ -612,7 +612,10 @@ llm_step llm_next(const tuning::task_spec& task, const store::run_state& run,
 
 std::uint32_t llm_round_of(const json& event) {
   auto it = event.find("round");
-  return it != event.end() && it->is_number_unsigned() ? it->get<std::uint32_t>() : 0;
+  if (it == event.end() || !it->is_number_integer() || it->get<std::int64_t>() < 0 ||
+      it->get<std::int64_t>() > 1000000)
+    return 0;
+  return static_cast<std::uint32_t>(it->get<std::int64_t>());
 }
 
 std::uint32_t llm_current_round(const store::run_state& run) {

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <csignal>
@@ -426,7 +427,7 @@ TEST_F(TuneLlm, ACrashMidRequestIsResumedByReSendingTheLoggedRequest) {
   EXPECT_FALSE(rep.diverged) << rep.decision << ": " << rep.logged << " vs " << rep.recomputed;
 }
 
-/// Rounds: asked again every 2 ended search trials (at most twice), with what was measured; each
+/// Rounds: asked again after every ended search trial (at most twice), with what was measured; each
 /// round logged like init, its priors in use from then on; the report shows each round's rank
 /// correlations; replay reproduces every round with the server stopped.
 TEST_F(TuneLlm, RoundsAskAgainWithTheMeasurementsAndTheirPriorsAreUsed) {
@@ -451,7 +452,7 @@ TEST_F(TuneLlm, RoundsAskAgainWithTheMeasurementsAndTheirPriorsAreUsed) {
     (void) req;
   }};
   auto r = tune(server.base_url(), "report",
-                "patches = false\nrounds_every = 2\nmax_rounds = 2\n");
+                "patches = false\nrounds_every = 1\nmax_rounds = 2\n");
   ASSERT_EQ(r.status, 0) << r.err;
   auto got = server.received();
   ASSERT_EQ(got.size(), 3u) << r.err; // init, round 1, round 2
@@ -461,8 +462,8 @@ TEST_F(TuneLlm, RoundsAskAgainWithTheMeasurementsAndTheirPriorsAreUsed) {
   for (std::uint32_t round : {1u, 2u}) {
     const auto& q = requests[round];
     EXPECT_EQ(q["round"], round);
-    EXPECT_EQ(q["explored"], 2 * round);
-    EXPECT_NE(q["why"].get<std::string>().find("llm.rounds_every = 2"), std::string::npos);
+    EXPECT_EQ(q["explored"], round);
+    EXPECT_NE(q["why"].get<std::string>().find("llm.rounds_every = 1"), std::string::npos);
     // The prompt holds the round, the priors in use and the trials measured so far.
     auto prompt = json::parse(got[round].body)["messages"][1]["content"].get<std::string>();
     EXPECT_NE(prompt.find("This is round " + std::to_string(round)), std::string::npos);
@@ -471,7 +472,7 @@ TEST_F(TuneLlm, RoundsAskAgainWithTheMeasurementsAndTheirPriorsAreUsed) {
     std::size_t explore = 0;
     for (const auto& t : context["trials"])
       explore += t["purpose"] == "explore" ? 1 : 0;
-    EXPECT_EQ(explore, 2 * round);
+    EXPECT_EQ(explore, round);
   }
   // Each round's priors were loaded with its parse: three PriorsLoaded, the last ones in use.
   EXPECT_EQ(of_kind(r, wire::EventKind::PriorsLoaded).size(), 3u);
@@ -480,8 +481,15 @@ TEST_F(TuneLlm, RoundsAskAgainWithTheMeasurementsAndTheirPriorsAreUsed) {
   // The report: one row per round, with what it was asked after.
   auto rounds = decide::llm_rounds(*adapters::load_task_file(r.task), r.state);
   ASSERT_EQ(rounds.size(), 3u);
-  EXPECT_EQ(rounds[1].explored, 2u);
-  EXPECT_EQ(rounds[2].explored, 4u);
+  EXPECT_EQ(rounds[1].explored, 1u);
+  EXPECT_EQ(rounds[2].explored, 2u);
+  EXPECT_TRUE(rounds[0].priors_valid && rounds[1].priors_valid && rounds[2].priors_valid);
+  // Round 2's priors were in use for the last search trial (the search space is then spent).
+  EXPECT_EQ(rounds[0].trials + rounds[1].trials + rounds[2].trials,
+            static_cast<std::size_t>(std::count_if(
+              r.state.trials.begin(), r.state.trials.end(),
+              [](const tuning::trial_record& t) { return t.kind == tuning::purpose_kind::explore
+                                                          && t.usable(); })));
   std::ifstream md_in{r.store + "/runs/" + r.run_id + "/report.md"};
   std::string md{std::istreambuf_iterator<char>{md_in}, {}};
   EXPECT_NE(md.find("| round | after search trials | why | priors | trials | rho before | rho "
@@ -489,7 +497,7 @@ TEST_F(TuneLlm, RoundsAskAgainWithTheMeasurementsAndTheirPriorsAreUsed) {
             std::string::npos)
     << md;
   EXPECT_NE(md.find("| 0 | 0 | init | new |"), std::string::npos) << md;
-  EXPECT_NE(md.find("| 1 | 2 | 2 search trials ended since round 0 (llm.rounds_every = 2) | new"),
+  EXPECT_NE(md.find("| 1 | 1 | 1 search trials ended since round 0 (llm.rounds_every = 1) | new"),
             std::string::npos)
     << md;
   server.stop();
