@@ -506,7 +506,7 @@ caf::error check_llm_patch_pairs(self_ptr self, nlohmann::json& doc) {
   for (const auto& [a, b] : *pairs)
     if (fresh_names.count(a) != 0 || fresh_names.count(b) != 0) {
       doc["conflicts"].push_back({a, b});
-      progress(self) << "init: patches '" << a << "' and '" << b
+      progress(self) << "llm: patches '" << a << "' and '" << b
                      << "' do not apply together: never proposed together\n";
     }
   return caf::none;

@@ -357,6 +357,9 @@ driven_run drive_run(evaluator& ev, const driver_options& o) {
         case step_kind::report:
         case step_kind::apply:
           return finish(); // not reached: the run ends with its "run" stage
+        case step_kind::llm_round:
+          out.error = "next_step asks the LLM (the benchmark's tasks have no [llm])";
+          return finish();
       }
     }
     out.error = "the run did not end within its step guard";

@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "adapters/node_bridge.hpp"
 #include "adapters/task_file.hpp"
 #include "decide/llm.hpp"
 #include "llm_server.hpp"
@@ -505,6 +506,46 @@ TEST_F(TuneLlm, RoundsAskAgainWithTheMeasurementsAndTheirPriorsAreUsed) {
   EXPECT_FALSE(rep.diverged) << rep.decision << "\nlogged:     " << rep.logged
                              << "\nrecomputed: " << rep.recomputed;
   EXPECT_EQ(server.received().size(), 3u);
+}
+
+/// A node-runner applies a patch that travels as text (an accepted LLM patch) to the trial's
+/// copy only, under the same checks as a task patch: an unsafe name, or a diff that edits a
+/// frozen file, never runs.
+TEST_F(TuneLlm, ANodeAppliesAPatchSentAsTextToTheTrialsCopyUnderTheScopeChecks) {
+  auto loaded = adapters::load_task_file(write_task("http://127.0.0.1:1/v1", "patches = false\n"));
+  ASSERT_TRUE(loaded) << describe(loaded.error());
+  const auto& task = *loaded;
+  auto run_one = [&](std::uint64_t id, const std::string& name, const std::string& diff) {
+    wire::TrialSpecT spec;
+    spec.trial_id = id;
+    spec.purpose = "explore";
+    spec.patches = {name};
+    auto text = std::make_unique<wire::PatchTextT>();
+    text->name = name;
+    text->diff = diff;
+    spec.patch_texts.push_back(std::move(text));
+    return adapters::run_node_trial(task, messages::trial_spec_msg::pack(spec),
+                                    dir_.sub("trials"), "node-a", 0, nullptr);
+  };
+  auto ok = run_one(1, "add_comment", good_diff);
+  EXPECT_EQ(ok->outcome(), wire::Outcome::Ok) << ok->detail()->str();
+  std::ifstream copy_in{dir_.sub("trials/trial-1-0/workdir/fake_train.py")};
+  std::string copy{std::istreambuf_iterator<char>{copy_in}, {}};
+  EXPECT_NE(copy.find("# tuned by the scripted LLM"), std::string::npos);
+  std::ifstream orig_in{dir_.sub("workloads/fake_train.py")};
+  std::string orig{std::istreambuf_iterator<char>{orig_in}, {}};
+  EXPECT_EQ(orig.find("# tuned by the scripted LLM"), std::string::npos); // never the workload
+  auto unsafe = run_one(2, "../evil", good_diff);
+  EXPECT_EQ(unsafe->outcome(), wire::Outcome::LaunchError);
+  EXPECT_NE(unsafe->detail()->str().find("not a safe name"), std::string::npos)
+    << unsafe->detail()->str();
+  EXPECT_FALSE(fs::exists(dir_.sub("trials/evil.patch")));
+  auto frozen = run_one(3, "touch_frozen",
+                        "--- a/regex_train.py\n+++ b/regex_train.py\n@@ -1 +1 @@\n-a\n+b\n");
+  EXPECT_EQ(frozen->outcome(), wire::Outcome::ContractViolation);
+  EXPECT_NE(frozen->detail()->str().find("regex_train.py"), std::string::npos)
+    << frozen->detail()->str();
+  EXPECT_TRUE(frozen->steps() == nullptr || frozen->steps()->size() == 0); // never launched
 }
 
 TEST_F(TuneLlm, ANamedApiKeyVariableThatIsUnsetFailsAtStartNamingIt) {
