@@ -5,8 +5,10 @@
 // outside git (tests/durability/sim_task.hpp); the accepted diffs travel to the node-runner in
 // the TrialSpec and are verified like every patch (scope, work, loss, timing).
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <iostream>
 #include <iterator>
 #include <sstream>
@@ -196,6 +198,108 @@ TEST(TuneLlmSim, LlmProposedPatchesReachTheSamePromotionAsTheTaskPatchList) {
                               << "\nrecomputed: " << rep->recomputed;
   EXPECT_GE(rep->reproduced, a.size());
   EXPECT_EQ(server.received().size(), 2u);
+}
+
+/// Deliberately wrong priors at init (the model says more tensor and pipeline parallelism and
+/// full recomputation are faster: on this job they are slower), then a round after 8 search
+/// trials with the measurements: the run still converges and promotes, and the report shows for
+/// each round Spearman's rho of the priors in use against the measured speedups, before and after
+/// the planner's revision; for the wrong priors, after > before.
+TEST(TuneLlmSim, WrongPriorsAreRevisedAndEachRoundsRankCorrelationIsReported) {
+  test::temp_dir dir;
+  std::string text = test::sim_task_text(dir, "sim-dense-1node");
+  text.insert(text.find("\n[[patches]]"), "\n[budget]\ntrials = 14\nverify_top = 1\n");
+  auto setting = [](const char* knob, json value, double speedup) {
+    return json{{"knob", knob}, {"value", value}, {"speedup", speedup}, {"memory_bytes", 0},
+                {"confidence", 1.0}};
+  };
+  const json wrong = {{"settings", json::array({setting("tp", 8, 2.0), setting("tp", 4, 1.6),
+                                                 setting("pp", 4, 1.5), setting("pp", 2, 1.3),
+                                                 setting("recompute", "none", 0.6),
+                                                 setting("recompute", "selective", 0.7)})},
+                      {"patches", json::array()}};
+  const json revised = {{"settings", json::array({setting("tp", 8, 0.5), setting("tp", 4, 0.76),
+                                                   setting("pp", 4, 0.9), setting("pp", 2, 0.96),
+                                                   setting("recompute", "none", 1.3),
+                                                   setting("recompute", "selective", 1.28)})},
+                        {"patches", json::array()}};
+  test::llm_server server{[&](const httplib::Request&, httplib::Response& res, int call) {
+    res.set_content(test::chat_answer((call == 0 ? wrong : revised).dump()), "application/json");
+  }};
+  fs::create_directories(dir.sub("tasks"));
+  fs::create_directories(dir.sub("knowledge"));
+  const auto task_path = dir.sub("tasks/llm.toml");
+  std::ofstream{task_path} << text << "\n\n[llm]\nbase_url = \"" << server.base_url()
+                           << "\"\nmodel = \"scripted\"\npatches = false\nrounds_every = 8\n"
+                              "max_rounds = 1\n";
+  auto r = tune_sim(task_path, dir.sub("store"), dir.sub("knowledge"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto got = server.received();
+  ASSERT_EQ(got.size(), 2u); // init, round 1
+  // Round 1's request: logged with its round, when and why; its prompt holds the priors in use
+  // and every search trial measured so far, the failed ones (OOM) with their outcome.
+  const json* round1 = nullptr;
+  for (const auto& e : r.state.llm)
+    if (e.value("event", "") == "request" && e.value("round", 0) == 1)
+      round1 = &e;
+  ASSERT_NE(round1, nullptr);
+  EXPECT_EQ((*round1)["explored"], 8);
+  EXPECT_EQ((*round1)["body"].dump(), got[1].body);
+  auto prompt = json::parse(got[1].body)["messages"][1]["content"].get<std::string>();
+  EXPECT_NE(prompt.find("This is round 1"), std::string::npos);
+  auto context = json::parse(prompt.substr(prompt.find('{')));
+  EXPECT_EQ(context["priors_now"]["settings"].size(), 6u);
+  std::size_t explore = 0;
+  std::size_t failed = 0;
+  for (const auto& t : context["trials"])
+    if (t["purpose"] == "explore") {
+      ++explore;
+      failed += t["outcome"] != "ok" ? 1 : 0;
+    }
+  EXPECT_EQ(explore, 8u);
+  std::size_t failed_logged = 0; // among the first 8 search trials
+  std::size_t seen = 0;
+  for (const auto& t : r.state.trials)
+    if (t.kind == tuning::purpose_kind::explore && seen++ < 8)
+      failed_logged += t.outcome != tuning::trial_outcome::ok ? 1 : 0;
+  EXPECT_EQ(failed, failed_logged);
+  EXPECT_GE(failed, 1u); // the planner ran into OOMs with the wrong priors
+  ASSERT_TRUE(r.state.promotion.has_value());
+  EXPECT_TRUE(r.state.promotion->value("promoted", false)) << r.state.promotion->dump();
+  auto task = adapters::load_task_file(task_path);
+  ASSERT_TRUE(task);
+  auto rounds = decide::llm_rounds(*task, r.state);
+  ASSERT_EQ(rounds.size(), 2u);
+  EXPECT_EQ(rounds[1].explored, 8u);
+  ASSERT_GE(rounds[0].trials, 4u);
+  ASSERT_TRUE(std::isfinite(rounds[0].spearman_prior));
+  ASSERT_TRUE(std::isfinite(rounds[0].spearman_revised));
+  EXPECT_GT(rounds[0].spearman_revised, rounds[0].spearman_prior);
+  std::cerr << "[ info ] round 0: " << rounds[0].trials << " usable search trials, rho "
+            << rounds[0].spearman_prior << " before, " << rounds[0].spearman_revised
+            << " after revision; round 1: " << rounds[1].trials << " trials, rho "
+            << rounds[1].spearman_prior << " before, " << rounds[1].spearman_revised
+            << " after\n";
+  auto md = read_text(r.store + "/runs/" + r.run_id + "/report.md");
+  std::ostringstream row;
+  row << "| 0 | 0 | init | new | " << rounds[0].trials << " | " << std::fixed
+      << std::setprecision(2) << rounds[0].spearman_prior << " | " << rounds[0].spearman_revised
+      << " |";
+  EXPECT_NE(md.find(row.str()), std::string::npos) << row.str() << "\n" << md;
+  EXPECT_NE(md.find("| 1 | 8 | 8 search trials ended since round 0 (llm.rounds_every = 8) | new"),
+            std::string::npos)
+    << md;
+  // The second round's priors are the ones in use at the end.
+  EXPECT_DOUBLE_EQ(r.state.priors.find("tp", std::int64_t{8})->speedup, 0.5);
+  server.stop();
+  store::rocksdb_event_log_options ro;
+  ro.read_only = true;
+  auto log = store::rocksdb_event_log::open(r.store + "/events", ro);
+  ASSERT_TRUE(log);
+  auto rep = replay_run(**log, r.run_id, *task);
+  ASSERT_TRUE(rep);
+  EXPECT_FALSE(rep->diverged) << rep->decision << "\nlogged:     " << rep->logged
+                              << "\nrecomputed: " << rep->recomputed;
 }
 
 } // namespace

@@ -7,7 +7,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <csignal>
@@ -426,86 +425,6 @@ TEST_F(TuneLlm, ACrashMidRequestIsResumedByReSendingTheLoggedRequest) {
   EXPECT_EQ(r.state.priors.settings[0].source, "llm:scripted");
   auto rep = replay(r);
   EXPECT_FALSE(rep.diverged) << rep.decision << ": " << rep.logged << " vs " << rep.recomputed;
-}
-
-/// Rounds: asked again after every ended search trial (at most twice), with what was measured; each
-/// round logged like init, its priors in use from then on; the report shows each round's rank
-/// correlations; replay reproduces every round with the server stopped.
-TEST_F(TuneLlm, RoundsAskAgainWithTheMeasurementsAndTheirPriorsAreUsed) {
-  auto priors = [](double fast, double mid) {
-    return json{{"settings", json::array({{{"knob", "step_time"},
-                                           {"value", 0.03},
-                                           {"speedup", fast},
-                                           {"memory_bytes", 0},
-                                           {"confidence", 1.0}},
-                                          {{"knob", "step_time"},
-                                           {"value", 0.05},
-                                           {"speedup", mid},
-                                           {"memory_bytes", 0},
-                                           {"confidence", 1.0}}})},
-                {"patches", json::array()}}
-      .dump();
-  };
-  test::llm_server server{[&](const httplib::Request& req, httplib::Response& res, int call) {
-    // Init: deliberately wrong (0.03 s/step said to be slower than 0.05); later rounds right.
-    res.set_content(test::chat_answer(call == 0 ? priors(0.6, 1.5) : priors(2.6, 1.6)),
-                    "application/json");
-    (void) req;
-  }};
-  auto r = tune(server.base_url(), "report",
-                "patches = false\nrounds_every = 1\nmax_rounds = 2\n");
-  ASSERT_EQ(r.status, 0) << r.err;
-  auto got = server.received();
-  ASSERT_EQ(got.size(), 3u) << r.err; // init, round 1, round 2
-  auto requests = of_kind(r, wire::EventKind::LlmRequested);
-  ASSERT_EQ(requests.size(), 3u);
-  EXPECT_FALSE(requests[0].contains("round"));
-  for (std::uint32_t round : {1u, 2u}) {
-    const auto& q = requests[round];
-    EXPECT_EQ(q["round"], round);
-    EXPECT_EQ(q["explored"], round);
-    EXPECT_NE(q["why"].get<std::string>().find("llm.rounds_every = 1"), std::string::npos);
-    // The prompt holds the round, the priors in use and the trials measured so far.
-    auto prompt = json::parse(got[round].body)["messages"][1]["content"].get<std::string>();
-    EXPECT_NE(prompt.find("This is round " + std::to_string(round)), std::string::npos);
-    EXPECT_NE(prompt.find("\"priors_now\""), std::string::npos);
-    auto context = json::parse(prompt.substr(prompt.find('{')));
-    std::size_t explore = 0;
-    for (const auto& t : context["trials"])
-      explore += t["purpose"] == "explore" ? 1 : 0;
-    EXPECT_EQ(explore, round);
-  }
-  // Each round's priors were loaded with its parse: three PriorsLoaded, the last ones in use.
-  EXPECT_EQ(of_kind(r, wire::EventKind::PriorsLoaded).size(), 3u);
-  ASSERT_EQ(r.state.priors.settings.size(), 2u);
-  EXPECT_DOUBLE_EQ(r.state.priors.settings[0].speedup, 2.6);
-  // The report: one row per round, with what it was asked after.
-  auto rounds = decide::llm_rounds(*adapters::load_task_file(r.task), r.state);
-  ASSERT_EQ(rounds.size(), 3u);
-  EXPECT_EQ(rounds[1].explored, 1u);
-  EXPECT_EQ(rounds[2].explored, 2u);
-  EXPECT_TRUE(rounds[0].priors_valid && rounds[1].priors_valid && rounds[2].priors_valid);
-  // Round 2's priors were in use for the last search trial (the search space is then spent).
-  EXPECT_EQ(rounds[0].trials + rounds[1].trials + rounds[2].trials,
-            static_cast<std::size_t>(std::count_if(
-              r.state.trials.begin(), r.state.trials.end(),
-              [](const tuning::trial_record& t) { return t.kind == tuning::purpose_kind::explore
-                                                          && t.usable(); })));
-  std::ifstream md_in{r.store + "/runs/" + r.run_id + "/report.md"};
-  std::string md{std::istreambuf_iterator<char>{md_in}, {}};
-  EXPECT_NE(md.find("| round | after search trials | why | priors | trials | rho before | rho "
-                    "after |"),
-            std::string::npos)
-    << md;
-  EXPECT_NE(md.find("| 0 | 0 | init | new |"), std::string::npos) << md;
-  EXPECT_NE(md.find("| 1 | 1 | 1 search trials ended since round 0 (llm.rounds_every = 1) | new"),
-            std::string::npos)
-    << md;
-  server.stop();
-  auto rep = replay(r);
-  EXPECT_FALSE(rep.diverged) << rep.decision << "\nlogged:     " << rep.logged
-                             << "\nrecomputed: " << rep.recomputed;
-  EXPECT_EQ(server.received().size(), 3u);
 }
 
 /// A node-runner applies a patch that travels as text (an accepted LLM patch) to the trial's
