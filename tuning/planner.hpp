@@ -83,6 +83,10 @@ struct proposal {
 struct proposal_batch {
   std::vector<proposal> proposals;
   std::string stop_reason;
+  /// Settings the policy excludes for the failures they caused, each with the trials that
+  /// convict it (e.g. "world_size!=default: failed in trials 4, 6, never usable (P(fail)
+  /// 0.93)"); empty for policies without failure blame.
+  std::vector<std::string> blamed;
 };
 
 /// A search policy (one module per algorithm behind this interface; baselines for benchmarks
@@ -97,7 +101,7 @@ public:
                                                       std::size_t n) const = 0;
   /// Proposals with the stop reason (policies with a stopping rule override this).
   [[nodiscard]] virtual proposal_batch plan(const planner_input& in, std::size_t n) const {
-    return {propose(in, n), ""};
+    return {propose(in, n), "", {}};
   }
 };
 
