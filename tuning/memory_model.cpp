@@ -21,6 +21,7 @@ struct problem {
   double s0 = 0.0;            // weak prior centre of log s
   double s0_sd = 5.0;
   double floor = 0.0; // sigma floor, scaled units: sigma = sqrt(floor^2 + exp(2 s))
+  bool analytic = false; // analytic Hessian (else central differences of the gradient)
 
   [[nodiscard]] double sigma_of(double s) const { return std::sqrt(floor * floor + std::exp(2.0 * s)); }
 
@@ -71,7 +72,48 @@ struct problem {
     return g;
   }
 
+  /// The analytic Hessian of log_posterior (with sigma = sqrt(floor^2 + e^2s), r = d log
+  /// sigma / ds = e^2s / sigma^2, dr/ds = 2 r (1 - r); for an OOM, lambda = phi(z) / Q(z) and
+  /// d lambda / dz = lambda (lambda - z)). O(N p^2), one pass.
+  Eigen::MatrixXd hessian_analytic(const Eigen::VectorXd& th) const {
+    auto p = prior_mean.size();
+    Eigen::VectorXd b = th.head(p);
+    double s = th[p];
+    double sigma = sigma_of(s);
+    double r = std::exp(2.0 * s) / (sigma * sigma);
+    double dr = 2.0 * r * (1.0 - r);
+    Eigen::MatrixXd h = Eigen::MatrixXd::Zero(dim(), dim());
+    Eigen::MatrixXd xx = Eigen::MatrixXd::Zero(p, p);
+    for (const auto& o : *data) {
+      double mu = o.x.dot(b);
+      double y = o.bytes / scale;
+      double z = (y - mu) / sigma;
+      double wbb, wbs, wss;
+      if (o.oom) {
+        double lambda = std::exp(log_normal_pdf(z) - log_normal_survival(z));
+        double dl = lambda * (lambda - z);
+        wbb = -dl / (sigma * sigma);
+        wbs = -lambda * r * (z * (lambda - z) + 1.0) / sigma;
+        wss = -lambda * z * r * r * (z * (lambda - z) + 1.0) + lambda * z * dr;
+      } else {
+        wbb = -1.0 / (sigma * sigma);
+        wbs = -2.0 * z * r / sigma;
+        wss = -2.0 * z * z * r * r + (z * z - 1.0) * dr;
+      }
+      xx.selfadjointView<Eigen::Lower>().rankUpdate(o.x, wbb);
+      h.col(p).head(p) += wbs * o.x;
+      h(p, p) += wss;
+    }
+    h.topLeftCorner(p, p) = xx.selfadjointView<Eigen::Lower>();
+    h.row(p).head(p) = h.col(p).head(p).transpose();
+    h.topLeftCorner(p, p).diagonal() -= prior_prec;
+    h(p, p) -= 1.0 / (s0_sd * s0_sd);
+    return h;
+  }
+
   Eigen::MatrixXd hessian(const Eigen::VectorXd& th) const {
+    if (analytic)
+      return hessian_analytic(th);
     auto n = dim();
     Eigen::MatrixXd h(n, n);
     for (Eigen::Index k = 0; k < n; ++k) {
@@ -150,6 +192,7 @@ memory_fit fit(const std::vector<memory_observation>& data,
   if (s_prior != nullptr && s_prior->centre > 0 && s_prior->log_sd > 0) {
     pr.s0 = std::log(s_prior->centre / scale);
     pr.s0_sd = s_prior->log_sd;
+    pr.analytic = true;
   }
   Eigen::VectorXd th(p + 1);
   th.head(p) = b0;
