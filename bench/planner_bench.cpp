@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
     std::cerr << "infrarsi_planner_bench: " << g_task << ": " << why << "\n";
     return 2;
   }
-  for (const auto* name : {"bayes_ei/1", "random/1", "seeded_local_search/1"}) {
+  for (const auto* name : {"bayes_ei/2", "bayes_ei/1", "random/1", "seeded_local_search/1"}) {
     benchmark::RegisterBenchmark((std::string{"plan/"} + name).c_str(),
                                  [name](benchmark::State& s) { proposal_step(s, name); })
       ->Arg(100)

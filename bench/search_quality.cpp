@@ -161,6 +161,7 @@ struct search_trial {
   std::optional<double> true_speedup; ///< baseline_true / true step (nullopt: not usable in truth)
   double device_s = 0;
   double predicted_speedup = 1;
+  std::string reason; ///< the policy's reason for proposing it
   std::string violation; ///< first violation or failure detail (shortened)
   double ended_at_s = 0; ///< simulated clock when its result arrived (run_driver.hpp)
 };
@@ -273,8 +274,10 @@ run_result run_one(evaluator& ev, const tuning::planner_policy& policy, const st
     s.outcome = tuning::to_string(t->outcome);
     s.change = canonical_configuration(task, t->config).diff_from(baseline);
     s.device_s = t->device_seconds;
-    if (auto p = driven.proposals.find(t->trial_id); p != driven.proposals.end())
+    if (auto p = driven.proposals.find(t->trial_id); p != driven.proposals.end()) {
       s.predicted_speedup = p->second.value("predicted_speedup", 1.0);
+      s.reason = p->second.value("reason", std::string{});
+    }
     if (auto tm = driven.times.find({t->trial_id, t->attempt}); tm != driven.times.end())
       s.ended_at_s = tm->second.ended_s;
     if (t->usable()) {
@@ -517,6 +520,7 @@ json run_json(const run_result& r) {
             {"outcome", t.outcome},
             {"change", t.change},
             {"predicted_speedup", t.predicted_speedup},
+            {"reason", t.reason},
             {"device_s", t.device_s},
             {"ended_at_s", t.ended_at_s}};
     if (t.measured_step_s > 0)

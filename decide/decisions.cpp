@@ -463,6 +463,8 @@ std::string proposal_doc(const tuning::task_spec& task, const store::run_state& 
   nlohmann::json doc{{"policy", policy.name()}, {"proposals", list}};
   if (!batch.stop_reason.empty())
     doc["stop_reason"] = batch.stop_reason;
+  if (!batch.blamed.empty())
+    doc["blamed"] = batch.blamed;
   return doc.dump();
 }
 

@@ -160,7 +160,8 @@ nlohmann::json loss_invariant_of(const tuning::task_spec& task, const store::run
 nlohmann::json memory_model_of(const tuning::task_spec& task, const store::run_state& run) {
   auto in = planner_input_for(task, run);
   tuning::feature_space fs{task, in.priors};
-  auto m = tuning::fit_run_memory(task, fs, in.history, in.priors, in.memory_capacity_bytes);
+  auto m = tuning::fit_run_memory(task, fs, in.history, in.priors, in.memory_capacity_bytes,
+                                  tuning::memory_options_for(store::run_policy(run)));
   nlohmann::json doc = {{"fitted", m.fitted},
                         {"capacity_bytes", m.capacity_bytes},
                         {"capacity_inferred", m.capacity_inferred},
@@ -623,6 +624,11 @@ nlohmann::json make_report(const tuning::task_spec& task_in, const store::run_st
           {"top_configurations", top},
           {"memory_model", memory_model_of(task, run)},
           {"loss_invariant", loss_invariant_of(task, run)}};
+  // Settings the planner excludes or avoids for the failures they caused, with the trials that
+  // convict them (tuning::proposal_batch::blamed, as the last ProposalsMade logged it).
+  report["blamed"] = run.last_proposals && run.last_proposals->contains("blamed")
+                       ? (*run.last_proposals)["blamed"]
+                       : nlohmann::json::array();
   if (task.llm.enabled || !run.llm.empty())
     report["llm"] = llm_report(task, run);
   return report;
@@ -751,6 +757,15 @@ std::string render_markdown(const nlohmann::json& r) {
            << "] | " << l.value("decision", std::string{}) << " |\n";
       md << "\n";
     }
+  }
+  if (r.contains("blamed") && r["blamed"].is_array() && !r["blamed"].empty()) {
+    md << "## Settings blamed for failures\n\nThe planner's failure model (docs/planner.md): an "
+          "excluded setting is never proposed again; a suspected one only when no candidate "
+          "predicted safer remains.\n\n";
+    for (const auto& entry : r["blamed"])
+      if (entry.is_string())
+        md << "- " << entry.get<std::string>() << "\n";
+    md << "\n";
   }
   md << "## Trials\n\nTrial numbers read ID.ATTEMPT: a trial lost in flight (its node vanished or "
         "the run was killed) is re-run under the same id as the next attempt.\n\n"

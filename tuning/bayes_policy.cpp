@@ -8,6 +8,7 @@
 
 #include "tuning/expr.hpp"
 #include "tuning/memory_model.hpp"
+#include "tuning/policy_parts.hpp"
 #include "tuning/search_space.hpp"
 #include "tuning/stats.hpp"
 
@@ -22,31 +23,6 @@ double expected_improvement(double best, double mean, double sd) {
 }
 
 namespace {
-
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
-/// The task's constraints, parsed once.
-struct constraint_set {
-  std::vector<constraint_expr> exprs;
-  const task_spec* task = nullptr;
-  explicit constraint_set(const task_spec& t) : task(&t) {
-    for (const auto& text : t.constraints) {
-      std::string why;
-      if (auto e = constraint_expr::parse(text, why))
-        exprs.push_back(std::move(*e));
-    }
-  }
-  [[nodiscard]] bool ok(const configuration& c) const {
-    auto vars = task->constants;
-    for (const auto& [k, v] : c.knobs)
-      vars[k] = v;
-    return first_violation(exprs, vars).empty();
-  }
-};
 
 /// One scored candidate.
 struct scored {
@@ -95,9 +71,30 @@ std::vector<configuration> single_changes(const task_spec& task, const configura
   return out;
 }
 
+run_memory_options memory_options_for(const std::string& policy_name) {
+  run_memory_options o;
+  o.tag_priors = o.tight_sigma = o.monotone = o.ep = policy_name == "bayes_ei/2";
+  return o;
+}
+
+double run_memory_model::p_oom(const task_spec& task, const feature_space& fs,
+                               const configuration& c) const {
+  for (const auto& o : ooms)
+    if (at_least_as_hungry(task, c, o))
+      return 1.0;
+  if (!fitted)
+    return 0.0;
+  Eigen::VectorXd x = Eigen::VectorXd::Zero(fit.coef.size());
+  x[0] = 1.0;
+  for (const auto& [i, v] : fs.point(task, c))
+    x[1 + i] = v;
+  return fit.p_oom(x, std::log(capacity_bytes));
+}
+
 run_memory_model fit_run_memory(const task_spec& task, const feature_space& fs,
                                 const std::vector<trial_record>& history,
-                                const prior_set* given, double capacity_bytes) {
+                                const prior_set* given, double capacity_bytes,
+                                run_memory_options options) {
   run_memory_model out;
   const auto F = fs.names.size();
   const auto M = fs.model_size();
@@ -148,6 +145,46 @@ run_memory_model fit_run_memory(const task_spec& task, const feature_space& fs,
       if (std::find(fs.ordinal_knob.begin(), fs.ordinal_knob.end(), fs.knob_of[i])
           != fs.ordinal_knob.end())
         priors[1 + i] = {0.0, 0.3};
+    if (options.tag_priors) {
+      // The task contract: knobs without a memory tag are memory-neutral. Their values change
+      // log memory by N(0, 0.1^2) (10 % at 1 sd); a patch by N(0, 0.3^2); a tagged boolean's
+      // non-default value by N(+-0.1, 0.5^2) in the tag's direction; a tagged choice by
+      // N(0, 0.7^2) (its direction is not declared); a value of a tagged numeric knob deviates
+      // from the knob's trend by N(0, 0.2^2).
+      auto tag_sign = [](const knob_spec& k) {
+        return has_tag(k, "memory-hungry") ? 1.0 : has_tag(k, "memory-saver") ? -1.0 : 0.0;
+      };
+      for (std::size_t i = F; i < M; ++i) {
+        const auto& k = task.knobs[static_cast<std::size_t>(fs.ordinal_knob[i - F])];
+        double sign = tag_sign(k);
+        double range = std::log(2.0) * fs.ordinal_range[i - F];
+        // A tagged trend: memory changes by a factor 2^(+-0.5) per doubling, between none and a
+        // factor 2 (all of it proportional to the knob) at 1.4 sd.
+        priors[1 + i] = sign != 0.0 ? coefficient_prior{sign * 0.5 * range, 0.35 * range}
+                                    : coefficient_prior{0.0, 0.1};
+      }
+      for (std::size_t i = 0; i < F; ++i) {
+        if (fs.knob_of[i] < 0) {
+          priors[1 + i] = {0.0, 0.3};
+          continue;
+        }
+        const auto& k = task.knobs[static_cast<std::size_t>(fs.knob_of[i])];
+        double sign = tag_sign(k);
+        bool ordinal = std::find(fs.ordinal_knob.begin(), fs.ordinal_knob.end(), fs.knob_of[i])
+                       != fs.ordinal_knob.end();
+        if (sign == 0.0) {
+          priors[1 + i] = {0.0, 0.1};
+        } else if (k.type == knob_type::boolean) {
+          // The one-hot feature is the non-default value: true when the default is false.
+          double dir = numeric(k.default_value) > 0 ? -1.0 : 1.0;
+          priors[1 + i] = {0.1 * sign * dir, 0.5};
+        } else if (ordinal) {
+          priors[1 + i] = {0.0, 0.2};
+        } else {
+          priors[1 + i] = {0.0, 0.7};
+        }
+      }
+    }
     // The priors' memory_bytes, relative to the baseline's measured peak: log(1 + bytes/peak).
     std::vector<double> base_peaks;
     for (const auto& t : history)
@@ -176,7 +213,11 @@ run_memory_model fit_run_memory(const task_spec& task, const feature_space& fs,
     priors[0] = {std::log(capacity), 10.0};
     if (!obs.empty()) {
       // Floor: 2 % of peak memory (log units), the run-to-run spread of allocators.
-      out.fit = fit_censored_memory(obs, priors, out.why, 0.02);
+      out.fit = options.tight_sigma
+                    ? fit_censored_memory(obs, priors, out.why, 0.02, sigma_prior{0.03, 0.3})
+                    : fit_censored_memory(obs, priors, out.why, 0.02);
+      if (options.ep && out.why.empty())
+        out.fit = ep_posterior(obs, priors, out.fit);
       // A fit with a non-finite coefficient or covariance, or a negative variance (a Hessian
       // that was not negative definite) is not used: P(fits) is then n/a, never NaN.
       out.fitted = out.why.empty() && out.fit.coef.size() == static_cast<Eigen::Index>(M + 1)
@@ -186,6 +227,10 @@ run_memory_model fit_run_memory(const task_spec& task, const feature_space& fs,
   }
   out.capacity_bytes = capacity;
   out.capacity_inferred = capacity_inferred;
+  if (options.monotone)
+    for (const auto& t : history)
+      if (t.finished && t.outcome == trial_outcome::oom)
+        out.ooms.push_back(t.config);
   if (!(capacity > 0))
     out.why = "no memory capacity: the task gives neither limits.device_memory_bytes nor "
               "limits.memory_cap_bytes, and no trial ran out of memory";

@@ -48,6 +48,7 @@
 ///
 /// Pure and deterministic: the same input gives the same proposals, byte for byte.
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,57 @@ private:
   options options_;
 };
 
+/// "bayes_ei/2" (issue 18), the default policy: bayes_ei/1's models and batch, with
+///  1. no enumeration of the space: candidates are the single changes of the baseline and of the
+///     six fastest usable configurations, 400 seeded random configurations and 16 Thompson draws
+///     of the time model (the best setting of every knob and patch under one posterior draw),
+///     refined by coordinate ascent as in bayes_ei/1;
+///  2. a memory model that learns from few trials (run_memory_options: priors from the task's
+///     memory tags, a tight prior on the residual sd), so that P(OOM) of a configuration that
+///     shares an OOM'd setting rises after the OOM;
+///  3. failure blame for every failure class (tuning/failure_model.hpp: a logistic model of
+///     crash, timeout, launch error and contract violation over the settings); a crash, timeout
+///     or launch error is blamed outright only on its only untested setting of any kind, a
+///     contract violation on its only untested contract-risky one; convicted settings are never
+///     proposed again and the batch lists them (proposal_batch::blamed);
+///  4. acquisition per cost: EI x P(fits) x P(no failure) / expected cost, the cost in units of
+///     one baseline trial: (1 + P(runs) x predicted time ratio + P(OOM) x an OOM's cost +
+///     P(fail) x a failure's cost) / 2, the costs of OOMs and failures being what they cost so
+///     far (device-seconds; a quarter and a half of a baseline trial before any); candidates
+///     predicted to fit and not to fail (both >= 0.5) come before any other;
+///  5. an initial design that spreads the priors' favoured settings over its trials (a setting
+///     already covered by a design or measured trial counts a quarter), safe candidates first;
+///  6. pairing only with savers whose fitted memory effect is negative at its 95 % upper bound.
+class bayes_ei_cost final : public planner_policy {
+public:
+  struct options {
+    bool stop_rule = true;
+    time_model_options time = tight_time_priors();
+  };
+  /// The time model's priors of bayes_ei/2: INFRARSI_MAIN_SD etc. (experiment).
+  static time_model_options tight_time_priors() {
+    time_model_options t;
+    if (const char* v = std::getenv("INFRARSI_MAIN_SD"))
+      t.main_sd = std::atof(v);
+    if (const char* v = std::getenv("INFRARSI_INT_SD"))
+      t.interaction_sd = std::atof(v);
+    if (const char* v = std::getenv("INFRARSI_ORD_SD"))
+      t.ordinal_sd = std::atof(v);
+    return t;
+  }
+  bayes_ei_cost() = default;
+  explicit bayes_ei_cost(options o) : options_(o) {}
+  [[nodiscard]] std::string name() const override { return "bayes_ei/2"; }
+  [[nodiscard]] std::vector<proposal> propose(const planner_input& in,
+                                              std::size_t n) const override {
+    return plan(in, n).proposals;
+  }
+  [[nodiscard]] proposal_batch plan(const planner_input& in, std::size_t n) const override;
+
+private:
+  options options_;
+};
+
 /// The censored memory model of step 3, fitted as the policy fits it (its one home: the policy
 /// and the report call this).
 struct run_memory_model {
@@ -98,13 +150,48 @@ struct run_memory_model {
   bool capacity_inferred = false;
   /// Tobit fit of log peak bytes per rank on [1, fs.point(config)] (size 1 + fs.model_size()).
   memory_fit fit;
+  /// With run_memory_options::monotone: the configurations that ran out of memory.
+  std::vector<configuration> ooms;
+
+  /// P(OOM) of `c`: 1 when it is at least as memory-hungry by the task's tags as a configuration
+  /// that ran out of memory (tuning::at_least_as_hungry; with run_memory_options::monotone), else
+  /// the fit's (0 when not fitted).
+  [[nodiscard]] double p_oom(const task_spec& task, const feature_space& fs,
+                             const configuration& c) const;
 };
+
+/// How the memory model is fitted: "bayes_ei/1" fits it with both off (so that its logs replay);
+/// "bayes_ei/2" with all on (issue 18, part 1).
+struct run_memory_options {
+  /// Coefficient priors from the task's memory tags (docs/task-contract.md: a knob without a
+  /// memory tag is memory-neutral): the log2 trend of a "memory-hungry" numeric knob has prior
+  /// N(+0.5 log 2, (0.35 log 2)^2) per doubling (a factor 2 per doubling, all memory
+  /// proportional to it, is 1.4 sd away), of a "memory-saver" N(-0.5 log 2, ...); a tagged
+  /// boolean's non-default value N(+-0.1, 0.5^2) in log bytes; a tagged choice N(0, 0.7^2); a
+  /// value of an untagged knob N(0, 0.1^2); a patch N(0, 0.3^2). Off: bayes_ei/1's priors (every
+  /// coefficient centred on 0; sd 1, 0.3 or log 2 per doubling).
+  bool tag_priors = false;
+  /// The residual sd of log peak memory has an informative prior, log s ~ N(log 0.03, 0.3^2)
+  /// (peaks reproduce to a few percent), so OOMs move the coefficients rather than s
+  /// (tuning::sigma_prior). Off: s has a weak prior and P(OOM) stays near 0.5 after OOMs.
+  bool tight_sigma = false;
+  /// Memory is monotone in the tagged knobs (docs/task-contract.md): a configuration at least as
+  /// hungry as one that ran out of memory runs out of memory (run_memory_model::p_oom).
+  bool monotone = false;
+  /// The coefficients' posterior by expectation propagation at the fit's residual sd
+  /// (tuning::ep_posterior) instead of the Laplace approximation at the mode.
+  bool ep = false;
+};
+
+/// The options of the named policy ("bayes_ei/2": all on; anything else: all off).
+run_memory_options memory_options_for(const std::string& policy_name);
 
 /// Fits the model over the finished ok (peak > 0) and OOM trials of `history`. `priors` may be
 /// nullptr. Deterministic.
 run_memory_model fit_run_memory(const task_spec& task, const feature_space& fs,
                                 const std::vector<trial_record>& history,
-                                const prior_set* priors, double capacity_bytes);
+                                const prior_set* priors, double capacity_bytes,
+                                run_memory_options options = {});
 
 /// Expected improvement for minimization: E[max(best - Y, 0)] for Y ~ N(mean, sd^2)
 /// (Jones et al. 1998, eq. 15); max(best - mean, 0) when sd = 0.

@@ -21,6 +21,7 @@ struct problem {
   double s0 = 0.0;            // weak prior centre of log s
   double s0_sd = 5.0;
   double floor = 0.0; // sigma floor, scaled units: sigma = sqrt(floor^2 + exp(2 s))
+  bool analytic = false; // analytic Hessian (else central differences of the gradient)
 
   [[nodiscard]] double sigma_of(double s) const { return std::sqrt(floor * floor + std::exp(2.0 * s)); }
 
@@ -71,7 +72,48 @@ struct problem {
     return g;
   }
 
+  /// The analytic Hessian of log_posterior (with sigma = sqrt(floor^2 + e^2s), r = d log
+  /// sigma / ds = e^2s / sigma^2, dr/ds = 2 r (1 - r); for an OOM, lambda = phi(z) / Q(z) and
+  /// d lambda / dz = lambda (lambda - z)). O(N p^2), one pass.
+  Eigen::MatrixXd hessian_analytic(const Eigen::VectorXd& th) const {
+    auto p = prior_mean.size();
+    Eigen::VectorXd b = th.head(p);
+    double s = th[p];
+    double sigma = sigma_of(s);
+    double r = std::exp(2.0 * s) / (sigma * sigma);
+    double dr = 2.0 * r * (1.0 - r);
+    Eigen::MatrixXd h = Eigen::MatrixXd::Zero(dim(), dim());
+    Eigen::MatrixXd xx = Eigen::MatrixXd::Zero(p, p);
+    for (const auto& o : *data) {
+      double mu = o.x.dot(b);
+      double y = o.bytes / scale;
+      double z = (y - mu) / sigma;
+      double wbb, wbs, wss;
+      if (o.oom) {
+        double lambda = std::exp(log_normal_pdf(z) - log_normal_survival(z));
+        double dl = lambda * (lambda - z);
+        wbb = -dl / (sigma * sigma);
+        wbs = -lambda * r * (z * (lambda - z) + 1.0) / sigma;
+        wss = -lambda * z * r * r * (z * (lambda - z) + 1.0) + lambda * z * dr;
+      } else {
+        wbb = -1.0 / (sigma * sigma);
+        wbs = -2.0 * z * r / sigma;
+        wss = -2.0 * z * z * r * r + (z * z - 1.0) * dr;
+      }
+      xx.selfadjointView<Eigen::Lower>().rankUpdate(o.x, wbb);
+      h.col(p).head(p) += wbs * o.x;
+      h(p, p) += wss;
+    }
+    h.topLeftCorner(p, p) = xx.selfadjointView<Eigen::Lower>();
+    h.row(p).head(p) = h.col(p).head(p).transpose();
+    h.topLeftCorner(p, p).diagonal() -= prior_prec;
+    h(p, p) -= 1.0 / (s0_sd * s0_sd);
+    return h;
+  }
+
   Eigen::MatrixXd hessian(const Eigen::VectorXd& th) const {
+    if (analytic)
+      return hessian_analytic(th);
     auto n = dim();
     Eigen::MatrixXd h(n, n);
     for (Eigen::Index k = 0; k < n; ++k) {
@@ -87,7 +129,8 @@ struct problem {
 };
 
 memory_fit fit(const std::vector<memory_observation>& data,
-               const std::vector<coefficient_prior>& priors, double sigma_floor, std::string& why) {
+               const std::vector<coefficient_prior>& priors, double sigma_floor, std::string& why,
+               const sigma_prior* s_prior = nullptr) {
   memory_fit out;
   why.clear();
   if (data.empty()) {
@@ -146,6 +189,11 @@ memory_fit fit(const std::vector<memory_observation>& data,
       ss += std::pow(o.bytes / scale - o.x.dot(b0), 2);
   double sd0 = std::sqrt(ss / static_cast<double>(measured)) + 1e-3;
   pr.s0 = std::log(sd0);
+  if (s_prior != nullptr && s_prior->centre > 0 && s_prior->log_sd > 0) {
+    pr.s0 = std::log(s_prior->centre / scale);
+    pr.s0_sd = s_prior->log_sd;
+    pr.analytic = true;
+  }
   Eigen::VectorXd th(p + 1);
   th.head(p) = b0;
   th[p] = pr.s0;
@@ -227,6 +275,93 @@ memory_fit fit_censored_memory(const std::vector<memory_observation>& data,
                                const std::vector<coefficient_prior>& priors, std::string& why,
                                double sigma_floor) {
   return fit(data, priors, sigma_floor, why);
+}
+
+memory_fit fit_censored_memory(const std::vector<memory_observation>& data,
+                               const std::vector<coefficient_prior>& priors, std::string& why,
+                               double sigma_floor, const sigma_prior& s_prior) {
+  return fit(data, priors, sigma_floor, why, &s_prior);
+}
+
+memory_fit ep_posterior(const std::vector<memory_observation>& data,
+                        const std::vector<coefficient_prior>& priors, const memory_fit& map) {
+  const auto p = map.coef.size();
+  if (p == 0 || !(map.sigma > 0) || static_cast<Eigen::Index>(priors.size()) != p)
+    return map;
+  std::vector<const memory_observation*> censored;
+  Eigen::MatrixXd prec = Eigen::MatrixXd::Zero(p, p);
+  Eigen::VectorXd h = Eigen::VectorXd::Zero(p);
+  for (Eigen::Index j = 0; j < p; ++j) {
+    const auto& pr = priors[static_cast<std::size_t>(j)];
+    prec(j, j) = 1.0 / (pr.sd * pr.sd);
+    h[j] = pr.mean / (pr.sd * pr.sd);
+  }
+  const double s2 = map.sigma * map.sigma;
+  for (const auto& o : data) {
+    if (o.x.size() != p)
+      return map;
+    if (o.oom) {
+      censored.push_back(&o);
+    } else {
+      prec += o.x * o.x.transpose() / s2;
+      h += o.x * (o.bytes / s2);
+    }
+  }
+  if (censored.empty())
+    return map;
+  Eigen::LLT<Eigen::MatrixXd> llt(prec);
+  if (llt.info() != Eigen::Success)
+    return map;
+  Eigen::MatrixXd cov = llt.solve(Eigen::MatrixXd::Identity(p, p));
+  Eigen::VectorXd mean = cov * h;
+  // Sites: tau_i (x'b)^2 / 2 - nu_i x'b added to the negative log posterior.
+  std::vector<double> tau(censored.size(), 0.0);
+  std::vector<double> nu(censored.size(), 0.0);
+  for (int sweep = 0; sweep < 50; ++sweep) {
+    double change = 0.0;
+    for (std::size_t i = 0; i < censored.size(); ++i) {
+      const auto& o = *censored[i];
+      Eigen::VectorXd sx = cov * o.x;
+      double v = o.x.dot(sx);
+      double m = o.x.dot(mean);
+      if (!(v > 0))
+        continue;
+      // Cavity (the posterior without site i).
+      double tc = 1.0 / v - tau[i];
+      if (!(tc > 0))
+        continue;
+      double nc = m / v - nu[i];
+      double mc = nc / tc;
+      double vc = 1.0 / tc;
+      // Moments of N(f; mc, vc) x P(f + e > c), e ~ N(0, s^2).
+      double sd = std::sqrt(s2 + vc);
+      double z = (mc - o.bytes) / sd;
+      double r = std::exp(log_normal_pdf(z) - log_normal_survival(-z)); // phi(z) / Phi(z)
+      double mh = mc + vc * r / sd;
+      double vh = vc - vc * vc * r * (z + r) / (s2 + vc);
+      if (!(vh > 0) || !std::isfinite(mh))
+        continue;
+      double tau_new = std::max(0.0, 1.0 / vh - tc);
+      double nu_new = mh / vh - nc;
+      double dt = tau_new - tau[i];
+      double dn = nu_new - nu[i];
+      change = std::max({change, std::abs(dt) * v, std::abs(dn) * std::sqrt(v)});
+      tau[i] = tau_new;
+      nu[i] = nu_new;
+      // Rank-one update of the posterior (Sherman-Morrison) and its mean.
+      h += dn * o.x;
+      cov -= (dt / (1.0 + dt * v)) * (sx * sx.transpose());
+      mean = cov * h;
+    }
+    if (change < 1e-8)
+      break;
+  }
+  if (!mean.allFinite() || !cov.allFinite())
+    return map;
+  memory_fit out = map;
+  out.coef = mean;
+  out.coef_cov = 0.5 * (cov + cov.transpose());
+  return out;
 }
 
 memory_fit fit_dropping_ooms(const std::vector<memory_observation>& data,

@@ -74,6 +74,37 @@ memory_fit fit_censored_memory(const std::vector<memory_observation>& data,
                                const std::vector<coefficient_prior>& priors, std::string& why,
                                double sigma_floor = 0.0);
 
+/// Prior on the residual sd s of the censored fit: log s ~ N(log centre, log_sd^2).
+struct sigma_prior {
+  /// Centre, bytes (> 0).
+  double centre = 0.0;
+  /// sd of log s.
+  double log_sd = 0.3;
+};
+
+/// As above with an informative prior on s. Without one (the overload above) log s has a weak
+/// prior (sd 5) centred on the measured trials' residual sd, so a few OOM trials can be
+/// "explained" by a larger s instead of larger coefficients: P(OOM) then stays near 0.5 however
+/// often the same setting runs out of memory. A tight prior centred on the allocator's
+/// reproducibility (a few percent of the peak) makes the OOMs move the coefficients.
+memory_fit fit_censored_memory(const std::vector<memory_observation>& data,
+                               const std::vector<coefficient_prior>& priors, std::string& why,
+                               double sigma_floor, const sigma_prior& s_prior);
+
+/// The posterior of the coefficients by expectation propagation (Minka 2001, "Expectation
+/// propagation for approximate Bayesian inference", UAI; the probit sites as in Rasmussen and
+/// Williams 2006, "Gaussian Processes for Machine Learning", section 3.6) at the residual sd of
+/// `map` (a fit of the same data): measured trials enter exactly (Gaussian likelihood), each OOM
+/// trial through a Gaussian site fitted to its censored likelihood P(x'b + e > capacity) by
+/// moment matching. The Laplace approximation of the MAP fit centres the posterior at the mode,
+/// which for an OOM that the prior already predicts sits just past the capacity: P(OOM) of the
+/// very configuration that ran out of memory then stays near 0.5. EP matches the mean and
+/// variance of the truncated posterior instead, so an OOM makes P(OOM) of its configuration and
+/// of its neighbours high. Returns `map` with coef and coef_cov replaced (unchanged when there
+/// is no OOM observation or the sites do not converge to finite values).
+memory_fit ep_posterior(const std::vector<memory_observation>& data,
+                        const std::vector<coefficient_prior>& priors, const memory_fit& map);
+
 /// The naive fit a tuner that drops OOM trials would make: ordinary least squares (with the same
 /// priors) on the measured trials only. For comparison in tests and benchmarks.
 memory_fit fit_dropping_ooms(const std::vector<memory_observation>& data,

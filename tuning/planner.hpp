@@ -83,6 +83,10 @@ struct proposal {
 struct proposal_batch {
   std::vector<proposal> proposals;
   std::string stop_reason;
+  /// Settings the policy excludes for the failures they caused, each with the trials that
+  /// convict it (e.g. "world_size!=default: failed in trials 4, 6, never usable (P(fail)
+  /// 0.93)"); empty for policies without failure blame.
+  std::vector<std::string> blamed;
 };
 
 /// A search policy (one module per algorithm behind this interface; baselines for benchmarks
@@ -97,11 +101,12 @@ public:
                                                       std::size_t n) const = 0;
   /// Proposals with the stop reason (policies with a stopping rule override this).
   [[nodiscard]] virtual proposal_batch plan(const planner_input& in, std::size_t n) const {
-    return {propose(in, n), ""};
+    return {propose(in, n), "", {}};
   }
 };
 
-/// Names of the built-in policies: "bayes_ei/1" (the default), "seeded_local_search/1" (the
+/// Names of the built-in policies: "bayes_ei/2" (the default), "bayes_ei/1" (the default
+/// before issue 18; kept so that old logs replay), "seeded_local_search/1" (the
 /// first policy; kept so that old logs replay), and the baselines for benchmarks only:
 /// "random/1", "greedy_coordinate/1", "settings_only/1".
 std::vector<std::string> policy_names();
@@ -110,7 +115,7 @@ std::vector<std::string> policy_names();
 std::unique_ptr<planner_policy> make_policy(const std::string& name);
 
 /// The name new runs use.
-inline constexpr const char* default_policy_name = "bayes_ei/1";
+inline constexpr const char* default_policy_name = "bayes_ei/2";
 
 /// The policy described in the file comment.
 class seeded_local_search final : public planner_policy {

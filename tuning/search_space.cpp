@@ -94,6 +94,9 @@ feature_space::feature_space(const task_spec& task, const prior_set* priors) {
       if (v == k.default_value)
         continue;
       auto name = k.name + "=" + to_string(v);
+      if (value_feature.size() <= ki)
+        value_feature.resize(ki + 1);
+      value_feature[ki].emplace_back(v, static_cast<int>(names.size()));
       index[name] = names.size();
       names.push_back(name);
       knob_of.push_back(static_cast<int>(ki));
@@ -105,6 +108,7 @@ feature_space::feature_space(const task_spec& task, const prior_set* priors) {
   }
   for (const auto& p : task.patches) {
     auto name = "+" + p.name;
+    patch_feature[p.name] = static_cast<int>(names.size());
     index[name] = names.size();
     names.push_back(name);
     knob_of.push_back(-1);
@@ -113,6 +117,7 @@ feature_space::feature_space(const task_spec& task, const prior_set* priors) {
     means.push_back(known ? -std::log(pp->speedup) : 0.0);
     has_prior.push_back(known);
   }
+  value_feature.resize(task.knobs.size());
   prior_mean = Eigen::Map<Eigen::VectorXd>(means.data(), static_cast<Eigen::Index>(means.size()));
   for (std::size_t ki = 0; ki < task.knobs.size(); ++ki) {
     const auto& k = task.knobs[ki];
@@ -153,18 +158,21 @@ sparse_features feature_space::point(const task_spec& task, const configuration&
 
 std::vector<int> feature_space::active(const task_spec& task, const configuration& c) const {
   std::vector<int> out;
-  for (const auto& k : task.knobs) {
+  for (std::size_t ki = 0; ki < task.knobs.size(); ++ki) {
+    const auto& k = task.knobs[ki];
     auto kv = c.knobs.find(k.name);
     if (kv == c.knobs.end() || kv->second == k.default_value)
       continue;
-    auto it = index.find(k.name + "=" + to_string(kv->second));
-    if (it != index.end())
-      out.push_back(static_cast<int>(it->second));
+    for (const auto& [v, f] : value_feature[ki])
+      if (v == kv->second) {
+        out.push_back(f);
+        break;
+      }
   }
   for (const auto& p : c.patches) {
-    auto it = index.find("+" + p);
-    if (it != index.end())
-      out.push_back(static_cast<int>(it->second));
+    auto it = patch_feature.find(p);
+    if (it != patch_feature.end())
+      out.push_back(it->second);
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -177,15 +185,82 @@ Eigen::VectorXd feature_space::encode(const task_spec& task, const configuration
   return x;
 }
 
+namespace {
+
+/// at_least_as_hungry with the knobs' memory tags given per knob in name order (the maps of
+/// both configurations are walked in step); falls back to it when a configuration does not have
+/// exactly the task's knobs.
+bool hungry_by_kind(const task_spec& task, const std::vector<int>& kind, const configuration& c,
+                    const configuration& oom) {
+  if (c.patches != oom.patches)
+    return false;
+  if (c.knobs.size() != kind.size() || oom.knobs.size() != kind.size())
+    return at_least_as_hungry(task, c, oom);
+  auto a = c.knobs.begin();
+  auto b = oom.knobs.begin();
+  for (std::size_t i = 0; i < kind.size(); ++i, ++a, ++b) {
+    if (a->first != b->first)
+      return at_least_as_hungry(task, c, oom);
+    switch (kind[i]) {
+    case 1:
+      if (numeric(a->second) < numeric(b->second))
+        return false;
+      break;
+    case -1:
+      if (numeric(a->second) > numeric(b->second))
+        return false;
+      break;
+    case 2:
+      if (a->second != b->second)
+        return false;
+      break;
+    default:
+      break;
+    }
+  }
+  return true;
+}
+
+} // namespace
+
 history_facts::history_facts(const task_spec& task, const feature_space& fs,
                              const std::vector<trial_record>& history)
     : passed(fs.names.size(), 0), broke(fs.names.size(), 0) {
+  {
+    std::vector<std::pair<std::string, int>> by_name;
+    for (const auto& k : task.knobs) {
+      bool h = has_tag(k, "memory-hungry");
+      bool sv = has_tag(k, "memory-saver");
+      int kd = h && k.type != knob_type::choice    ? 1
+               : sv && k.type != knob_type::choice ? -1
+               : h || sv                           ? 2
+                                                   : 0;
+      by_name.emplace_back(k.name, kd);
+    }
+    std::sort(by_name.begin(), by_name.end());
+    for (const auto& [n, kd] : by_name)
+      hunger_kind.push_back(kd);
+  }
   for (const auto& t : history) {
     if (t.outcome == trial_outcome::lost && t.purpose == "explore")
       continue; // lost, not measured: may be proposed again (re-queued)
     tried.insert(t.config.key());
-    if (t.finished && t.outcome == trial_outcome::oom)
+    if (t.finished && t.outcome == trial_outcome::oom) {
+      bool covered = false;
+      for (const auto& o : ooms)
+        if (hungry_by_kind(task, hunger_kind, t.config, o)) {
+          covered = true;
+          break;
+        }
+      if (covered)
+        continue;
+      ooms.erase(std::remove_if(ooms.begin(), ooms.end(),
+                                [&](const configuration& o) {
+                                  return hungry_by_kind(task, hunger_kind, o, t.config);
+                                }),
+                 ooms.end());
       ooms.push_back(t.config);
+    }
   }
   for (const auto& t : history)
     if (t.usable())
@@ -222,7 +297,7 @@ std::size_t history_facts::untested(const std::vector<int>& active) const {
 
 bool history_facts::dominated_by_oom(const task_spec& task, const configuration& c) const {
   for (const auto& o : ooms)
-    if (at_least_as_hungry(task, c, o))
+    if (hungry_by_kind(task, hunger_kind, c, o))
       return true;
   return false;
 }

@@ -66,6 +66,11 @@ struct feature_space {
   /// R of each ordinal feature: doublings from the default to the farthest searched value.
   std::vector<double> ordinal_range;
 
+  /// Per knob (task order): its searched non-default values and their one-hot feature index;
+  /// per patch (task order): its feature index. (active() without building names.)
+  std::vector<std::vector<std::pair<knob_value, int>>> value_feature;
+  std::map<std::string, int> patch_feature;
+
   feature_space(const task_spec& task, const prior_set* priors);
 
   /// Dense 0/1 vector, length names.size().
@@ -86,12 +91,17 @@ struct feature_space {
 struct history_facts {
   /// Keys of configurations already tried (any outcome except a lost explore attempt).
   std::set<std::string> tried;
-  /// Configurations that ran out of memory.
+  /// Configurations that ran out of memory: the minimal ones (none of them at least as hungry
+  /// as another one; at_least_as_hungry is a preorder, so a configuration dominated by an OOM is
+  /// dominated by a minimal one).
   std::vector<configuration> ooms;
   /// Per feature: trials that used it and were usable (finished ok, passed the contract).
   std::vector<int> passed;
   /// Per feature: contract violations in which it was the only feature never seen to pass.
   std::vector<int> broke;
+  /// Per knob in name order (the order of knob_assignment): 1 memory-hungry numeric, -1
+  /// memory-saver numeric, 2 a tagged choice, 0 untagged (for the OOM dominance test).
+  std::vector<int> hunger_kind;
 
   history_facts(const task_spec& task, const feature_space& fs,
                 const std::vector<trial_record>& history);

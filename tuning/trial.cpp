@@ -8,14 +8,20 @@ namespace infrarsi::tuning {
 
 std::string configuration::key() const {
   std::string out;
+  out.reserve(16 * knobs.size() + 16 * patches.size());
   for (const auto& [k, v] : knobs) {
     if (!out.empty())
       out += ',';
-    out += k + "=" + to_string(v);
+    out += k;
+    out += '=';
+    out += to_string(v);
   }
   out += '|';
-  for (std::size_t i = 0; i < patches.size(); ++i)
-    out += (i > 0 ? "," : "") + patches[i];
+  for (std::size_t i = 0; i < patches.size(); ++i) {
+    if (i > 0)
+      out += ',';
+    out += patches[i];
+  }
   return out;
 }
 

@@ -1,0 +1,542 @@
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "tuning/bayes_policy.hpp"
+#include "tuning/failure_model.hpp"
+#include "tuning/policy_parts.hpp"
+#include "tuning/stats.hpp"
+
+namespace infrarsi::tuning {
+
+namespace {
+
+/// One scored candidate.
+struct scored {
+  configuration config;
+  std::vector<int> active;
+  sparse_features x;
+  double ei = 0;     // expected improvement of log step time
+  double p_fit = 1;  // 1 - P(OOM)
+  double p_ok = 1;   // 1 - P(fail) (crash, timeout, launch error, contract violation)
+  double cost = 1;   // expected cost of the trial, in units of one baseline trial (see below)
+  double mean = 0;   // predicted log(t / t_baseline)
+  double sd = 0;
+  std::string paired; // "" or the pairing explanation
+  /// Predicted to fit and unlikely to fail: preferred over every unsafe candidate.
+  [[nodiscard]] bool safe() const { return p_fit >= 0.5 && p_ok >= 0.75; }
+  [[nodiscard]] double acquisition() const { return ei * p_fit * p_ok / cost; }
+  [[nodiscard]] bool better_than(const scored& o) const {
+    if (safe() != o.safe())
+      return safe();
+    if (acquisition() != o.acquisition())
+      return acquisition() > o.acquisition();
+    if (ei != o.ei)
+      return ei > o.ei;
+    return p_fit * p_ok > o.p_fit * o.p_ok;
+  }
+};
+
+/// A standard normal draw (Box-Muller on two SplitMix64 uniforms).
+double normal_draw(splitmix64& rng) {
+  double u1 = (static_cast<double>(rng.next() >> 11) + 0.5) * 0x1.0p-53;
+  double u2 = static_cast<double>(rng.next() >> 11) * 0x1.0p-53;
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * 3.14159265358979323846 * u2);
+}
+
+} // namespace
+
+proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const {
+  proposal_batch out;
+  if (n == 0)
+    return out;
+  const task_spec& task = *in.task;
+  feature_space fs{task, in.priors};
+  history_facts facts{task, fs, in.history};
+  constraint_set constraints{task};
+  const auto F = fs.names.size();
+  const auto base_config = baseline_configuration(task);
+
+  // -- blame ------------------------------------------------------------------------------------
+  // Contract-risky features: patches and values of knobs tagged "numerics".
+  std::vector<bool> risky(F, false);
+  for (std::size_t i = 0; i < F; ++i)
+    risky[i] = fs.knob_of[i] < 0
+               || has_tag(task.knobs[static_cast<std::size_t>(fs.knob_of[i])], "numerics");
+  // Unambiguous blame: a contract violation on its only untested contract-risky feature
+  // (launch settings keep the work by construction); a crash, timeout or launch error only on
+  // its only untested feature of any kind. Ambiguous failures are the failure model's.
+  std::vector<bool> blamed(F, false);
+  for (const auto& t : in.history) {
+    bool violation = t.outcome == trial_outcome::contract_violation
+                     || (t.verified && !t.violations.empty());
+    bool failed = t.finished
+                  && (t.outcome == trial_outcome::crash || t.outcome == trial_outcome::timeout
+                      || t.outcome == trial_outcome::launch_error);
+    if (!violation && !failed)
+      continue;
+    std::vector<int> untested_risky;
+    std::vector<int> untested_any;
+    for (int i : fs.active(task, t.config)) {
+      if (facts.passed[static_cast<std::size_t>(i)] != 0)
+        continue;
+      untested_any.push_back(i);
+      if (risky[static_cast<std::size_t>(i)])
+        untested_risky.push_back(i);
+    }
+    const auto& suspects = violation ? untested_risky : untested_any;
+    if (suspects.size() == 1)
+      blamed[static_cast<std::size_t>(suspects.front())] = true;
+  }
+  failure_model failures{task, fs, in.history, risky};
+  auto trial_list = [](const blamed_setting& b) {
+    std::string trials;
+    for (auto id : b.trials)
+      trials += (trials.empty() ? "" : ", ") + std::to_string(id);
+    return trials;
+  };
+  for (const auto& b : failures.convicted())
+    out.blamed.push_back(b.feature + ": excluded, failed in trials " + trial_list(b)
+                         + ", never usable (P(fail) " + fmt("%.2f", b.p_fail) + ")");
+  for (const auto& b : failures.suspects(0.25))
+    out.blamed.push_back(b.feature + ": suspected, failed in trials " + trial_list(b)
+                         + ", never usable (P(fail) " + fmt("%.2f", b.p_fail)
+                         + "); avoided while a candidate predicted safer remains");
+  for (std::size_t i = 0; i < F; ++i)
+    if (blamed[i] && facts.passed[i] == 0)
+      out.blamed.push_back(fs.names[i] + ": excluded, the only untested setting of a failed trial");
+
+  auto usable_config = [&](const configuration& c, const std::vector<int>& a) {
+    if (!admissible(in, facts, c))
+      return false;
+    for (int i : a)
+      if (blamed[static_cast<std::size_t>(i)] && facts.passed[static_cast<std::size_t>(i)] == 0)
+        return false;
+    return !facts.banned(a) && !failures.excluded(a) && !facts.dominated_by_oom(task, c);
+  };
+  auto untested_risky = [&](const std::vector<int>& a) {
+    std::size_t k = 0;
+    for (int i : a)
+      k += risky[static_cast<std::size_t>(i)] && facts.passed[static_cast<std::size_t>(i)] == 0;
+    return k;
+  };
+
+  // -- models -----------------------------------------------------------------------------------
+  std::vector<double> baseline_times;
+  std::vector<double> baseline_cost;
+  for (const auto& t : in.history)
+    if (t.usable() && t.config == base_config) {
+      baseline_times.push_back(t.timed_step_time_s);
+      if (t.device_seconds > 0)
+        baseline_cost.push_back(t.device_seconds);
+    }
+  std::vector<std::pair<sparse_features, double>> data;
+  for (const auto& t : in.history)
+    if (t.usable())
+      data.emplace_back(fs.point(task, t.config), std::log(t.timed_step_time_s));
+  double baseline_log = !baseline_times.empty() ? std::log(median(baseline_times))
+                        : data.empty()          ? 0.0
+                                                : data.front().second;
+  for (auto& d : data)
+    d.second -= baseline_log;
+  time_model model{fs, options_.time};
+  model.fit(data, in.noise_log_sd);
+
+  const auto M = fs.model_size();
+  auto memory = fit_run_memory(task, fs, in.history, in.priors, in.memory_capacity_bytes,
+                               memory_options_for(name()));
+  const memory_fit& mem = memory.fit;
+  const bool have_mem = memory.fitted;
+  const double log_capacity = memory.capacity_bytes > 0 ? std::log(memory.capacity_bytes) : 0.0;
+  auto dense = [&](const sparse_features& sx) {
+    Eigen::VectorXd x = Eigen::VectorXd::Zero(static_cast<Eigen::Index>(M + 1));
+    x[0] = 1.0;
+    for (const auto& [i, v] : sx)
+      x[1 + i] = v;
+    return x;
+  };
+  auto p_oom = [&](const sparse_features& sx) {
+    return have_mem ? mem.p_oom(dense(sx), log_capacity) : 0.0;
+  };
+
+  // Costs (device-seconds, relative to one baseline trial): a trial that runs costs the
+  // baseline's device-seconds times its predicted step-time ratio; an OOM or a failure what
+  // such trials cost so far (a quarter and a half of a baseline trial before any). Every trial
+  // also spends one trial of the budget, charged as one baseline trial, so a cheap failure is
+  // still not free.
+  const double base_dev = baseline_cost.empty() ? 1.0 : median(baseline_cost);
+  auto median_cost = [&](auto pred, double fallback) {
+    std::vector<double> v;
+    for (const auto& t : in.history)
+      if (pred(t) && t.device_seconds > 0)
+        v.push_back(t.device_seconds / base_dev);
+    return v.empty() ? fallback : median(v);
+  };
+  const double oom_cost = median_cost(
+    [](const trial_record& t) { return t.finished && t.outcome == trial_outcome::oom; }, 0.25);
+  const double fail_cost = median_cost([](const trial_record& t) { return is_failure(t); }, 0.5);
+
+  // Incumbent: the best posterior mean among measured configurations.
+  double best = 0.0;
+  {
+    bool any = false;
+    for (const auto& [x, y] : data) {
+      double m = model.predict(x).mean;
+      if (!any || m < best)
+        best = m;
+      any = true;
+    }
+  }
+  auto rescore = [&](scored& s) {
+    auto pr = model.predict(s.x);
+    s.mean = pr.mean;
+    s.sd = pr.sd;
+    s.ei = expected_improvement(best, pr.mean, pr.sd);
+    if (!std::isfinite(s.ei))
+      s.ei = 0.0;
+    s.cost = 0.5 * (1.0 + s.p_fit * s.p_ok * std::exp(s.mean) + (1.0 - s.p_fit) * oom_cost
+                    + s.p_fit * (1.0 - s.p_ok) * fail_cost);
+  };
+  auto score = [&](const configuration& c, std::vector<int> a) {
+    scored s;
+    s.config = c;
+    s.active = std::move(a);
+    s.x = fs.point(task, c);
+    s.p_fit = 1.0 - p_oom(s.x);
+    if (!std::isfinite(s.p_fit))
+      s.p_fit = 0.5;
+    s.p_ok = 1.0 - failures.p_fail(s.active);
+    rescore(s);
+    return s;
+  };
+
+  // -- candidates -------------------------------------------------------------------------------
+  // No enumeration of the space: the single changes of the baseline and of the six fastest
+  // usable configurations, seeded random configurations, and configurations that are optimal
+  // under a draw from the time model's posterior (Thompson sampling: Thompson 1933; Russo et al.
+  // 2018, "A tutorial on Thompson sampling"), each the best choice of every knob and patch under
+  // that draw, so that good changes found apart are tried together. Coordinate ascent refines
+  // the best of them below.
+  std::set<std::string> chosen;
+  std::vector<scored> pool;
+  std::map<std::string, std::size_t> in_pool;
+  bool strict = true; // "one new risky feature at a time" (lifted below when nothing is left)
+  auto acceptable = [&](const configuration& c, const std::vector<int>& a) {
+    if (chosen.count(c.key()) != 0 || !constraints.ok(c) || !usable_config(c, a))
+      return false;
+    return !strict || untested_risky(a) <= 1;
+  };
+  auto consider = [&](const configuration& c) -> const scored* {
+    auto key = c.key();
+    if (auto it = in_pool.find(key); it != in_pool.end())
+      return &pool[it->second];
+    auto a = fs.active(task, c);
+    if (!acceptable(c, a))
+      return nullptr;
+    in_pool.emplace(key, pool.size());
+    pool.push_back(score(c, std::move(a)));
+    return &pool.back();
+  };
+  std::vector<const trial_record*> measured;
+  for (const auto& t : in.history)
+    if (t.usable())
+      measured.push_back(&t);
+  std::stable_sort(measured.begin(), measured.end(), [](const auto* a, const auto* b) {
+    return a->timed_step_time_s < b->timed_step_time_s;
+  });
+  splitmix64 rng{in.seed ^ (0x5EEDC057ull + 0x9E3779B97F4A7C15ull * in.history.size())};
+  std::vector<std::vector<knob_value>> domains;
+  for (const auto& k : task.knobs)
+    domains.push_back(search_values(k));
+  auto generate = [&] {
+    std::vector<configuration> centres{base_config};
+    std::set<std::string> centre_keys{base_config.key()};
+    for (const auto* t : measured) {
+      if (centres.size() >= 7)
+        break;
+      if (centre_keys.insert(t->config.key()).second)
+        centres.push_back(t->config);
+    }
+    for (const auto& c : centres)
+      for (const auto& m : single_changes(task, c))
+        consider(m);
+    for (int i = 0; i < 400; ++i) {
+      configuration c;
+      for (std::size_t k = 0; k < task.knobs.size(); ++k)
+        c.knobs[task.knobs[k].name] = domains[k][rng.below(domains[k].size())];
+      for (const auto& p : task.patches)
+        if (rng.below(2) == 1)
+          c.patches.push_back(p.name);
+      std::sort(c.patches.begin(), c.patches.end());
+      consider(c);
+    }
+    for (int draw = 0; draw < 16; ++draw) {
+      std::vector<double> w(M);
+      for (std::size_t i = 0; i < M; ++i)
+        w[i] = model.effect_mean(static_cast<int>(i))
+               + model.effect_sd(static_cast<int>(i)) * normal_draw(rng);
+      configuration c;
+      for (std::size_t k = 0; k < task.knobs.size(); ++k) {
+        const auto& knob = task.knobs[k];
+        const knob_value* bestv = &knob.default_value;
+        double bests = 0.0;
+        for (const auto& v : domains[k]) {
+          configuration one = base_config;
+          one.knobs[knob.name] = v;
+          double s = 0.0;
+          for (const auto& [i, xv] : fs.point(task, one))
+            s += w[static_cast<std::size_t>(i)] * xv;
+          if (s < bests) {
+            bests = s;
+            bestv = &v;
+          }
+        }
+        c.knobs[knob.name] = *bestv;
+      }
+      for (const auto& p : task.patches) {
+        auto it = fs.index.find("+" + p.name);
+        if (it != fs.index.end() && w[it->second] < 0)
+          c.patches.push_back(p.name);
+      }
+      std::sort(c.patches.begin(), c.patches.end());
+      consider(c);
+    }
+  };
+  generate();
+  if (pool.empty()) {
+    strict = false; // nothing with at most one untested risky feature: any candidate may go
+    generate();
+  }
+  if (pool.empty()) {
+    out.stop_reason = "the search space is exhausted";
+    return out;
+  }
+
+  // -- initial design ---------------------------------------------------------------------------
+  std::size_t explored = 0;
+  for (const auto& t : in.history)
+    if (t.purpose == "explore")
+      ++explored;
+  auto erase_chosen = [&](std::size_t idx) {
+    in_pool.erase(pool[idx].config.key());
+    pool.erase(pool.begin() + static_cast<std::ptrdiff_t>(idx));
+    for (auto& [k, v] : in_pool)
+      if (v > idx)
+        --v;
+  };
+  while (explored + out.proposals.size() < in.initial_design && out.proposals.size() < n) {
+    // Experience seeds first, then a spread: the priors' predicted log gain of the settings no
+    // design trial or measured trial has covered yet (a covered setting counts a quarter, so
+    // prior-favoured settings are spread over the design's trials and a wrong prior is
+    // measured apart from the others) + 0.05 x the Hamming distance to everything tried or
+    // chosen (capped at half the features); safe candidates (P(fits) >= 0.5, P(fail) < 0.5)
+    // first. Ties: a seeded random order.
+    std::optional<std::size_t> pick;
+    std::string reason;
+    for (const auto& s : in.experience_seeds) {
+      auto it = in_pool.find(s.key());
+      if (it == in_pool.end()) {
+        if (consider(s) == nullptr)
+          continue;
+        it = in_pool.find(s.key());
+      }
+      pick = it->second;
+      reason = "initial design: experience bank seed";
+      break;
+    }
+    if (!pick) {
+      std::vector<int> covered(F, 0);
+      std::vector<const configuration*> others;
+      for (const auto& t : in.history) {
+        others.push_back(&t.config);
+        if (t.purpose == "explore" || t.usable())
+          for (int i : fs.active(task, t.config))
+            covered[static_cast<std::size_t>(i)] = 1;
+      }
+      for (const auto& p : out.proposals) {
+        others.push_back(&p.config);
+        for (int i : fs.active(task, p.config))
+          covered[static_cast<std::size_t>(i)] = 1;
+      }
+      const std::size_t cap = std::max<std::size_t>(1, F / 2);
+      double best_score = -1e300;
+      bool best_safe = false;
+      std::uint64_t best_tie = 0;
+      splitmix64 order{in.seed ^ 0x1D5EEDull ^ out.proposals.size()};
+      for (std::size_t j = 0; j < pool.size(); ++j) {
+        const auto& c = pool[j];
+        std::uint64_t tie = order.next();
+        std::size_t min_dist = cap;
+        for (const auto* o : others)
+          min_dist = std::min(min_dist, hamming(c.config, *o));
+        double gain = 0.0;
+        for (int i : c.active)
+          gain += -fs.prior_mean[i] * (covered[static_cast<std::size_t>(i)] != 0 ? 0.25 : 1.0);
+        double sc = gain + 0.05 * static_cast<double>(min_dist);
+        bool sf = c.safe();
+        if ((sf && !best_safe) || (sf == best_safe && (sc > best_score || (sc == best_score && tie < best_tie)))) {
+          best_score = sc;
+          best_safe = sf;
+          best_tie = tie;
+          pick = j;
+        }
+      }
+      reason = "initial design: prior and diversity";
+    }
+    if (!pick)
+      break;
+    const auto& c = pool[*pick];
+    chosen.insert(c.config.key());
+    proposal p{c.config, std::exp(-fs.encode(task, c.config).dot(fs.prior_mean)), reason, {}, {}};
+    p.prior_speedup = p.predicted_speedup;
+    if (have_mem)
+      p.p_oom = 1.0 - c.p_fit;
+    p.reason += " (P(fits) " + (have_mem ? fmt("%.2f", c.p_fit) : std::string{"n/a"})
+                + ", P(fail) " + fmt("%.2f", 1.0 - c.p_ok) + ")";
+    out.proposals.push_back(std::move(p));
+    erase_chosen(*pick);
+  }
+  if (out.proposals.size() >= n || pool.empty()) {
+    if (out.proposals.empty())
+      out.stop_reason = "the search space is exhausted";
+    return out;
+  }
+
+  // -- coordinate ascent from the best candidates and the fastest measured ----------------------
+  {
+    std::vector<std::size_t> order(pool.size());
+    for (std::size_t i = 0; i < order.size(); ++i)
+      order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return pool[a].better_than(pool[b]); });
+    std::vector<configuration> starts;
+    for (std::size_t i = 0; i < order.size() && starts.size() < 8; ++i)
+      starts.push_back(pool[order[i]].config);
+    if (!measured.empty())
+      starts.push_back(measured.front()->config);
+    for (const auto& start : starts) {
+      auto current = score(start, fs.active(task, start));
+      for (int step = 0; step < 12; ++step) {
+        std::optional<scored> better;
+        for (const auto& m : single_changes(task, current.config)) {
+          const auto* s = consider(m);
+          if (s != nullptr && s->better_than(better ? *better : current))
+            better = *s;
+        }
+        if (!better)
+          break;
+        current = std::move(*better);
+      }
+    }
+  }
+
+  // -- pairing ------------------------------------------------------------------------------------
+  // The configurations with the best EI predicted to run out of memory (up to 16), each with
+  // every single change that lowers the fitted memory — its posterior mean and its 95 % upper
+  // bound both below zero, so a change whose direction the model does not know is never called
+  // a saver — and makes it fit.
+  if (have_mem) {
+    std::vector<std::size_t> by_ei(pool.size());
+    for (std::size_t i = 0; i < by_ei.size(); ++i)
+      by_ei[i] = i;
+    std::stable_sort(by_ei.begin(), by_ei.end(),
+                     [&](std::size_t a, std::size_t b) { return pool[a].ei > pool[b].ei; });
+    std::vector<scored> hungry_list;
+    for (std::size_t i : by_ei) {
+      if (hungry_list.size() >= 16)
+        break;
+      if (pool[i].p_fit < 0.5)
+        hungry_list.push_back(pool[i]);
+    }
+    for (const auto& hungry : hungry_list) {
+      Eigen::VectorXd xh = dense(hungry.x);
+      for (const auto& m : single_changes(task, hungry.config)) {
+        Eigen::VectorXd d = dense(fs.point(task, m)) - xh;
+        double delta = d.dot(mem.coef);
+        double upper = delta + 1.645 * std::sqrt(std::max(0.0, d.dot(mem.coef_cov * d)));
+        if (!(upper < 0))
+          continue;
+        const auto* s = consider(m);
+        if (s == nullptr || s->p_fit < 0.5 || !s->paired.empty())
+          continue;
+        auto& target = pool[in_pool.at(m.key())];
+        target.paired = "paired " + hungry.config.diff_from(base_config) + " (P(OOM) "
+                        + fmt("%.2f", 1.0 - hungry.p_fit) + " alone) with the memory saver "
+                        + m.diff_from(hungry.config) + " (fitted memory x"
+                        + fmt("%.2f", std::exp(delta)) + ", at most x" + fmt("%.2f", std::exp(upper))
+                        + " at 95 %; P(OOM) " + fmt("%.2f", 1.0 - target.p_fit) + ")";
+      }
+    }
+  }
+
+  // -- trials in flight (kriging believer) --------------------------------------------------------
+  bool believed = false;
+  for (const auto& t : in.history)
+    if (!t.finished && t.purpose == "explore") {
+      auto x = fs.point(task, t.config);
+      auto pr = model.predict(x);
+      model.condition(x, pr.mean);
+      best = std::min(best, pr.mean);
+      believed = true;
+    }
+  if (believed)
+    for (auto& s : pool)
+      rescore(s);
+
+  // -- batch --------------------------------------------------------------------------------------
+  bool all_tried = true;
+  for (std::size_t i = 0; i < F; ++i)
+    if (facts.passed[i] == 0 && !facts.broke[i] && !blamed[i]
+        && !failures.excluded(std::vector<int>{static_cast<int>(i)}))
+      all_tried = false;
+  const double stop_below =
+    options_.stop_rule && in.min_detectable_speedup > 1.0 ? std::log(in.min_detectable_speedup)
+                                                          : -1.0;
+  while (out.proposals.size() < n && !pool.empty()) {
+    std::size_t bi = 0;
+    for (std::size_t i = 1; i < pool.size(); ++i)
+      if (pool[i].better_than(pool[bi]))
+        bi = i;
+    const auto& b = pool[bi];
+    if (out.proposals.empty() && b.acquisition() < stop_below && all_tried) {
+      out.stop_reason = "best expected improvement x P(fits) x P(no failure) / cost "
+                        + fmt("%.4f", b.acquisition())
+                        + " (log units) is below log(min detectable speedup "
+                        + fmt("%.4f", in.min_detectable_speedup) + ") = " + fmt("%.4f", stop_below)
+                        + ", and every setting and patch has been tried or excluded";
+      break;
+    }
+    proposal p;
+    p.config = b.config;
+    p.predicted_speedup = std::exp(-b.mean);
+    p.prior_speedup = std::exp(-model.prior_mean(b.x));
+    if (have_mem)
+      p.p_oom = 1.0 - b.p_fit;
+    std::string fits = !have_mem ? "P(fits) n/a (no memory model yet)"
+                                 : "P(fits) " + fmt("%.2f", b.p_fit)
+                                     + (memory.capacity_inferred
+                                          ? " (capacity unknown: the largest peak that fitted)"
+                                          : "");
+    p.reason = "EI " + fmt("%.4f", b.ei) + " x " + fits + " x P(no failure) " + fmt("%.2f", b.p_ok)
+               + " / cost " + fmt("%.2f", b.cost) + ": predicted " + fmt("%.3f", std::exp(-b.mean))
+               + "x (log sd " + fmt("%.3f", b.sd) + ")" + (b.paired.empty() ? "" : "; " + b.paired);
+    chosen.insert(b.config.key());
+    auto fantasy = b.x;
+    double fantasy_mean = b.mean;
+    out.proposals.push_back(std::move(p));
+    pool.erase(pool.begin() + static_cast<std::ptrdiff_t>(bi));
+    if (out.proposals.size() >= n)
+      break;
+    model.condition(fantasy, fantasy_mean);
+    best = std::min(best, fantasy_mean);
+    for (auto& s : pool)
+      rescore(s);
+  }
+  if (out.proposals.empty() && out.stop_reason.empty())
+    out.stop_reason = "the search space is exhausted";
+  return out;
+}
+
+} // namespace infrarsi::tuning
