@@ -360,6 +360,7 @@ TEST(Pairing, NeverPicksAMemoryRaisingSaver) {
     }
   }
   std::cout << paired << " paired proposals over 6 seeds\n";
+  EXPECT_GT(paired, 0) << "no proposal was a pair: the check above never ran";
 }
 
 } // namespace
