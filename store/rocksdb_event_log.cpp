@@ -438,12 +438,23 @@ rocksdb_event_log::open(const std::string& dir, const rocksdb_event_log_options&
                             "to create an event log there");
     db_opts.create_missing_column_families = true;
   } else {
-    // Only the default column family, and it empty: RocksDB has made the database and the
-    // creating open has not yet added our families (or was stopped before it did).
-    if (existing.size() == 1 && existing[0] == rocksdb::kDefaultColumnFamilyName
-        && default_family_empty(dir)) {
+    // Some of our column families missing, no family of anyone else's, and the default family
+    // empty (no format tag): RocksDB has made the database and the creating open has not yet
+    // added all our families (or was stopped before it did). RocksDB adds them one at a time,
+    // one MANIFEST record each, so a kill can leave any prefix of them: "default" alone, or
+    // "default" and "events" (a `tune` killed at start-up, issue 20).
+    const auto is_ours = [](const std::string& name) {
+      return name == rocksdb::kDefaultColumnFamilyName || name == events_cf_name
+             || name == streams_cf_name || name == runs_cf_name || name == snapshots_cf_name;
+    };
+    const auto missing = [&existing](const char* name) {
+      return std::find(existing.begin(), existing.end(), name) == existing.end();
+    };
+    if ((missing(events_cf_name) || missing(streams_cf_name) || missing(runs_cf_name))
+        && std::all_of(existing.begin(), existing.end(), is_ours) && default_family_empty(dir)) {
       if (options.read_only || !options.create_if_missing)
-        return being_created(dir, "no column families yet");
+        return being_created(dir, existing.size() == 1 ? "no column families yet"
+                                                       : "not all its column families yet");
       db_opts.create_missing_column_families = true; // complete an interrupted creation
     }
     for (const char* name : {events_cf_name, streams_cf_name, runs_cf_name}) {
