@@ -338,6 +338,26 @@ bool default_family_empty(const std::string& dir) {
   return empty;
 }
 
+/// Whether `dir` holds only what RocksDB's creation of a database writes before its CURRENT file
+/// (LOCK, our info log LOG, IDENTITY, the first MANIFEST and CURRENT's temporary file), and at
+/// least one of them: a creation stopped (a process killed at start-up) before the database
+/// existed. Anything else (a user's file, a write-ahead log, an SST, OPTIONS) is not.
+bool only_files_before_current(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  bool any = false;
+  for (const auto& e : fs::directory_iterator{dir, ec}) {
+    const auto name = e.path().filename().string();
+    const bool before_current = name == "LOCK" || name == "LOG" || name.rfind("LOG.old.", 0) == 0
+                                || name == "IDENTITY" || name.rfind("MANIFEST-", 0) == 0
+                                || (name.size() > 6 && name.substr(name.size() - 6) == ".dbtmp");
+    if (!before_current || !e.is_regular_file(ec))
+      return false;
+    any = true;
+  }
+  return any && !ec;
+}
+
 /// errc::not_found for a log that is being created (or whose creation was interrupted): it is
 /// not foreign, it has no event yet.
 caf::error being_created(const std::string& dir, const std::string& what) {
@@ -415,9 +435,14 @@ rocksdb_event_log::open(const std::string& dir, const rocksdb_event_log_options&
     if (!looks_like_db && fs::is_directory(dir, ec))
       for (const auto& e : fs::directory_iterator{dir, ec})
         looks_like_db = looks_like_db || e.path().filename().string().rfind("MANIFEST-", 0) == 0;
-    if (looks_like_db && lock_holder(dir) != 0)
+    // Only RocksDB's first files, no CURRENT: a creation stopped before the database existed
+    // (a `tune` killed at start-up, issue 20); the next writer creates it.
+    const bool stopped_creation = only_files_before_current(dir);
+    if ((looks_like_db || stopped_creation) && lock_holder(dir) != 0)
       return being_created(dir, "RocksDB has not yet written its CURRENT file");
-    if (looks_like_db)
+    if (stopped_creation && (options.read_only || !options.create_if_missing))
+      return being_created(dir, "RocksDB had not yet written its CURRENT file");
+    if (looks_like_db && !stopped_creation)
       return make_error(errc::corrupt_data,
                         "event log '" + dir
                           + "': looks like a damaged RocksDB database (its CURRENT/MANIFEST "
@@ -431,7 +456,7 @@ rocksdb_event_log::open(const std::string& dir, const rocksdb_event_log_options&
     if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
       return make_error(errc::invalid_argument,
                         "event log '" + dir + "': exists and is not a directory");
-    if (fs::exists(dir, ec) && !fs::is_empty(dir, ec))
+    if (fs::exists(dir, ec) && !fs::is_empty(dir, ec) && !stopped_creation)
       return make_error(errc::unsupported_format,
                         "event log '" + dir
                           + "': directory is not empty and holds no RocksDB database; refusing "
