@@ -338,6 +338,26 @@ bool default_family_empty(const std::string& dir) {
   return empty;
 }
 
+/// Whether `dir` holds only what RocksDB's creation of a database writes before its CURRENT file
+/// (LOCK, our info log LOG, IDENTITY, the first MANIFEST and CURRENT's temporary file), and at
+/// least one of them: a creation stopped (a process killed at start-up) before the database
+/// existed. Anything else (a user's file, a write-ahead log, an SST, OPTIONS) is not.
+bool only_files_before_current(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  bool any = false;
+  for (const auto& e : fs::directory_iterator{dir, ec}) {
+    const auto name = e.path().filename().string();
+    const bool before_current = name == "LOCK" || name == "LOG" || name.rfind("LOG.old.", 0) == 0
+                                || name == "IDENTITY" || name.rfind("MANIFEST-", 0) == 0
+                                || (name.size() > 6 && name.substr(name.size() - 6) == ".dbtmp");
+    if (!before_current || !e.is_regular_file(ec))
+      return false;
+    any = true;
+  }
+  return any && !ec;
+}
+
 /// errc::not_found for a log that is being created (or whose creation was interrupted): it is
 /// not foreign, it has no event yet.
 caf::error being_created(const std::string& dir, const std::string& what) {
@@ -415,9 +435,14 @@ rocksdb_event_log::open(const std::string& dir, const rocksdb_event_log_options&
     if (!looks_like_db && fs::is_directory(dir, ec))
       for (const auto& e : fs::directory_iterator{dir, ec})
         looks_like_db = looks_like_db || e.path().filename().string().rfind("MANIFEST-", 0) == 0;
-    if (looks_like_db && lock_holder(dir) != 0)
+    // Only RocksDB's first files, no CURRENT: a creation stopped before the database existed
+    // (a `tune` killed at start-up, issue 20); the next writer creates it.
+    const bool stopped_creation = only_files_before_current(dir);
+    if ((looks_like_db || stopped_creation) && lock_holder(dir) != 0)
       return being_created(dir, "RocksDB has not yet written its CURRENT file");
-    if (looks_like_db)
+    if (stopped_creation && (options.read_only || !options.create_if_missing))
+      return being_created(dir, "RocksDB had not yet written its CURRENT file");
+    if (looks_like_db && !stopped_creation)
       return make_error(errc::corrupt_data,
                         "event log '" + dir
                           + "': looks like a damaged RocksDB database (its CURRENT/MANIFEST "
@@ -431,19 +456,30 @@ rocksdb_event_log::open(const std::string& dir, const rocksdb_event_log_options&
     if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
       return make_error(errc::invalid_argument,
                         "event log '" + dir + "': exists and is not a directory");
-    if (fs::exists(dir, ec) && !fs::is_empty(dir, ec))
+    if (fs::exists(dir, ec) && !fs::is_empty(dir, ec) && !stopped_creation)
       return make_error(errc::unsupported_format,
                         "event log '" + dir
                           + "': directory is not empty and holds no RocksDB database; refusing "
                             "to create an event log there");
     db_opts.create_missing_column_families = true;
   } else {
-    // Only the default column family, and it empty: RocksDB has made the database and the
-    // creating open has not yet added our families (or was stopped before it did).
-    if (existing.size() == 1 && existing[0] == rocksdb::kDefaultColumnFamilyName
-        && default_family_empty(dir)) {
+    // Some of our column families missing, no family of anyone else's, and the default family
+    // empty (no format tag): RocksDB has made the database and the creating open has not yet
+    // added all our families (or was stopped before it did). RocksDB adds them one at a time,
+    // one MANIFEST record each, so a kill can leave any prefix of them: "default" alone, or
+    // "default" and "events" (a `tune` killed at start-up, issue 20).
+    const auto is_ours = [](const std::string& name) {
+      return name == rocksdb::kDefaultColumnFamilyName || name == events_cf_name
+             || name == streams_cf_name || name == runs_cf_name || name == snapshots_cf_name;
+    };
+    const auto missing = [&existing](const char* name) {
+      return std::find(existing.begin(), existing.end(), name) == existing.end();
+    };
+    if ((missing(events_cf_name) || missing(streams_cf_name) || missing(runs_cf_name))
+        && std::all_of(existing.begin(), existing.end(), is_ours) && default_family_empty(dir)) {
       if (options.read_only || !options.create_if_missing)
-        return being_created(dir, "no column families yet");
+        return being_created(dir, existing.size() == 1 ? "no column families yet"
+                                                       : "not all its column families yet");
       db_opts.create_missing_column_families = true; // complete an interrupted creation
     }
     for (const char* name : {events_cf_name, streams_cf_name, runs_cf_name}) {

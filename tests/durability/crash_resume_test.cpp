@@ -76,6 +76,8 @@ pid_t start_tune(const std::vector<std::string>& args, const std::string& log_fi
     ::execv(bin.c_str(), argv.data());
     ::_exit(127);
   }
+  if (pid > 0)
+    ::setpgid(pid, pid); // also from here: a kill(-pid) right after the fork reaches the child
   return pid;
 }
 
