@@ -52,7 +52,12 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
   proposal_batch out;
   if (n == 0)
     return out;
-  const task_spec& task = *in.task;
+  // The task's patches in name order: the same patches reach the same proposals however they
+  // were listed (task file or LLM answer, decide::with_llm_patches).
+  task_spec sorted = *in.task;
+  std::stable_sort(sorted.patches.begin(), sorted.patches.end(),
+                   [](const auto& a, const auto& b) { return a.name < b.name; });
+  const task_spec& task = sorted;
   feature_space fs{task, in.priors};
   history_facts facts{task, fs, in.history};
   constraint_set constraints{task};
