@@ -130,12 +130,9 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
 
   // -- models -----------------------------------------------------------------------------------
   std::vector<double> baseline_times;
-  std::vector<double> baseline_cost;
   for (const auto& t : in.history)
     if (t.usable() && t.config == base_config) {
       baseline_times.push_back(t.timed_step_time_s);
-      if (t.device_seconds > 0)
-        baseline_cost.push_back(t.device_seconds);
     }
   std::vector<std::pair<sparse_features, double>> data;
   for (const auto& t : in.history)
@@ -166,22 +163,14 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
     return have_mem ? mem.p_oom(dense(sx), log_capacity) : 0.0;
   };
 
-  // Costs (device-seconds, relative to one baseline trial): a trial that runs costs the
-  // baseline's device-seconds times its predicted step-time ratio; an OOM or a failure what
-  // such trials cost so far (a quarter and a half of a baseline trial before any). Every trial
-  // also spends one trial of the budget, charged as one baseline trial, so a cheap failure is
-  // still not free.
-  const double base_dev = baseline_cost.empty() ? 1.0 : median(baseline_cost);
-  auto median_cost = [&](auto pred, double fallback) {
-    std::vector<double> v;
-    for (const auto& t : in.history)
-      if (pred(t) && t.device_seconds > 0)
-        v.push_back(t.device_seconds / base_dev);
-    return v.empty() ? fallback : median(v);
-  };
-  const double oom_cost = median_cost(
-    [](const trial_record& t) { return t.finished && t.outcome == trial_outcome::oom; }, 0.25);
-  const double fail_cost = median_cost([](const trial_record& t) { return is_failure(t); }, 0.5);
+  // Costs, relative to one baseline trial: a trial that runs costs its predicted step-time
+  // ratio; an OOM a quarter and a failure half of a baseline trial (they end early). Fixed
+  // fractions, not the device-seconds measured so far: a failed trial's device-seconds are wall
+  // time, and proposals must not depend on how loaded the machine was (a resumed run proposes
+  // what an uninterrupted one would). Every trial also spends one trial of the budget, charged
+  // as one baseline trial, so a cheap failure is still not free.
+  const double oom_cost = 0.25;
+  const double fail_cost = 0.5;
 
   // Incumbent: the best posterior mean among measured configurations.
   double best = 0.0;
@@ -251,7 +240,12 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
   std::stable_sort(measured.begin(), measured.end(), [](const auto* a, const auto* b) {
     return a->timed_step_time_s < b->timed_step_time_s;
   });
-  splitmix64 rng{in.seed ^ (0x5EEDC057ull + 0x9E3779B97F4A7C15ull * in.history.size())};
+  // Seeded by the trials that count (a lost or preempted attempt re-queued by a resume adds a
+  // record but must not change the draw).
+  std::uint64_t counted = 0;
+  for (const auto& t : in.history)
+    counted += t.outcome != trial_outcome::lost && t.outcome != trial_outcome::preempted ? 1 : 0;
+  splitmix64 rng{in.seed ^ (0x5EEDC057ull + 0x9E3779B97F4A7C15ull * counted)};
   std::vector<std::vector<knob_value>> domains;
   for (const auto& k : task.knobs)
     domains.push_back(search_values(k));

@@ -158,10 +158,7 @@ TEST(Replay, AHandEditedMeasurementIsReportedWhereItChangesADecision) {
       if (r && purpose[(*r)->trial_id()] == "explore" && (*r)->outcome() == wire::Outcome::Ok
           && ++explore_seen == 3) {
         auto t = r->unpack();
-        // One changed measurement inside the timed window: its loss, 50 % off (a step time
-        // alone may not move the verdict: halving one of eight equal step times leaves the
-        // median where it was).
-        t->steps[5]->loss *= 1.5;
+        t->steps[5]->step_time_s *= 0.5; // one changed measurement inside the timed window
         payload = messages::trial_result_msg::pack(*t).bytes();
         edited_trial = t->trial_id;
         edited_at = ev.sequence;
