@@ -15,30 +15,13 @@
 #include "tuning/prior_revision.hpp"
 #include "tuning/stats.hpp"
 #include "tuning/time_model.hpp"
+#include "tuning/toy_knobs.hpp"
 
 namespace infrarsi::tuning {
 namespace {
 
-knob_spec int_knob(const std::string& name, std::vector<std::int64_t> values, std::int64_t def,
-                   std::vector<std::string> tags = {}) {
-  knob_spec k;
-  k.name = name;
-  k.type = knob_type::integer;
-  for (auto v : values)
-    k.values.emplace_back(v);
-  k.default_value = def;
-  k.tags = std::move(tags);
-  return k;
-}
+using namespace test_knobs;
 
-knob_spec bool_knob(const std::string& name, std::vector<std::string> tags = {}) {
-  knob_spec k;
-  k.name = name;
-  k.type = knob_type::boolean;
-  k.default_value = false;
-  k.tags = std::move(tags);
-  return k;
-}
 
 /// A toy job: micro-batch (memory-hungry), checkpointing (memory saver), a few switches, two
 /// patches. Its truth (below) has main effects, a trend in micro-batch and one interaction.

@@ -13,42 +13,13 @@
 #include "tuning/bayes_policy.hpp"
 #include "tuning/failure_model.hpp"
 #include "tuning/search_space.hpp"
+#include "tuning/toy_knobs.hpp"
 
 namespace infrarsi::tuning {
 namespace {
 
-knob_spec int_knob(const std::string& name, std::vector<std::int64_t> values, std::int64_t def,
-                   std::vector<std::string> tags = {}) {
-  knob_spec k;
-  k.name = name;
-  k.type = knob_type::integer;
-  for (auto v : values)
-    k.values.emplace_back(v);
-  k.default_value = def;
-  k.tags = std::move(tags);
-  return k;
-}
+using namespace test_knobs;
 
-knob_spec bool_knob(const std::string& name, std::vector<std::string> tags = {}) {
-  knob_spec k;
-  k.name = name;
-  k.type = knob_type::boolean;
-  k.default_value = false;
-  k.tags = std::move(tags);
-  return k;
-}
-
-knob_spec choice_knob(const std::string& name, std::vector<std::string> values,
-                      const std::string& def, std::vector<std::string> tags = {}) {
-  knob_spec k;
-  k.name = name;
-  k.type = knob_type::choice;
-  for (auto& v : values)
-    k.values.emplace_back(v);
-  k.default_value = def;
-  k.tags = std::move(tags);
-  return k;
-}
 
 std::int64_t int_of(const configuration& c, const char* k) {
   return std::get<std::int64_t>(c.knobs.at(k));
