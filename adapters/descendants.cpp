@@ -134,6 +134,7 @@ void trial_descendants::add_rank(pid_t pid) {
 }
 
 void trial_descendants::observe(const std::vector<process_entry>& table) {
+  undecided_.clear();
   if (uses_cgroup())
     return;
   const pid_t self = ::getpid();
@@ -164,11 +165,16 @@ void trial_descendants::observe(const std::vector<process_entry>& table) {
       add(e); // still in a rank's process group
     else if (e.ppid == self && e.state != 'Z' && ranks_.count(e.pid) == 0
              && known_.count(e.pid) == 0 && not_ours_.count({e.pid, e.start_ticks}) == 0) {
-      // Adopted (its parent exited): ours if it carries this trial's marker.
-      if (environ_has(e.pid, marker))
+      // Adopted (its parent exited): ours if it carries this trial's marker. An environment
+      // that reads as empty (the process is inside execve, as a trial's child that forked,
+      // wrote its pid and exec'd is when its rank exits) is read again at the next walk.
+      auto has = environ_has(e.pid, marker);
+      if (has.has_value() && *has)
         add(e);
-      else
+      else if (has.has_value())
         not_ours_.insert({e.pid, e.start_ticks});
+      else
+        undecided_.insert(e.pid);
     }
   }
   while (!roots.empty()) {

@@ -63,6 +63,10 @@ public:
   /// nothing to do). Call it often (every 100 ms): a descendant seen once is tracked even after
   /// its parent exits.
   void observe(const std::vector<process_entry>& table);
+  /// Whether the last observe() saw an adopted process whose environment could not be read yet
+  /// (inside execve: environ_has). Until it can, nobody knows whether it belongs to this trial;
+  /// the launcher waits a little (a bounded number of walks) before calling the trial over.
+  [[nodiscard]] bool has_undecided() const noexcept { return !undecided_.empty(); }
   /// The live (not zombie) processes of the trial in `table`, ranks included (with a cgroup:
   /// the cgroup's members and the ranks' process groups).
   [[nodiscard]] std::vector<pid_t> live(const std::vector<process_entry>& table);
@@ -80,6 +84,8 @@ private:
   std::map<pid_t, unsigned long long> known_;
   /// Adopted processes whose environment was read and did not carry the marker.
   std::set<std::pair<pid_t, unsigned long long>> not_ours_;
+  /// Adopted processes of the last observe() whose environment read as empty.
+  std::set<pid_t> undecided_;
 };
 
 } // namespace infrarsi::adapters

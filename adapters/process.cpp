@@ -291,13 +291,18 @@ std::size_t reap_adopted_zombies(const std::vector<process_entry>& table) {
   return reaped;
 }
 
-bool environ_has(pid_t pid, const std::string& key_value) {
+std::optional<bool> environ_has(pid_t pid, const std::string& key_value) {
   std::ifstream in{"/proc/" + std::to_string(pid) + "/environ", std::ios::binary};
   if (!in)
-    return false;
-  for (std::string entry; std::getline(in, entry, '\0');)
+    return std::nullopt;
+  bool read_any = false;
+  for (std::string entry; std::getline(in, entry, '\0');) {
+    read_any = true;
     if (entry == key_value)
       return true;
+  }
+  if (!read_any)
+    return std::nullopt; // empty: mid-execve, a zombie, or a process that cleared its environment
   return false;
 }
 

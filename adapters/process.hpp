@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -87,9 +88,11 @@ std::vector<process_entry> process_table();
 /// Thread safe (the registry lock is held, so a child spawn() starts meanwhile is never taken).
 std::size_t reap_adopted_zombies(const std::vector<process_entry>& table);
 
-/// Whether /proc/<pid>/environ holds the entry `key_value` ("K=V") exactly. False when it
-/// cannot be read (gone, a zombie, another user's).
-bool environ_has(pid_t pid, const std::string& key_value);
+/// Whether /proc/<pid>/environ holds the entry `key_value` ("K=V") exactly: true or false when
+/// it was read; std::nullopt when nothing could be read (gone, a zombie, another user's, or a
+/// process in the middle of execve, whose new environment is not yet in place and reads as
+/// empty). A caller that classifies processes asks again later on nullopt rather than deciding.
+std::optional<bool> environ_has(pid_t pid, const std::string& key_value);
 
 /// Records a trial cgroup directory (cgroup v2) in the registry of live trial groups:
 /// signal_all_groups() then also signals every process in it. unregister_cgroup removes it.

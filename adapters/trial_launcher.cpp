@@ -606,7 +606,9 @@ struct supervisor {
       auto table = process_table();
       tree.observe(table);
       reap_adopted_zombies(table);
-      if (tree.live(table).empty())
+      // An adopted process inside execve (its environment, hence its marker, unreadable for a
+      // moment) is waited for: up to the 100 walks of this loop (~2 s), then left undecided.
+      if (tree.live(table).empty() && !tree.has_undecided())
         break;
       tree.signal_all(SIGKILL);
       ::usleep(20'000);

@@ -11,6 +11,8 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <optional>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -67,6 +69,77 @@ TEST(ProcessTable, AdoptedZombieReaperLeavesOwnChildrenAlone) {
   int status = -1;
   EXPECT_EQ(reap_child(child->pid, status, 0), child->pid) << "the reaper took our child";
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+TEST(ProcessTable, EnvironIsReadAsPresentAbsentOrUnreadable) {
+  // (/proc/<pid>/environ is the environment a process was started with, so each case is a
+  // child started with the environment under test.)
+  auto with_marker = spawn({{"/bin/sleep", "300"}, {{"INFRARSI_ENVIRON_TEST", "yes"}}, ""});
+  ASSERT_TRUE(with_marker) << describe(with_marker.error());
+  // A process with an empty environment reads like one inside execve: undecided, not foreign.
+  auto empty = spawn({{"/bin/sleep", "300"}, {}, ""});
+  ASSERT_TRUE(empty) << describe(empty.error());
+  EXPECT_EQ(environ_has(with_marker->pid, "INFRARSI_ENVIRON_TEST=yes"), std::optional<bool>{true});
+  EXPECT_EQ(environ_has(with_marker->pid, "INFRARSI_ENVIRON_TEST=no"),
+            std::optional<bool>{false});
+  EXPECT_EQ(environ_has(empty->pid, "INFRARSI_ENVIRON_TEST=yes"), std::nullopt);
+  for (const auto* c : {&*with_marker, &*empty}) {
+    ::close(c->stdout_fd);
+    ::close(c->stderr_fd);
+    signal_group(c->pid, SIGKILL);
+    int status = 0;
+    ASSERT_EQ(reap_child(c->pid, status, 0), c->pid);
+    // Gone: nothing to read.
+    EXPECT_EQ(environ_has(c->pid, "INFRARSI_ENVIRON_TEST=yes"), std::nullopt);
+  }
+}
+
+TEST(Descendants, AnAdoptedProcessWhoseEnvironmentReadsEmptyIsUndecidedUntilItCanBeRead) {
+  trial_descendants tree{false};
+  ASSERT_TRUE(become_subreaper());
+  auto env = current_environment();
+  env[trial_descendants::marker_name] = tree.marker_value();
+  // The rank's child leaves the rank's session with an empty environment and the rank exits:
+  // the child is adopted, and its environment says nothing about which trial it belongs to.
+  spawn_request req{{"python3", "-c",
+                     "import os, sys\n"
+                     "if os.fork() == 0:\n"
+                     "    os.setsid()\n"
+                     "    os.execve('/bin/sleep', ['sleep', '300'], {})\n"
+                     "sys.exit(0)\n"},
+                    env, ""};
+  auto rank = spawn(req);
+  ASSERT_TRUE(rank) << describe(rank.error());
+  ::close(rank->stdout_fd);
+  ::close(rank->stderr_fd);
+  tree.add_rank(rank->pid);
+  int status = 0;
+  ASSERT_EQ(reap_child(rank->pid, status, 0), rank->pid);
+  pid_t orphan = -1;
+  ASSERT_TRUE(eventually([&] {
+    for (const auto& e : process_table())
+      if (e.ppid == ::getpid() && e.state != 'Z' && e.pid != rank->pid
+          && environ_has(e.pid, "PATH=/nonexistent") == std::nullopt) {
+        // Only the orphan is adopted by this test with an empty environment.
+        std::ifstream cmd{"/proc/" + std::to_string(e.pid) + "/cmdline"};
+        std::string argv0;
+        std::getline(cmd, argv0, '\0');
+        if (argv0 == "sleep")
+          orphan = e.pid;
+      }
+    return orphan > 0;
+  })) << "the orphan was not adopted";
+  auto table = process_table();
+  tree.observe(table);
+  EXPECT_TRUE(tree.has_undecided());
+  EXPECT_TRUE(tree.live(table).empty());
+  ::kill(orphan, SIGKILL);
+  EXPECT_TRUE(eventually([&] {
+    reap_adopted_zombies(process_table());
+    return !std::filesystem::exists("/proc/" + std::to_string(orphan));
+  }));
+  tree.observe(process_table());
+  EXPECT_FALSE(tree.has_undecided());
 }
 
 /// Starts a rank that puts a `sleep 300` in its own session and then sleeps itself; returns the
