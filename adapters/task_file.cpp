@@ -1,5 +1,6 @@
 #include "adapters/task_file.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <regex>
@@ -11,6 +12,7 @@
 #include "adapters/cluster_launch.hpp"
 #include "messages/errc.hpp"
 #include "tuning/expr.hpp"
+#include "tuning/planner.hpp"
 #include "tuning/search_space.hpp"
 
 namespace infrarsi::adapters {
@@ -492,7 +494,7 @@ void parse_contract_sections(const reader& r, const toml::table& root, tuning::t
   const auto& b = r.table(root, "budget", "", false);
   r.only_keys(b, "budget", {"trials", "wall_clock_s", "baseline_repeats", "verify_top",
                             "verify_repeats", "seed", "target_mds", "max_baseline_repeats",
-                            "max_verify_repeats"});
+                            "max_verify_repeats", "policy"});
   auto& bu = task.budget;
   if (auto v = r.count(b, "trials", "budget", 0, 1000000))
     bu.trials = static_cast<std::uint32_t>(*v);
@@ -506,6 +508,16 @@ void parse_contract_sections(const reader& r, const toml::table& root, tuning::t
     bu.verify_repeats = static_cast<std::uint32_t>(*v);
   if (auto v = r.count(b, "seed", "budget", 0, std::uint64_t{1} << 62))
     bu.seed = static_cast<std::uint64_t>(*v);
+  if (auto v = r.string(b, "policy", "budget", false)) {
+    auto names = tuning::policy_names();
+    if (std::find(names.begin(), names.end(), *v) == names.end()) {
+      std::string list;
+      for (const auto& n : names)
+        list += (list.empty() ? "" : ", ") + n;
+      r.expected(*b.get("policy"), "budget.policy", "one of the search policies: " + list);
+    }
+    bu.policy = *v;
+  }
   // The adaptive measurement (docs/tune.md "Measurement that adapts").
   if (auto v = r.number(b, "target_mds", "budget", 0)) {
     if (!(*v > 0) || !(*v < 1))

@@ -904,7 +904,8 @@ nlohmann::json contract_locked_doc(const tuning::task_spec& task, const nlohmann
           {"hardware_fingerprint", hardware_fingerprint},
           {"workload_signature", signature},
           {"seed", seed},
-          {"policy", tuning::default_policy_name},
+          {"policy", task.budget.policy.empty() ? std::string{tuning::default_policy_name}
+                                                : task.budget.policy},
           {"clock_rule", tuning::clock_rule_name(tuning::current_clock_rule)},
           {"memory_capacity_bytes", memory_capacity_bytes(task)}};
 }

@@ -105,8 +105,8 @@ public:
   }
 };
 
-/// Names of the built-in policies: "bayes_ei/1" (the default), "bayes_ei/2" (issue 18; not yet
-/// the default: see docs/planner.md), "seeded_local_search/1" (the
+/// Names of the built-in policies: "bayes_ei/2" (the default), "bayes_ei/1" (the default before
+/// it; a task picks either with `budget.policy`), "seeded_local_search/1" (the
 /// first policy; kept so that old logs replay), and the baselines for benchmarks only:
 /// "random/1", "greedy_coordinate/1", "settings_only/1".
 std::vector<std::string> policy_names();
@@ -115,7 +115,7 @@ std::vector<std::string> policy_names();
 std::unique_ptr<planner_policy> make_policy(const std::string& name);
 
 /// The name new runs use.
-inline constexpr const char* default_policy_name = "bayes_ei/1";
+inline constexpr const char* default_policy_name = "bayes_ei/2";
 
 /// The policy described in the file comment.
 class seeded_local_search final : public planner_policy {

@@ -269,6 +269,10 @@ struct budget_spec {
   std::uint32_t max_verify_repeats = 24;
   /// Seed of every random choice. Default 0.
   std::uint64_t seed = 0;
+  /// The search policy a new run uses (a name of tuning::policy_names(), e.g. "bayes_ei/2");
+  /// empty: tuning::default_policy_name. Recorded at init (ContractLocked `policy`), so a resume
+  /// and a replay keep it whatever the default becomes.
+  std::string policy;
 };
 
 /// The llm-proposer's endpoint: an OpenAI-compatible `POST {base_url}/chat/completions`

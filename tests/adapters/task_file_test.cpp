@@ -402,5 +402,23 @@ TEST_F(TaskFileTest, TheAdaptiveMeasurementKeysLoadAndAreChecked) {
   EXPECT_NE(e.find("from 1 to 16 times it"), std::string::npos) << e;
 }
 
+TEST_F(TaskFileTest, TheSearchPolicyIsANamedPolicyOrAnErrorListingThem) {
+  auto d = adapters::load_task_file(write(std::string{minimal}));
+  ASSERT_TRUE(d) << describe(d.error());
+  EXPECT_EQ(d->budget.policy, ""); // the default policy at init
+  auto ok = adapters::load_task_file(write(std::string{minimal} + "[budget]\npolicy = \"bayes_ei/1\"\n"));
+  ASSERT_TRUE(ok) << describe(ok.error());
+  EXPECT_EQ(ok->budget.policy, "bayes_ei/1");
+  auto e = error_of(std::string{minimal} + "[budget]\npolicy = \"bayes_ei\"\n");
+  EXPECT_NE(e.find("task.toml:"), std::string::npos) << e;
+  EXPECT_NE(e.find("budget.policy: expected one of the search policies: bayes_ei/2, bayes_ei/1, "
+                   "seeded_local_search/1, random/1, greedy_coordinate/1, settings_only/1, got "
+                   "string \"bayes_ei\""),
+            std::string::npos)
+    << e;
+  e = error_of(std::string{minimal} + "[budget]\npolicy = 2\n");
+  EXPECT_NE(e.find("budget.policy: expected a string, got integer 2"), std::string::npos) << e;
+}
+
 } // namespace
 } // namespace infrarsi::runtime

@@ -139,7 +139,7 @@ TEST(Replay, AHandEditedMeasurementIsReportedWhereItChangesADecision) {
   ro.read_only = true;
   auto log = store::rocksdb_event_log::open(run.store + "/events", ro);
   ASSERT_TRUE(log);
-  // Copy the run into an in-memory log, halving one step time of the third explore trial.
+  // Copy the run into an in-memory log, halving the step times of the third ok explore trial.
   store::memory_event_log copy;
   std::uint64_t version = 0;
   std::uint64_t edited_trial = 0;
@@ -158,7 +158,10 @@ TEST(Replay, AHandEditedMeasurementIsReportedWhereItChangesADecision) {
       if (r && purpose[(*r)->trial_id()] == "explore" && (*r)->outcome() == wire::Outcome::Ok
           && ++explore_seen == 3) {
         auto t = r->unpack();
-        t->steps[5]->step_time_s *= 0.5; // one changed measurement inside the timed window
+        // The trial's measured step times halved: its median moves whatever the policy chose
+        // (one step of eight equal ones would not move it).
+        for (auto& step : t->steps)
+          step->step_time_s *= 0.5;
         payload = messages::trial_result_msg::pack(*t).bytes();
         edited_trial = t->trial_id;
         edited_at = ev.sequence;
