@@ -39,6 +39,15 @@ std::string fixed(double v, int digits) {
   return os.str();
 }
 
+/// A knob value of the report document as text: a string as it is, null as "-", else JSON.
+std::string json_scalar_text(const nlohmann::json& v) {
+  if (v.is_string())
+    return v.get<std::string>();
+  if (v.is_null())
+    return "-";
+  return v.dump();
+}
+
 /// One line on how step times were checked against the harness clock, for the report.
 std::string clock_note(const tuning::task_spec& task, const store::run_state& run) {
   const auto& c = task.contract;
@@ -105,10 +114,6 @@ std::string verdict_of(const tuning::trial_record& t) {
 
 constexpr double z95 = 1.959963984540054; // two-sided 95 % normal quantile
 
-/// "memory_model": the censored peak-memory model the planner fits (tuning::fit_run_memory over
-/// the planner's own history, decide::planner_input_for), its price of each single change from
-/// the baseline (a factor on peak memory with its 95 % interval, and bytes over the baseline's
-/// predicted peak), and each trial's predicted peak against the capacity.
 /// What the run's loss invariant compared each trial with, and how far a trial could be from it
 /// (contract.loss_mode; tuning/contract_check.hpp): the baseline reference of the doctor and the
 /// tolerance of each compared quantity. window: per window, the reference mean and the
@@ -157,6 +162,14 @@ nlohmann::json loss_invariant_of(const tuning::task_spec& task, const store::run
   return out;
 }
 
+/// "memory_model": the censored peak-memory model the planner fits (tuning::fit_run_memory over
+/// the planner's own history, decide::planner_input_for), its price of each single change from
+/// the baseline (a factor on peak memory with its 95 % interval, and bytes over the baseline's
+/// predicted peak), each trial's predicted peak against the capacity, and the OOM boundary the
+/// model believes in (`boundary`): for every knob with numeric values, around the baseline and
+/// around the promoted configuration, P(OOM) = 1 - Phi((log capacity - mean) / sd) of each of
+/// its values with the other knobs and patches as they are there (tuning::memory_fit::p_oom),
+/// and `fits_up_to`, the largest value whose P(OOM) < 0.5 (null when none is).
 nlohmann::json memory_model_of(const tuning::task_spec& task, const store::run_state& run) {
   auto in = planner_input_for(task, run);
   tuning::feature_space fs{task, in.priors};
@@ -218,6 +231,54 @@ nlohmann::json memory_model_of(const tuning::task_spec& task, const store::run_s
        {"predicted_high", std::exp(mean + z95 * sd)},
        {"p_oom", m.fit.p_oom(x, std::log(m.capacity_bytes))}});
   }
+  // The OOM boundary: each numeric knob's values, around the baseline and the promotion.
+  std::vector<std::pair<std::string, tuning::configuration>> around{{"baseline", base}};
+  if (run.promotion && run.promotion->value("promoted", false)
+      && run.promotion->contains("config"))
+    if (auto promoted = store::configuration_from_json((*run.promotion)["config"]))
+      around.emplace_back("promoted", *promoted);
+  auto numeric = [](const tuning::knob_value& v) -> std::optional<double> {
+    if (const auto* i = std::get_if<std::int64_t>(&v))
+      return static_cast<double>(*i);
+    if (const auto* d = std::get_if<double>(&v))
+      return *d;
+    return std::nullopt;
+  };
+  auto plain = [](const tuning::knob_value& v) {
+    return std::visit([](const auto& x) { return nlohmann::json(x); }, v);
+  };
+  nlohmann::json boundary = nlohmann::json::array();
+  const double log_capacity = std::log(m.capacity_bytes);
+  for (const auto& [where, centre] : around)
+    for (const auto& knob : task.knobs) {
+      auto values = tuning::search_values(knob);
+      std::vector<std::pair<double, tuning::knob_value>> ordered;
+      for (const auto& v : values)
+        if (auto d = numeric(v))
+          ordered.emplace_back(*d, v);
+      if (ordered.size() < 2 || ordered.size() != values.size())
+        continue;
+      std::stable_sort(ordered.begin(), ordered.end(),
+                       [](const auto& a, const auto& b) { return a.first < b.first; });
+      nlohmann::json points = nlohmann::json::array();
+      nlohmann::json fits_up_to = nullptr;
+      for (const auto& [d, v] : ordered) {
+        auto c = centre;
+        c.knobs[knob.name] = v;
+        const double p = m.fit.p_oom(x_of(c), log_capacity);
+        points.push_back({{"value", plain(v)}, {"p_oom", p}});
+        if (p < 0.5)
+          fits_up_to = plain(v);
+      }
+      auto at = centre.knobs.find(knob.name);
+      boundary.push_back(
+        {{"around", where},
+         {"knob", knob.name},
+         {"current", at != centre.knobs.end() ? plain(at->second) : nlohmann::json()},
+         {"fits_up_to", fits_up_to},
+         {"values", points}});
+    }
+  doc["boundary"] = boundary;
   return doc;
 }
 
@@ -765,6 +826,27 @@ std::string render_markdown(const nlohmann::json& r) {
     for (const auto& entry : r["blamed"])
       if (entry.is_string())
         md << "- " << entry.get<std::string>() << "\n";
+    md << "\n";
+  }
+  if (r.contains("memory_model") && r["memory_model"].value("fitted", false)
+      && r["memory_model"].contains("boundary") && !r["memory_model"]["boundary"].empty()) {
+    md << "## OOM boundary (memory model)\n\nP(OOM) of each value of a numeric knob, the other "
+          "settings as they are around the baseline or the promoted configuration, from the "
+          "planner's censored peak-memory model against a capacity of "
+       << fixed(r["memory_model"].value("capacity_bytes", 0.0) / 1048576.0, 0)
+       << " MiB. *fits up to*: the largest value with P(OOM) < 0.5.\n\n"
+       << "| around | knob | now | fits up to | P(OOM) by value |\n|---|---|---|---|---|\n";
+    for (const auto& row : r["memory_model"]["boundary"]) {
+      std::string by_value;
+      for (const auto& v : row["values"])
+        by_value += (by_value.empty() ? "" : ", ") + json_scalar_text(v["value"]) + ": "
+                    + fixed(v.value("p_oom", 0.0), 2);
+      md << "| " << row.value("around", "") << " | " << row.value("knob", "") << " | "
+         << json_scalar_text(row["current"]) << " | "
+         << (row["fits_up_to"].is_null() ? std::string{"none"}
+                                         : json_scalar_text(row["fits_up_to"]))
+         << " | " << by_value << " |\n";
+    }
     md << "\n";
   }
   md << "## Trials\n\nTrial numbers read ID.ATTEMPT: a trial lost in flight (its node vanished or "

@@ -3,10 +3,13 @@
 
 #include "decide/report.hpp"
 
+#include <map>
+
 #include <gtest/gtest.h>
 
 #include "store/run_projection.hpp"
 #include "tuning/contract_check.hpp"
+#include "tuning/planner.hpp"
 
 namespace infrarsi::decide {
 namespace {
@@ -79,6 +82,95 @@ TEST(ReportFigures, ARunWithoutTrialsHasEmptyFiguresAndSaysWhyThereIsNoMemoryMod
   report = make_report(task, finished_run());
   EXPECT_EQ(report["memory_model"]["why"], "no trial measured its peak memory");
   EXPECT_EQ(report["memory_model"]["capacity_bytes"], double(1u << 30));
+}
+
+/// A finished, verified trial of `config` (peak bytes 0: none measured).
+tuning::trial_record finished_trial(std::uint64_t id, const tuning::configuration& config,
+                                    const char* purpose, tuning::trial_outcome outcome,
+                                    double peak_bytes) {
+  tuning::trial_record r;
+  r.trial_id = id;
+  r.purpose = purpose;
+  r.kind = std::string{purpose} == "baseline" ? tuning::purpose_kind::baseline
+                                               : tuning::purpose_kind::explore;
+  r.config = config;
+  r.dispatched = r.finished = r.verified = true;
+  r.outcome = outcome;
+  r.timed_step_time_s = outcome == tuning::trial_outcome::ok ? 1.0 : 0.0;
+  r.peak_memory_bytes = static_cast<std::uint64_t>(peak_bytes);
+  return r;
+}
+
+// Issue 18: the report shows the OOM boundary the memory model believes in.
+TEST(ReportFigures, TheOomBoundaryAroundTheBaselineAndThePromotionFollowsTheMemoryModel) {
+  tuning::task_spec task;
+  task.name = "mem";
+  tuning::knob_spec mb;
+  mb.name = "micro_batch";
+  mb.type = tuning::knob_type::integer;
+  for (std::int64_t v : {1, 2, 4, 8, 16})
+    mb.values.emplace_back(v);
+  mb.default_value = std::int64_t{1};
+  mb.tags = {"memory-hungry"};
+  tuning::knob_spec overlap;
+  overlap.name = "overlap";
+  overlap.type = tuning::knob_type::boolean;
+  overlap.default_value = false;
+  task.knobs = {mb, overlap};
+  task.limits.device_memory_bytes = 80'000'000'000ull;
+  auto run = finished_run();
+  run.contract_doc = nlohmann::json{{"policy", "bayes_ei/2"}};
+  auto base = tuning::baseline_configuration(task);
+  for (std::uint64_t i = 1; i <= 3; ++i)
+    run.trials.push_back(finished_trial(i, base, "baseline", tuning::trial_outcome::ok, 30e9));
+  auto mb2 = base;
+  mb2.knobs["micro_batch"] = std::int64_t{2};
+  mb2.knobs["overlap"] = true;
+  run.trials.push_back(finished_trial(4, mb2, "explore", tuning::trial_outcome::ok, 36e9));
+  auto mb8 = base;
+  mb8.knobs["micro_batch"] = std::int64_t{8};
+  run.trials.push_back(finished_trial(5, mb8, "explore", tuning::trial_outcome::oom, 0));
+  run.promotion = nlohmann::json::object();
+  (*run.promotion)["promoted"] = true;
+  (*run.promotion)["config"] = store::to_json(mb2);
+  auto report = make_report(task, run);
+  const auto& mm = report["memory_model"];
+  ASSERT_TRUE(mm["fitted"].get<bool>()) << mm.dump();
+  ASSERT_EQ(mm["boundary"].size(), 2u) << mm["boundary"].dump(); // micro_batch, twice
+  for (const auto& row : mm["boundary"]) {
+    SCOPED_TRACE(row.dump());
+    EXPECT_EQ(row["knob"], "micro_batch");
+    ASSERT_EQ(row["values"].size(), 5u);
+    std::map<std::int64_t, double> p;
+    for (const auto& v : row["values"])
+      p[v["value"].get<std::int64_t>()] = v["p_oom"].get<double>();
+    // The measured peaks fit by a wide margin; micro-batch 8 ran out of memory, and 16 needs more.
+    EXPECT_LT(p[1], 0.2);
+    EXPECT_LT(p[2], 0.2);
+    EXPECT_GT(p[8], 0.5);
+    EXPECT_GT(p[16], 0.8);
+    EXPECT_LE(p[8], p[16]);
+    ASSERT_TRUE(row["fits_up_to"].is_number_integer());
+    const auto fits = row["fits_up_to"].get<std::int64_t>();
+    EXPECT_TRUE(fits == 2 || fits == 4) << fits;
+    EXPECT_LT(p[fits], 0.5);
+  }
+  EXPECT_EQ(mm["boundary"][0]["around"], "baseline");
+  EXPECT_EQ(mm["boundary"][0]["current"], 1);
+  EXPECT_EQ(mm["boundary"][1]["around"], "promoted");
+  EXPECT_EQ(mm["boundary"][1]["current"], 2);
+  auto md = render_markdown(report);
+  EXPECT_NE(md.find("## OOM boundary (memory model)"), std::string::npos) << md;
+  EXPECT_NE(md.find("against a capacity of 76294 MiB"), std::string::npos) << md;
+  EXPECT_NE(md.find("| baseline | micro_batch | 1 | "
+                    + std::to_string(mm["boundary"][0]["fits_up_to"].get<std::int64_t>())
+                    + " | 1: 0."),
+            std::string::npos)
+    << md;
+  // Without a fitted model there is no boundary section.
+  task.limits.device_memory_bytes = 0;
+  run.trials.pop_back(); // no OOM, no capacity: nothing to fit against
+  EXPECT_EQ(render_markdown(make_report(task, run)).find("## OOM boundary"), std::string::npos);
 }
 
 // Issue 19: the report says what each trial's loss was compared with and how far it could be.
