@@ -42,6 +42,13 @@ bool eventually(F done, double seconds = 10.0) {
   return true;
 }
 
+/// A rank running the Python `script`, carrying `tree`'s trial marker in its environment.
+spawn_request marked_rank(const trial_descendants& tree, const std::string& script) {
+  auto env = current_environment();
+  env[trial_descendants::marker_name] = tree.marker_value();
+  return {{"python3", "-c", script}, env, ""};
+}
+
 TEST(ProcessTable, DescribesThisProcess) {
   auto table = process_table();
   ASSERT_GT(table.size(), 1u);
@@ -97,17 +104,13 @@ TEST(ProcessTable, EnvironIsReadAsPresentAbsentOrUnreadable) {
 TEST(Descendants, AnAdoptedProcessWhoseEnvironmentReadsEmptyIsUndecidedUntilItCanBeRead) {
   trial_descendants tree{false};
   ASSERT_TRUE(become_subreaper());
-  auto env = current_environment();
-  env[trial_descendants::marker_name] = tree.marker_value();
   // The rank's child leaves the rank's session with an empty environment and the rank exits:
   // the child is adopted, and its environment says nothing about which trial it belongs to.
-  spawn_request req{{"python3", "-c",
-                     "import os, sys\n"
-                     "if os.fork() == 0:\n"
-                     "    os.setsid()\n"
-                     "    os.execve('/bin/sleep', ['sleep', '300'], {})\n"
-                     "sys.exit(0)\n"},
-                    env, ""};
+  auto req = marked_rank(tree, "import os, sys\n"
+                               "if os.fork() == 0:\n"
+                               "    os.setsid()\n"
+                               "    os.execve('/bin/sleep', ['sleep', '300'], {})\n"
+                               "sys.exit(0)\n");
   auto rank = spawn(req);
   ASSERT_TRUE(rank) << describe(rank.error());
   ::close(rank->stdout_fd);
@@ -150,15 +153,11 @@ TEST_P(DescendantsTest, FindsASetsidDescendantAndEndsIt) {
   trial_descendants tree{GetParam()};
   // The cgroup case needs a writable cgroup v2 (root on Debian 12, where the suite runs).
   ASSERT_EQ(tree.uses_cgroup(), GetParam()) << tree.description();
-  auto env = current_environment();
-  env[trial_descendants::marker_name] = tree.marker_value();
-  spawn_request req{{"python3", "-c",
-                     "import os, time\n"
-                     "if os.fork() == 0:\n"
-                     "    os.setsid()\n"
-                     "    os.execvp('sleep', ['sleep', '300'])\n"
-                     "time.sleep(300)\n"},
-                    env, ""};
+  auto req = marked_rank(tree, "import os, time\n"
+                               "if os.fork() == 0:\n"
+                               "    os.setsid()\n"
+                               "    os.execvp('sleep', ['sleep', '300'])\n"
+                               "time.sleep(300)\n");
   req.cgroup_procs = tree.cgroup_procs_file();
   auto rank = spawn(req);
   ASSERT_TRUE(rank) << describe(rank.error());
