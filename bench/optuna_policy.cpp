@@ -372,10 +372,13 @@ private:
 
 class optuna_tpe_policy final : public tuning::planner_policy {
 public:
-  optuna_tpe_policy(std::string script, std::string python)
-    : script_(std::move(script)), python_(std::move(python)) {}
+  optuna_tpe_policy(std::string script, std::string python, bool failures_as_pruned)
+    : script_(std::move(script)), python_(std::move(python)),
+      failures_as_pruned_(failures_as_pruned) {}
 
-  [[nodiscard]] std::string name() const override { return "optuna_tpe/1"; }
+  [[nodiscard]] std::string name() const override {
+    return failures_as_pruned_ ? "optuna_tpe_fair/1" : "optuna_tpe/1";
+  }
 
   [[nodiscard]] std::vector<tuning::proposal> propose(const tuning::planner_input& in,
                                                       std::size_t n) const override {
@@ -385,7 +388,7 @@ public:
   [[nodiscard]] tuning::proposal_batch plan(const tuning::planner_input& in,
                                             std::size_t n) const override {
     if (in.task == nullptr)
-      throw std::invalid_argument("optuna_tpe/1: planner_input.task is null");
+      throw std::invalid_argument(name() + ": planner_input.task is null");
     tuning::proposal_batch out;
     if (n == 0)
       return out;
@@ -401,7 +404,10 @@ public:
         history.push_back(history_entry(t.config, "ok", std::log(t.timed_step_time_s)));
         ++complete;
       } else {
-        history.push_back(history_entry(t.config, "fail", std::nullopt));
+        // optuna_tpe_fair/1: pruned, so TPE ranks the failed configuration below every complete
+        // one and moves away from it (as it does for a rejected proposal).
+        history.push_back(
+          history_entry(t.config, failures_as_pruned_ ? "pruned" : "fail", std::nullopt));
       }
     }
     json request = {
@@ -429,7 +435,7 @@ public:
         ++pruned;
         last_rejection = why;
         if (++rejected > max_reasks) {
-          out.stop_reason = "optuna_tpe/1: " + std::to_string(max_reasks + 1) +
+          out.stop_reason = name() + ": " + std::to_string(max_reasks + 1) +
                             " proposals in a row broke constraints (last: " + last_rejection + ")";
           return out;
         }
@@ -474,6 +480,7 @@ private:
 
   std::string script_;
   std::string python_;
+  bool failures_as_pruned_ = false;
   mutable std::mutex mutex_;
   mutable std::unique_ptr<child_process> child_;
 };
@@ -481,8 +488,9 @@ private:
 } // namespace
 
 std::unique_ptr<tuning::planner_policy> make_optuna_policy(const std::string& script,
-                                                           const std::string& python) {
-  return std::make_unique<optuna_tpe_policy>(script, python);
+                                                           const std::string& python,
+                                                           bool failures_as_pruned) {
+  return std::make_unique<optuna_tpe_policy>(script, python, failures_as_pruned);
 }
 
 } // namespace infrarsi::bench

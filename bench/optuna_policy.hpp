@@ -38,7 +38,11 @@ namespace infrarsi::bench {
 /// (interpreter or optuna missing, protocol error, no response within 300 s) are thrown by
 /// propose()/plan() as std::runtime_error naming the script and interpreter, how the child
 /// ended and the tail of its stderr; the next call then starts a fresh child.
+/// Optuna's TPE as a policy. `failures_as_pruned` false: "optuna_tpe/1", failed trials told
+/// as FAIL (TPE ignores them); true: "optuna_tpe_fair/1", told as PRUNED (TPE ranks them below
+/// every complete trial and moves away from them: the fairest Optuna this protocol allows).
 std::unique_ptr<tuning::planner_policy>
-make_optuna_policy(const std::string& script, const std::string& python = "/usr/bin/python3");
+make_optuna_policy(const std::string& script, const std::string& python = "/usr/bin/python3",
+                   bool failures_as_pruned = false);
 
 } // namespace infrarsi::bench
