@@ -859,6 +859,27 @@ std::uint32_t locked_max_verify_repeats(const tuning::budget_spec& b) {
 
 } // namespace
 
+std::optional<nlohmann::json> experience_record_doc(const store::run_state& run,
+                                                    const nlohmann::json& promotion,
+                                                    std::uint64_t promotion_sequence) {
+  if (!promotion.is_object() || !promotion.value("promoted", false))
+    return std::nullopt;
+  nlohmann::json locked = run.contract_doc ? *run.contract_doc : nlohmann::json::object();
+  auto field = [&](const char* key) {
+    return promotion.contains(key) ? promotion[key] : nlohmann::json{};
+  };
+  return nlohmann::json{{"hardware", locked.value("hardware_fingerprint", "")},
+                        {"workload", locked.value("workload_signature", "")},
+                        {"run", run.run_id},
+                        {"config", field("config")},
+                        {"change", field("change")},
+                        {"speedup", field("speedup")},
+                        {"ci_low", field("ci_low")},
+                        {"ci_high", field("ci_high")},
+                        {"pairs", field("pairs")},
+                        {"promotion_sequence", promotion_sequence}};
+}
+
 nlohmann::json contract_locked_doc(const tuning::task_spec& task, const nlohmann::json& lock,
                                    const nlohmann::json& hardware,
                                    const std::string& hardware_fingerprint,

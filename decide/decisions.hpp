@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -210,6 +211,17 @@ reverify_candidates(const tuning::task_spec& task, const store::run_state& run);
 /// The promotion decision over the logged re-verifications: the promotable candidate with the
 /// highest verified speedup, or {"promoted": false, "reason": ...}.
 nlohmann::json promotion_decision(const tuning::task_spec& task, const store::run_state& run);
+
+/// The ExperienceRecorded document of a promotion (issue 16): the finding the experience bank
+/// files, {"hardware": ContractLocked hardware_fingerprint, "workload": its workload_signature,
+/// "run": run id, "config": the promoted configuration (knobs and patch names), "change": its
+/// difference from the baseline, "speedup", "ci_low", "ci_high" (the verified speedup and its
+/// 95 % interval, as in `promotion`), "pairs", "promotion_sequence": the stream sequence of the
+/// CandidatePromoted it comes with}; std::nullopt when `promotion` promoted nothing. Appended in
+/// the same batch as the CandidatePromoted (the supervisor), recomputed by replay.
+std::optional<nlohmann::json> experience_record_doc(const store::run_state& run,
+                                                    const nlohmann::json& promotion,
+                                                    std::uint64_t promotion_sequence);
 
 /// The ContractLocked document of init: the task's text and source path ("task_toml",
 /// "task_path": the log is self-contained, replay needs no file), the contract and its SHA-256,
