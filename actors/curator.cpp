@@ -16,9 +16,11 @@ curator_actor::behavior_type curator(curator_actor::pointer, store::experience_b
         for (const auto& f : *found)
           seeds.push_back({{"config", f.value("config", nlohmann::json::object())},
                            {"speedup", f.value("speedup", 1.0)},
-                           {"run", f.value("run", "")}});
+                           {"run", f.value("run", "")},
+                           {"position", f.value("position", std::uint64_t{0})}});
       }
-      return nlohmann::json{{"hardware", hardware}, {"workload", workload}, {"seeds", seeds}}
+      return nlohmann::json{{"hardware", hardware}, {"workload", workload}, {"seeds", seeds},
+                            {"serving", "propose-or-explain/1"}}
         .dump();
     },
     [bank](ingest_atom, const std::string&) -> caf::result<bool> {

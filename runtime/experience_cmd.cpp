@@ -68,7 +68,7 @@ int run_experience(const experience_options& o, std::ostream& out, std::ostream&
       out << r.dump() << '\n';
     return 0;
   }
-  out << "hardware          workload          speedup  95% interval      run  (position)  config\n";
+  out << "hardware          workload          speedup  95% interval      run (position)  change\n";
   for (const auto& r : *records) {
     auto num = [&](const char* k) {
       return r.contains(k) && r[k].is_number() ? r[k].get<double>() : 0.0;
@@ -82,7 +82,8 @@ int run_experience(const experience_options& o, std::ostream& out, std::ostream&
              << ']';
     out << std::left << std::setw(17) << r.value("hardware", "").substr(0, 16) << ' '
         << std::setw(17) << r.value("workload", "").substr(0, 16) << ' ' << std::fixed
-        << std::setprecision(3) << std::setw(7) << num("speedup") << "x " << std::setw(17)
+        << std::setprecision(3) << std::right << std::setw(7) << num("speedup") << "x "
+        << std::left << std::setw(17)
         << interval.str() << ' ' << r.value("run", "") << " (" << r.value("position", 0ull)
         << ")  " << (r.contains("change") ? r["change"].dump() : r.value("config", nlohmann::json{}).dump())
         << '\n';
