@@ -23,7 +23,7 @@ std::string seed_refusal(const planner_input& in, const configuration& seed,
     auto values = search_values(k);
     if (it->second != k.default_value
         && std::find(values.begin(), values.end(), it->second) == values.end())
-      return outside + "knob '" + k.name + "' value " + configuration{{{k.name, it->second}}, {}}.key()
+      return outside + "knob '" + k.name + "' value " + to_string(it->second)
              + " is not among its searched values";
   }
   for (const auto& p : seed.patches)
