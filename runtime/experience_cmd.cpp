@@ -41,8 +41,8 @@ int run_experience(const experience_options& o, std::ostream& out, std::ostream&
   if (!bank) {
     err << cmd << ": " << describe(bank.error())
         << (code_of(bank.error()) == errc::store_locked
-              ? " (a running `infrarsi tune` or daemon holds the bank; run this when it ends)"
-              : "")
+                ? " (a running `infrarsi tune` or daemon holds the bank; run this when it ends)"
+                : "")
         << '\n';
     return 1;
   }
@@ -59,8 +59,7 @@ int run_experience(const experience_options& o, std::ostream& out, std::ostream&
   }
   if (o.action == "rebuild") {
     out << "rebuilt " << bank_dir << " from " << events << ": " << records->size()
-        << " records, log read up to position " << (*bank)->position() << "\nhash " << hash
-        << '\n';
+        << " records, log read up to position " << (*bank)->position() << "\nhash " << hash << '\n';
     return 0;
   }
   if (o.json) {
@@ -76,20 +75,21 @@ int run_experience(const experience_options& o, std::ostream& out, std::ostream&
     std::ostringstream interval;
     interval << std::fixed << std::setprecision(3) << '[' << num("ci_low") << ", "
              << (r.contains("ci_high") && r["ci_high"].is_number()
-                   ? (std::ostringstream{} << std::fixed << std::setprecision(3) << num("ci_high"))
-                       .str()
-                   : std::string{"inf"})
+                     ? (std::ostringstream{} << std::fixed << std::setprecision(3)
+                                             << num("ci_high"))
+                           .str()
+                     : std::string{"inf"})
              << ']';
     out << std::left << std::setw(17) << r.value("hardware", "").substr(0, 16) << ' '
         << std::setw(17) << r.value("workload", "").substr(0, 16) << ' ' << std::fixed
-        << std::setprecision(3) << std::right << std::setw(7) << num("speedup") << "x "
-        << std::left << std::setw(17)
-        << interval.str() << ' ' << r.value("run", "") << " (" << r.value("position", 0ull)
-        << ")  " << (r.contains("change") ? r["change"].dump() : r.value("config", nlohmann::json{}).dump())
+        << std::setprecision(3) << std::right << std::setw(7) << num("speedup") << "x " << std::left
+        << std::setw(17) << interval.str() << ' ' << r.value("run", "") << " ("
+        << r.value("position", 0ull) << ")  "
+        << (r.contains("change") ? r["change"].dump() : r.value("config", nlohmann::json{}).dump())
         << '\n';
   }
-  out << records->size() << " records, log read up to position " << (*bank)->position()
-      << ", hash " << hash << '\n';
+  out << records->size() << " records, log read up to position " << (*bank)->position() << ", hash "
+      << hash << '\n';
   return 0;
 }
 

@@ -62,7 +62,7 @@ caf::expected<std::unique_ptr<experience_bank>> experience_bank::open(const std:
   auto st = open_db(&raw);
   if (!st.ok())
     return make_error(st.ToString().find("lock") != std::string::npos ? errc::store_locked
-                                                                       : errc::io_error,
+                                                                      : errc::io_error,
                       "experience bank '" + dir + "': " + st.ToString());
   std::string format;
   auto got = raw->Get(rocksdb::ReadOptions{}, format_key, &format);
@@ -110,8 +110,8 @@ caf::error experience_bank::catch_up() {
     nlohmann::json rec;
     if (auto doc = messages::document_msg::decode(ev.payload); doc && (*doc)->json() != nullptr)
       rec = nlohmann::json::parse((*doc)->json()->str(), nullptr, false);
-    if (!rec.is_object() || !rec.contains("hardware") || !rec["hardware"].is_string()
-        || !rec.contains("workload") || !rec["workload"].is_string()) {
+    if (!rec.is_object() || !rec.contains("hardware") || !rec["hardware"].is_string() ||
+        !rec.contains("workload") || !rec["workload"].is_string()) {
       ++skipped;
       return true;
     }
@@ -187,8 +187,8 @@ caf::expected<std::string> experience_bank::content() const {
   return out;
 }
 
-caf::expected<std::unique_ptr<experience_bank>>
-rebuild_experience_bank(const std::string& dir, const event_log& log) {
+caf::expected<std::unique_ptr<experience_bank>> rebuild_experience_bank(const std::string& dir,
+                                                                        const event_log& log) {
   std::error_code ec;
   if (std::filesystem::exists(dir, ec))
     if (auto d = rocksdb::DestroyDB(dir, rocksdb::Options{}); !d.ok())

@@ -35,8 +35,8 @@ public:
   /// Opens (creating if missing) the index in `dir` over `log`, then catches up from the log.
   /// `log` must outlive the bank. Errors: errc::store_locked (another process holds the index),
   /// errc::io_error, and the log's errors (errc::corrupt_data naming the position).
-  [[nodiscard]] static caf::expected<std::unique_ptr<experience_bank>>
-  open(const std::string& dir, const event_log& log);
+  [[nodiscard]] static caf::expected<std::unique_ptr<experience_bank>> open(const std::string& dir,
+                                                                            const event_log& log);
   ~experience_bank();
 
   /// Folds the log's events from position() on: every ExperienceRecorded becomes a record (its

@@ -21,10 +21,10 @@ std::string seed_refusal(const planner_input& in, const configuration& seed,
     if (it == seed.knobs.end())
       return outside + "knob '" + k.name + "' is not set";
     auto values = search_values(k);
-    if (it->second != k.default_value
-        && std::find(values.begin(), values.end(), it->second) == values.end())
-      return outside + "knob '" + k.name + "' value " + to_string(it->second)
-             + " is not among its searched values";
+    if (it->second != k.default_value &&
+        std::find(values.begin(), values.end(), it->second) == values.end())
+      return outside + "knob '" + k.name + "' value " + to_string(it->second) +
+             " is not among its searched values";
   }
   for (const auto& p : seed.patches)
     if (std::none_of(task.patches.begin(), task.patches.end(),
@@ -37,12 +37,13 @@ std::string seed_refusal(const planner_input& in, const configuration& seed,
   if (facts.tried.count(seed.key()) != 0)
     return "it was tried in this run already";
   for (const auto& p : seed.patches)
-    if (std::find(in.excluded_patches.begin(), in.excluded_patches.end(), p)
-        != in.excluded_patches.end())
-      return "patch '" + p + "' is excluded in this run (outside the scope, or does not apply alone)";
+    if (std::find(in.excluded_patches.begin(), in.excluded_patches.end(), p) !=
+        in.excluded_patches.end())
+      return "patch '" + p +
+             "' is excluded in this run (outside the scope, or does not apply alone)";
   for (const auto& [a, b] : in.incompatible_patches)
-    if (std::binary_search(seed.patches.begin(), seed.patches.end(), a)
-        && std::binary_search(seed.patches.begin(), seed.patches.end(), b))
+    if (std::binary_search(seed.patches.begin(), seed.patches.end(), a) &&
+        std::binary_search(seed.patches.begin(), seed.patches.end(), b))
       return "patches '" + a + "' and '" + b + "' do not apply together";
   constraint_set constraints{task};
   if (!constraints.ok(seed)) {

@@ -132,7 +132,7 @@ TEST_F(ExperienceBank, TheFindingIsLoggedInTheSameBatchAsItsPromotion) {
   // Replay recomputes the record from the promotion before it.
   auto out = dir_->sub("replay-output");
   EXPECT_EQ(test::run_cli({"replay", first_run_, "--store", store()}, out), 0)
-    << test::file_text(out);
+      << test::file_text(out);
 }
 
 TEST_F(ExperienceBank, ARebuiltBankHasTheSameHashAndGivesTheSameNextProposal) {
@@ -228,8 +228,7 @@ TEST_F(ExperienceBank, ASecondTuneProposesThePreviousWinnerFirst) {
   EXPECT_NE(md.find("proposed as trial " + std::to_string(seed_trial)), std::string::npos) << md;
   // And replay reproduces every decision of the seeded run.
   auto out = dir_->sub("replay-second");
-  EXPECT_EQ(test::run_cli({"replay", id, "--store", second_store}, out), 0)
-    << test::file_text(out);
+  EXPECT_EQ(test::run_cli({"replay", id, "--store", second_store}, out), 0) << test::file_text(out);
 }
 
 } // namespace

@@ -18,8 +18,7 @@ task_spec toy_task() {
   task_spec t;
   t.name = "seeds";
   t.knobs = {int_knob("tp", {1, 2, 4}, 1, {"parallelism", "memory-saver"}),
-             int_knob("micro_batch", {1, 2, 4}, 1, {"memory-hungry"}),
-             bool_knob("cuda_graphs")};
+             int_knob("micro_batch", {1, 2, 4}, 1, {"memory-hungry"}), bool_knob("cuda_graphs")};
   t.constraints = {"tp * micro_batch <= 8"};
   patch_spec p;
   p.name = "fused";
@@ -30,8 +29,8 @@ task_spec toy_task() {
 configuration config(std::int64_t tp, std::int64_t mb, bool graphs,
                      std::vector<std::string> patches = {}) {
   configuration c;
-  c.knobs = {{"tp", knob_value{tp}}, {"micro_batch", knob_value{mb}},
-             {"cuda_graphs", knob_value{graphs}}};
+  c.knobs = {
+      {"tp", knob_value{tp}}, {"micro_batch", knob_value{mb}}, {"cuda_graphs", knob_value{graphs}}};
   c.patches = std::move(patches);
   return c;
 }
@@ -54,8 +53,10 @@ TEST(SeedRefusal, AnAdmissibleSeedHasNoReason) {
 TEST(SeedRefusal, EachReasonNamesWhatIsWrong) {
   fixture f;
   auto why = [&](const configuration& c) { return seed_refusal(f.in, c, "bayes_ei/1"); };
-  EXPECT_EQ(why(config(4, 4, false)).rfind("it breaks a constraint: constraint 'tp * micro_batch <= 8'", 0), 0u)
-    << why(config(4, 4, false));
+  EXPECT_EQ(why(config(4, 4, false))
+                .rfind("it breaks a constraint: constraint 'tp * micro_batch <= 8'", 0),
+            0u)
+      << why(config(4, 4, false));
   EXPECT_EQ(why(config(1, 1, false)), "it is the baseline configuration (the doctor measures it)");
   EXPECT_EQ(why(config(3, 1, false)),
             "not in this task's search space: knob 'tp' value 3 is not among its searched values");
