@@ -137,7 +137,7 @@ using node_pool_actor = caf::typed_actor<
 using curator_actor = caf::typed_actor<
   /// (hardware fingerprint, workload signature) -> pack {"seeds": [{config, speedup, run}]}.
   caf::replies_to<seeds_atom, std::string, std::string>::with<std::string>,
-  /// (finding document) -> stored.
+  /// (run id) -> the index has folded the log's new ExperienceRecorded events (that run's finding).
   caf::replies_to<ingest_atom, std::string>::with<bool>>;
 
 } // namespace infrarsi::actors

@@ -846,27 +846,30 @@ void do_promote(self_ptr self) {
   auto& st = self->state;
   const auto& r = run(self);
   auto decision = decide::promotion_decision(task_now(self), r);
-  if (auto err = append_doc(self, wire::EventKind::CandidatePromoted, "promotion/1",
-                            decision.dump()))
+  // The finding goes into the log in the same atomic batch as the decision that produced it
+  // (no crash can separate them); the bank is a projection of the log and catches up from it.
+  std::vector<store::new_event> events{
+    doc_event(wire::EventKind::CandidatePromoted, "promotion/1", decision.dump())};
+  if (auto record = decide::experience_record_doc(r, decision, r.events))
+    events.push_back(doc_event(wire::EventKind::ExperienceRecorded, "experience/1", record->dump()));
+  bool recorded = events.size() > 1;
+  if (auto err = append_all(self, std::move(events)))
     return fail(self, "promote", err);
-  if (!decision.value("promoted", false) || st.o.bank == nullptr)
+  if (!recorded || st.o.bank == nullptr)
     return post_advance(self);
-  const auto& locked = *r.contract_doc;
-  nlohmann::json finding = {{"hardware", locked.value("hardware_fingerprint", "")},
-                            {"workload", locked.value("workload_signature", "")},
-                            {"run", st.o.run_id},
-                            {"config", decision["config"]},
-                            {"speedup", decision.value("speedup", 1.0)},
-                            {"ci_low", decision.value("ci_low", 0.0)}};
   st.busy.exclusive = true;
-  self->request(st.curator, caf::infinite, ingest_atom_v, finding.dump())
+  self->request(st.curator, caf::infinite, ingest_atom_v, st.o.run_id)
     .then(
       [self](bool) {
         self->state.busy.exclusive = false;
         advance(self);
       },
       [self](caf::error& err) {
-        progress_error(self) << "experience bank: finding not stored: " << describe(err) << '\n';
+        // The finding is in the log: the bank's index catches up at its next open
+        // (or `infrarsi experience rebuild`).
+        progress_error(self) << "experience bank: index not updated (the finding is in the "
+                                "event log; the index catches up when the bank is next opened): "
+                             << describe(err) << '\n';
         self->state.busy.exclusive = false;
         advance(self);
       });

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "adapters/environment.hpp"
@@ -10,6 +11,7 @@
 #include "decide/patch_exclusion.hpp"
 #include "messages/errc.hpp"
 #include "tuning/contract_check.hpp"
+#include "tuning/experience_seeds.hpp"
 #include "tuning/stats.hpp"
 
 namespace infrarsi::decide {
@@ -443,14 +445,81 @@ std::string proposal_doc(const tuning::task_spec& task, const store::run_state& 
   return proposal_doc(task, run, n, *policy);
 }
 
+std::vector<seed_disposition> experience_seed_plan(const tuning::task_spec& task,
+                                                   const store::run_state& run,
+                                                   const std::string& policy_name) {
+  std::vector<seed_disposition> out;
+  if (!run.experience_seeds_explained || run.experience_seeds.empty())
+    return out;
+  const auto search = with_llm_patches(task, run, "");
+  auto in = planner_input_for(search, run);
+  std::size_t explored = 0;
+  for (const auto& t : in.history)
+    if (t.purpose == "explore")
+      ++explored;
+  std::set<std::string> seen;
+  std::size_t slots = in.initial_design > explored ? in.initial_design - explored : 0;
+  for (const auto& seed : run.experience_seeds) {
+    seed_disposition d;
+    d.config = seed;
+    if (!seen.insert(seed.key()).second)
+      d.reason = "served twice: the same configuration as an earlier seed";
+    for (const auto& t : run.trials)
+      if (d.reason.empty() && t.purpose == "explore" && t.config == seed) {
+        d.trial = t.trial_id;
+        break;
+      }
+    if (d.reason.empty() && !d.trial) {
+      d.reason = tuning::seed_refusal(in, seed, policy_name);
+      if (d.reason.empty()) {
+        if (slots > 0) {
+          d.propose = true;
+          --slots;
+        } else {
+          d.reason = "the initial design (" + std::to_string(in.initial_design)
+                     + " trials) was taken by the seeds and trials before it";
+        }
+      }
+    }
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
 std::string proposal_doc(const tuning::task_spec& task, const store::run_state& run,
                          std::uint32_t n, const tuning::planner_policy& policy) {
   // The task's patches and the accepted LLM-proposed ones, from the log (decide/llm.hpp).
   const auto search = with_llm_patches(task, run, "");
   auto in = planner_input_for(search, run);
-  auto batch = policy.plan(in, n);
   nlohmann::json list = nlohmann::json::array();
+  std::set<std::string> taken;
+  nlohmann::json seed_docs = nlohmann::json::array();
+  if (run.experience_seeds_explained && !in.experience_seeds.empty()) {
+    // Every served seed is proposed in the initial design, first, or the document says why
+    // not (issue 16); the policy then plans the rest of the batch without them.
+    for (const auto& d : experience_seed_plan(task, run, policy.name())) {
+      nlohmann::json sd{{"config", store::to_json(d.config)}};
+      if (d.trial)
+        continue; // settled in an earlier batch
+      if (d.propose && list.size() < n && taken.insert(d.config.key()).second) {
+        sd["proposed"] = true;
+        list.push_back({{"config", store::to_json(d.config)},
+                        {"predicted_speedup", 1.0},
+                        {"reason", "initial design: experience bank seed"}});
+      } else
+        sd["reason"] = d.reason.empty() ? "no free node slot in this batch" : d.reason;
+      seed_docs.push_back(std::move(sd));
+    }
+    in.experience_seeds.clear();
+    std::size_t proposed = list.size();
+    in.initial_design = in.initial_design > proposed ? in.initial_design - proposed : 0;
+  }
+  tuning::proposal_batch batch;
+  if (list.size() < n)
+    batch = policy.plan(in, n - static_cast<std::uint32_t>(list.size()));
   for (const auto& p : batch.proposals) {
+    if (!taken.insert(p.config.key()).second)
+      continue; // a seed proposed above
     nlohmann::json item = {{"config", store::to_json(p.config)},
                            {"predicted_speedup", p.predicted_speedup},
                            {"reason", p.reason}};
@@ -461,6 +530,8 @@ std::string proposal_doc(const tuning::task_spec& task, const store::run_state& 
     list.push_back(std::move(item));
   }
   nlohmann::json doc{{"policy", policy.name()}, {"proposals", list}};
+  if (!seed_docs.empty())
+    doc["experience_seeds"] = seed_docs;
   if (!batch.stop_reason.empty())
     doc["stop_reason"] = batch.stop_reason;
   if (!batch.blamed.empty())
@@ -858,6 +929,27 @@ std::uint32_t locked_max_verify_repeats(const tuning::budget_spec& b) {
 }
 
 } // namespace
+
+std::optional<nlohmann::json> experience_record_doc(const store::run_state& run,
+                                                    const nlohmann::json& promotion,
+                                                    std::uint64_t promotion_sequence) {
+  if (!promotion.is_object() || !promotion.value("promoted", false))
+    return std::nullopt;
+  nlohmann::json locked = run.contract_doc ? *run.contract_doc : nlohmann::json::object();
+  auto field = [&](const char* key) {
+    return promotion.contains(key) ? promotion[key] : nlohmann::json{};
+  };
+  return nlohmann::json{{"hardware", locked.value("hardware_fingerprint", "")},
+                        {"workload", locked.value("workload_signature", "")},
+                        {"run", run.run_id},
+                        {"config", field("config")},
+                        {"change", field("change")},
+                        {"speedup", field("speedup")},
+                        {"ci_low", field("ci_low")},
+                        {"ci_high", field("ci_high")},
+                        {"pairs", field("pairs")},
+                        {"promotion_sequence", promotion_sequence}};
+}
 
 nlohmann::json contract_locked_doc(const tuning::task_spec& task, const nlohmann::json& lock,
                                    const nlohmann::json& hardware,

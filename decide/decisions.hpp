@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -153,10 +154,32 @@ std::uint64_t memory_capacity_bytes(const tuning::task_spec& task);
 /// left out, so a run that lost a trial and re-ran it plans exactly as one that never lost it.
 tuning::planner_input planner_input_for(const tuning::task_spec& task, const store::run_state& run);
 
+/// What becomes of one served experience seed (issue 16, part 3): proposed in the initial design
+/// now (`propose`), proposed already (`trial`: its explore trial), or not, with the reason
+/// (tuning::seed_refusal, served twice, or the initial design full).
+struct seed_disposition {
+  tuning::configuration config;
+  bool propose = false;
+  std::optional<std::uint64_t> trial;
+  std::string reason;
+};
+
+/// The dispositions of the run's served seeds, in the pack's order (best verified speedup
+/// first); empty for runs whose pack predates "serving": "propose-or-explain/1" (their seeds
+/// went to the policy, and replay keeps it so) and for runs without seeds. `policy_name` picks
+/// the memory model's options (tuning::memory_options_for).
+std::vector<seed_disposition> experience_seed_plan(const tuning::task_spec& task,
+                                                   const store::run_state& run,
+                                                   const std::string& policy_name);
+
 /// The planner's reply: {"policy": ..., "proposals": [{"config", "predicted_speedup", "reason",
 /// "prior_speedup"?, "p_oom"?}], "stop_reason"?} with at most `n` proposals (empty: the search
 /// space is exhausted, or the policy's stopping rule said stop, with "stop_reason"), from the
 /// run's policy (store::run_policy). An unknown policy gives no proposals and a stop_reason naming it.
+/// With served seeds (experience_seed_plan not empty) the seeds to propose come first (reason
+/// "initial design: experience bank seed"), the policy plans the rest of the batch without the
+/// seeds, and "experience_seeds": [{"config", "proposed": true | "reason"}] says what became of
+/// each seed not proposed in an earlier batch.
 std::string proposal_doc(const tuning::task_spec& task, const store::run_state& run,
                          std::uint32_t n);
 
@@ -210,6 +233,17 @@ reverify_candidates(const tuning::task_spec& task, const store::run_state& run);
 /// The promotion decision over the logged re-verifications: the promotable candidate with the
 /// highest verified speedup, or {"promoted": false, "reason": ...}.
 nlohmann::json promotion_decision(const tuning::task_spec& task, const store::run_state& run);
+
+/// The ExperienceRecorded document of a promotion (issue 16): the finding the experience bank
+/// files, {"hardware": ContractLocked hardware_fingerprint, "workload": its workload_signature,
+/// "run": run id, "config": the promoted configuration (knobs and patch names), "change": its
+/// difference from the baseline, "speedup", "ci_low", "ci_high" (the verified speedup and its
+/// 95 % interval, as in `promotion`), "pairs", "promotion_sequence": the stream sequence of the
+/// CandidatePromoted it comes with}; std::nullopt when `promotion` promoted nothing. Appended in
+/// the same batch as the CandidatePromoted (the supervisor), recomputed by replay.
+std::optional<nlohmann::json> experience_record_doc(const store::run_state& run,
+                                                    const nlohmann::json& promotion,
+                                                    std::uint64_t promotion_sequence);
 
 /// The ContractLocked document of init: the task's text and source path ("task_toml",
 /// "task_path": the log is self-contained, replay needs no file), the contract and its SHA-256,

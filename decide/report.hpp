@@ -34,6 +34,9 @@ namespace infrarsi::decide {
 /// speedup, tokens/s, MFU, peak memory, verdict) and promoted "attribution" (each setting of the
 /// promoted change: the revised model's speedup alone with its interval, and the speedup of a
 /// usable trial that changed only it; "rest" = verified speedup / product of the model's).
+/// With served experience seeds, "experience_seeds": per seed its "config" and "change", and
+/// either the explore "trial" it was proposed as (its "outcome" and "speedup") or the "reason"
+/// it was not (decide::experience_seed_plan).
 nlohmann::json make_report(const tuning::task_spec& task, const store::run_state& run);
 
 /// report.md rendered from report.json.

@@ -27,6 +27,7 @@
 #include "runtime/daemon.hpp"
 #include "runtime/keys.hpp"
 #include "runtime/replay.hpp"
+#include "runtime/experience_cmd.hpp"
 #include "runtime/report_cmd.hpp"
 #include "runtime/store_paths.hpp"
 #include "runtime/tune.hpp"
@@ -859,6 +860,38 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
                    "it and what was expected), 2 bad command line.");
   keys_show_cmd->add_option("FILE", keys_show_path, "A NAME.key or NAME.pub file")->required();
 
+  // -- the experience bank (docs/experience.md) ----------------------------------------------
+  auto* experience_cmd = app.add_subcommand(
+    "experience",
+    "The store's experience bank: verified findings (the promoted configuration, its verified "
+    "speedup and 95% interval, hardware fingerprint, workload signature, run and log position). "
+    "Each finding is an ExperienceRecorded event of the event log; the bank (STORE/experience) "
+    "is an index derived from the log that catches up on every open, so deleting it loses "
+    "nothing (docs/experience.md)");
+  experience_cmd->require_subcommand(1);
+  experience_options experience;
+  experience.store_dir = default_store_dir;
+  std::vector<CLI::App*> experience_cmds;
+  for (const auto& [name, what] : std::vector<std::pair<std::string, std::string>>{
+         {"list", "Print every record: hardware, workload, speedup and its 95% interval, "
+                  "provenance (run and global log position) and the change from the baseline; "
+                  "then the record count, the log position read and the bank's hash"},
+         {"rebuild", "Delete the bank's index and fold it again from the event log; print the "
+                     "record count, the log position read and the hash (identical to the "
+                     "hash before when the log is the same)"},
+         {"hash", "Print the bank's content hash: SHA-256 (hex) of its records in key order "
+                  "(hardware, workload, log position)"}}) {
+    auto* sub = experience_cmd->add_subcommand(
+      name, what + ".\nExit status: 0 done, 1 it could not be (no event log; the bank held by "
+                   "a running tune or daemon; an I/O error), 2 bad command line.");
+    sub->add_option("--store", experience.store_dir,
+                    "Store directory (the one infrarsi tune used: events/ and experience/)")
+      ->capture_default_str();
+    if (name == "list")
+      sub->add_flag("--json", experience.json, "One JSON object per record instead of the table");
+    experience_cmds.push_back(sub);
+  }
+
   // An unknown subcommand is named as such, with the valid ones (CLI11 alone would say "A
   // subcommand is required" or "The following arguments were not expected").
   {
@@ -955,6 +988,11 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       return run_replay(replay, out, err);
     if (report_cmd->parsed())
       return run_report(report, out, err);
+    for (auto* sub : experience_cmds)
+      if (sub->parsed()) {
+        experience.action = sub->get_name();
+        return run_experience(experience, out, err);
+      }
     if (keys_gen_cmd->parsed())
       return run_keys_generate(keys_gen, out, err);
     if (keys_show_cmd->parsed())

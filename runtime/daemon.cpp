@@ -770,7 +770,7 @@ int run_daemon(const daemon_config& config, std::ostream& out, std::ostream& err
   if (const auto& rec = (*log)->recovery(); rec.tail_dropped)
     err << "infrarsi daemon: recovered the event log: a torn tail was dropped ("
         << rec.dropped_bytes << " bytes); " << rec.head << " events survived\n";
-  auto bank = store::experience_bank::open(config.store_dir + "/experience");
+  auto bank = store::experience_bank::open(config.store_dir + "/experience", **log);
   if (!bank) {
     err << "infrarsi daemon: " << describe(bank.error()) << '\n';
     return 1;

@@ -240,6 +240,14 @@ public:
       case wire::EventKind::CandidatePromoted:
         return same("promotion", document_text(ev),
                     decide::promotion_decision(task_, state).dump());
+      case wire::EventKind::ExperienceRecorded: {
+        // Recomputed from the CandidatePromoted just before it (same batch).
+        auto record = state.promotion && state.events > 0
+                        ? decide::experience_record_doc(state, *state.promotion, state.events - 1)
+                        : std::nullopt;
+        return same("experience record", document_text(ev),
+                    record ? record->dump() : std::string{"(no promotion before it)"});
+      }
       default: return true;
     }
   }

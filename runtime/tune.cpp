@@ -261,7 +261,7 @@ int run_tune(const tune_options& o, std::ostream& out, std::ostream& err) {
         << " bytes; RocksDB: " << rec.message << "); " << rec.head
         << " events survived, the last at global position "
         << (rec.head > 0 ? std::to_string(rec.head - 1) : std::string{"(none)"}) << '\n';
-  auto bank = store::experience_bank::open(store_dir + "/experience");
+  auto bank = store::experience_bank::open(store_dir + "/experience", **log);
   if (!bank) {
     err << "infrarsi tune: " << describe(bank.error()) << '\n';
     return 1;

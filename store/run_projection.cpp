@@ -350,6 +350,7 @@ void run_projection::apply(const recorded_event& ev) {
       if (auto j = document_json(ev)) {
         s.experience_seeded = true;
         s.experience_seeds.clear(); // an init repeated after a crash: the latest pack counts
+        s.experience_seeds_explained = j->value("serving", "") == "propose-or-explain/1";
         if (j->contains("seeds"))
           for (const auto& c : (*j)["seeds"])
             if (auto cfg = configuration_from_json(c.value("config", nlohmann::json{})))

@@ -77,6 +77,10 @@ struct run_state {
   bool priors_loaded = false;
   std::vector<tuning::configuration> experience_seeds;
   bool experience_seeded = false;
+  /// The pack says "serving": "propose-or-explain/1" (issue 16): the decision layer proposes
+  /// every served seed in the initial design or says why not (decide::proposal_doc); packs of
+  /// older runs leave the seeds to the policy, as those runs did.
+  bool experience_seeds_explained = false;
   /// The doctor's results, if it ran.
   std::optional<tuning::noise_estimate> noise;
   tuning::loss_reference reference;
@@ -152,7 +156,7 @@ private:
 /// Format tag of the run_state snapshots this build writes and trusts. Any change to what the
 /// fold computes or to the JSON layout below bumps the number; snapshots of another format are
 /// ignored (the stream is folded from the start instead), never migrated or trusted.
-inline constexpr const char* run_state_format = "infrarsi-run-state/5";
+inline constexpr const char* run_state_format = "infrarsi-run-state/6";
 
 /// A run_state as canonical JSON text (compact, keys sorted, every field the fold fills).
 /// Doubles are written shortest round-trip and read back bit-exactly; non-finite doubles, which

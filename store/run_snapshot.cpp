@@ -230,6 +230,7 @@ json state_json(const run_state& s) {
          {"priors", priors(s.priors)},
          {"priors_loaded", s.priors_loaded},
          {"experience_seeded", s.experience_seeded},
+         {"experience_seeds_explained", s.experience_seeds_explained},
          {"reference", {{"loss", step_map(s.reference.loss)},
                         {"spread", step_map(s.reference.spread)},
                         {"windows", loss_windows(s.reference.windows)},
@@ -603,6 +604,8 @@ run_state state_from_json(const json& j) {
   for (std::size_t i = 0; i < seeds.size(); ++i)
     s.experience_seeds.push_back(as_config(seeds[i], idx("experience_seeds", i)));
   s.experience_seeded = as_bool(f("experience_seeded"), "experience_seeded");
+  s.experience_seeds_explained =
+    as_bool(f("experience_seeds_explained"), "experience_seeds_explained");
   if (auto it = j.find("noise"); it != j.end()) {
     tuning::noise_estimate n;
     n.runs = static_cast<std::size_t>(as_u64(field(*it, "noise", "runs"), "noise.runs"));

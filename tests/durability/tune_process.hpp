@@ -153,6 +153,8 @@ inline std::vector<std::string> processes_left(const std::string& marker,
 struct logged_event {
   std::uint64_t sequence = 0;
   std::uint16_t kind = 0;
+  /// Wall-clock time of the append (the same for every event of one atomic batch).
+  std::int64_t recorded_at_ns = 0;
   /// Trial events: the trial, attempt, purpose and configuration key.
   std::uint64_t trial = 0;
   std::uint32_t attempt = 0;
@@ -195,6 +197,7 @@ inline std::optional<logged_run> read_logged_run(const std::string& store,
     logged_event e;
     e.sequence = ev.sequence;
     e.kind = ev.kind;
+    e.recorded_at_ns = ev.recorded_at_ns;
     switch (static_cast<wire::EventKind>(ev.kind)) {
       case wire::EventKind::TrialProposed:
       case wire::EventKind::TrialDispatched:
@@ -226,6 +229,8 @@ inline std::optional<logged_run> read_logged_run(const std::string& store,
       case wire::EventKind::SearchStopped:
       case wire::EventKind::RunInterrupted:
       case wire::EventKind::ApplyStarted:
+      case wire::EventKind::ExperienceSeeded:
+      case wire::EventKind::ExperienceRecorded:
         if (auto doc = messages::document_msg::decode(ev.payload))
           if ((*doc)->json() != nullptr)
             e.doc = nlohmann::json::parse((*doc)->json()->str(), nullptr, false);

@@ -678,11 +678,23 @@ TEST(Preflight, ABaselineThatFailsTheSameWayTwiceEndsTheRunQuotingItsStderr) {
     << st.out;
 }
 
+TEST(CliErrors, ExperienceWithoutAStoreSaysWhereToLook) {
+  test::temp_dir dir;
+  auto r = run({"experience", "list", "--store", dir.sub("nowhere")});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err.rfind("infrarsi experience list: no store at '" + dir.sub("nowhere") + "'", 0),
+            0u)
+    << r.err;
+  auto sub = run({"experience", "export"});
+  EXPECT_EQ(sub.status, exit_usage);
+  EXPECT_NE(sub.err.find("valid: list, rebuild, hash"), std::string::npos) << sub.err;
+}
+
 TEST(CliErrors, AnUnknownSubcommandIsNamedWithTheValidOnes) {
   auto r = run({"frobnicate"});
   EXPECT_EQ(r.status, exit_usage);
   EXPECT_EQ(r.err, "infrarsi: unknown subcommand 'frobnicate'; valid: runs, log, trial, tune, "
-                   "replay, report, daemon, submit, node, check, status, keys "
+                   "replay, report, daemon, submit, node, check, status, keys, experience "
                    "(run 'infrarsi --help')\n");
   r = run({"log", "dumb", "RUN"});
   EXPECT_EQ(r.status, exit_usage);
