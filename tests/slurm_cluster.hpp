@@ -40,6 +40,7 @@
 #include <thread>
 #include <vector>
 
+#include "proc_text.hpp"
 #include "test_util.hpp"
 
 namespace infrarsi::test {
@@ -78,13 +79,11 @@ inline std::vector<pid_t> processes_with_env(const std::string& key_value) {
     auto pid = static_cast<pid_t>(std::stol(name));
     if (pid == ::getpid())
       continue;
-    std::ifstream stat{e.path() / "stat"};
-    std::string st{std::istreambuf_iterator<char>{stat}, {}};
+    std::string st = proc_text(e.path() / "stat");
     auto close = st.rfind(')');
     if (st.empty() || (close != std::string::npos && close + 2 < st.size() && st[close + 2] == 'Z'))
       continue;
-    std::ifstream env{e.path() / "environ"};
-    std::string all{std::istreambuf_iterator<char>{env}, {}};
+    std::string all = proc_text(e.path() / "environ");
     std::string entry = key_value + std::string{"\0", 1};
     if (all.rfind(entry, 0) == 0 || all.find(std::string{"\0", 1} + entry) != std::string::npos)
       out.push_back(pid);

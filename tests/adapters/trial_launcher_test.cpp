@@ -17,6 +17,7 @@
 #include "adapters/environment.hpp"
 #include "adapters/process.hpp"
 #include "adapters/task_file.hpp"
+#include "proc_text.hpp"
 #include "test_util.hpp"
 
 namespace infrarsi::adapters {
@@ -46,10 +47,8 @@ int live_processes_with_argument(const std::string& arg) {
     auto name = entry.path().filename().string();
     if (name.find_first_not_of("0123456789") != std::string::npos)
       continue;
-    std::ifstream cmdline{entry.path() / "cmdline"};
-    std::string all{std::istreambuf_iterator<char>{cmdline}, {}};
-    std::ifstream stat{entry.path() / "stat"};
-    std::string st{std::istreambuf_iterator<char>{stat}, {}};
+    std::string all = test::proc_text(entry.path() / "cmdline");
+    std::string st = test::proc_text(entry.path() / "stat");
     auto close = st.rfind(')');
     bool zombie = close != std::string::npos && close + 2 < st.size() && st[close + 2] == 'Z';
     std::size_t begin = 0;

@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "messages/codec.hpp"
+#include "proc_text.hpp"
 #include "store/rocksdb_event_log.hpp"
 #include "store/run_projection.hpp"
 
@@ -118,12 +119,12 @@ inline std::vector<std::string> processes_mentioning(const std::string& marker) 
     if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos || pid == self)
       continue;
     std::string base = "/proc/" + pid;
-    std::string stat = file_text(base + "/stat");
+    std::string stat = proc_text(base + "/stat");
     auto close = stat.rfind(')');
     char state = close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : '?';
     if (stat.empty() || state == 'Z' || state == 'X')
       continue;
-    std::string cmdline = file_text(base + "/cmdline");
+    std::string cmdline = proc_text(base + "/cmdline");
     for (auto& ch : cmdline)
       if (ch == '\0')
         ch = ' ';

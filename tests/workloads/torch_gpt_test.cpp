@@ -17,6 +17,7 @@
 
 #include "adapters/trial_launcher.hpp"
 #include "adapters/task_file.hpp"
+#include "proc_text.hpp"
 #include "test_util.hpp"
 
 namespace infrarsi::adapters {
@@ -67,10 +68,8 @@ std::vector<pid_t> trial_processes(const std::string& dir, int rank) {
     auto name = e.path().filename().string();
     if (name.find_first_not_of("0123456789") != std::string::npos)
       continue;
-    std::ifstream env{e.path() / "environ"};
-    std::string all{std::istreambuf_iterator<char>{env}, {}};
-    std::ifstream stat{e.path() / "stat"};
-    std::string st{std::istreambuf_iterator<char>{stat}, {}};
+    std::string all = test::proc_text(e.path() / "environ");
+    std::string st = test::proc_text(e.path() / "stat");
     auto close = st.rfind(')');
     if (close != std::string::npos && close + 2 < st.size() && st[close + 2] == 'Z')
       continue;
@@ -202,8 +201,7 @@ TEST_F(TorchGpt, ShippedTasksDeclareTheWorkTrainPyDoes) {
 
 /// The variables of /proc/PID/environ (NAME -> value).
 std::map<std::string, std::string> environ_of(pid_t pid) {
-  std::ifstream in{"/proc/" + std::to_string(pid) + "/environ"};
-  std::string all{std::istreambuf_iterator<char>{in}, {}};
+  std::string all = test::proc_text("/proc/" + std::to_string(pid) + "/environ");
   std::map<std::string, std::string> env;
   std::size_t begin = 0;
   for (auto end = all.find('\0'); end != std::string::npos; end = all.find('\0', begin)) {
