@@ -494,7 +494,7 @@ void parse_contract_sections(const reader& r, const toml::table& root, tuning::t
   const auto& b = r.table(root, "budget", "", false);
   r.only_keys(b, "budget", {"trials", "wall_clock_s", "baseline_repeats", "verify_top",
                             "verify_repeats", "seed", "target_mds", "max_baseline_repeats",
-                            "max_verify_repeats", "policy"});
+                            "max_verify_repeats", "policy", "ablations"});
   auto& bu = task.budget;
   if (auto v = r.count(b, "trials", "budget", 0, 1000000))
     bu.trials = static_cast<std::uint32_t>(*v);
@@ -506,6 +506,8 @@ void parse_contract_sections(const reader& r, const toml::table& root, tuning::t
     bu.verify_top = static_cast<std::uint32_t>(*v);
   if (auto v = r.count(b, "verify_repeats", "budget", 1, 1000))
     bu.verify_repeats = static_cast<std::uint32_t>(*v);
+  if (auto v = r.count(b, "ablations", "budget", 0, 16))
+    bu.ablations = static_cast<std::uint32_t>(*v);
   if (auto v = r.count(b, "seed", "budget", 0, std::uint64_t{1} << 62))
     bu.seed = static_cast<std::uint64_t>(*v);
   if (auto v = r.string(b, "policy", "budget", false)) {

@@ -340,6 +340,8 @@ run_result run_one(evaluator& ev, const tuning::planner_policy& policy, const st
           (t.kind == tuning::purpose_kind::verify_baseline ||
            t.kind == tuning::purpose_kind::verify_candidate))
         out.device_s += t.device_seconds;
+      else if (t.trial_id == v.candidate_trial && t.kind == tuning::purpose_kind::ablation)
+        out.device_s += t.device_seconds;
     r.verify_device_s += out.device_s;
     r.verifications.push_back(std::move(out));
   }

@@ -8,6 +8,7 @@
 
 #include "adapters/environment.hpp"
 #include "decide/llm.hpp"
+#include "decide/minimal_change.hpp"
 #include "decide/patch_exclusion.hpp"
 #include "messages/errc.hpp"
 #include "tuning/contract_check.hpp"
@@ -79,6 +80,8 @@ run_budget budget_of(const tuning::task_spec& task, const store::run_state& run)
       auto w = it->find("wall_clock_s");
       if (w != it->end() && w->is_number())
         b.wall_clock_s = w->get<double>();
+      if (minimal_change_rule(run))
+        b.ablations = u32("ablations", 0);
       if (adaptive_measurement(run)) {
         b.adaptive = true;
         auto t = it->find("target_mds");
@@ -892,17 +895,15 @@ reverify_candidates(const tuning::task_spec& task, const store::run_state& run) 
 
 nlohmann::json promotion_decision(const tuning::task_spec& task, const store::run_state& run) {
   auto base = tuning::baseline_configuration(task);
-  const store::reverification* winner = nullptr;
-  for (const auto& r : run.reverifications)
-    if (r.promotable && (winner == nullptr || r.estimate.speedup > winner->estimate.speedup))
-      winner = &r;
+  auto plan = plan_ablations(task, run);
+  const store::reverification* winner = plan.current_reverification;
   if (winner == nullptr)
     return {{"promoted", false},
             {"reason", run.reverifications.empty()
                            ? "no verified trial was faster than the baseline"
                            : "no candidate's speedup interval cleared the minimum detectable "
                              "speedup"}};
-  return {{"promoted", true},
+  nlohmann::json out = {{"promoted", true},
           {"candidate_trial", winner->candidate_trial},
           {"config", store::to_json(winner->config)},
           {"change", winner->config.diff_from(base)},
@@ -912,6 +913,11 @@ nlohmann::json promotion_decision(const tuning::task_spec& task, const store::ru
           {"pairs", winner->candidate_times_s.size()},
           {"min_detectable_speedup", run.noise ? run.noise->min_detectable_speedup : 0.0},
           {"reason", winner->reason}};
+  if (plan.active) {
+    out["bundle_trial"] = plan.bundle->candidate_trial;
+    out["minimal_change"] = ablation_doc(task, plan);
+  }
+  return out;
 }
 
 } // namespace infrarsi::decide
@@ -987,8 +993,10 @@ nlohmann::json contract_locked_doc(const tuning::task_spec& task, const nlohmann
             {"target_mds", task.budget.target_mds},
             {"max_baseline_repeats",
              std::max(task.budget.max_baseline_repeats, task.budget.baseline_repeats)},
-            {"max_verify_repeats", locked_max_verify_repeats(task.budget)}}},
+            {"max_verify_repeats", locked_max_verify_repeats(task.budget)},
+            {"ablations", task.budget.ablations}}},
           {"measurement_rule", current_measurement_rule},
+          {"promotion_rule", current_promotion_rule},
           {"scope",
            {{"editable", lock.value("editable", nlohmann::json::object())},
             {"frozen", lock.value("frozen", nlohmann::json::object())}}},

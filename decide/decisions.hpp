@@ -47,6 +47,9 @@ struct run_budget {
   double target_mds = 0;
   std::uint32_t max_baseline_repeats = 0;
   std::uint32_t max_verify_repeats = 0;
+  /// Ablations before promotion at most (decide/minimal_change.hpp): the locked
+  /// budget.ablations of a run locked with the minimal-change rule; 0 for a run locked before it.
+  std::uint32_t ablations = 0;
 };
 run_budget budget_of(const tuning::task_spec& task, const store::run_state& run);
 
@@ -231,7 +234,10 @@ std::vector<std::pair<std::uint64_t, tuning::configuration>>
 reverify_candidates(const tuning::task_spec& task, const store::run_state& run);
 
 /// The promotion decision over the logged re-verifications: the promotable candidate with the
-/// highest verified speedup, or {"promoted": false, "reason": ...}.
+/// highest verified speedup, or {"promoted": false, "reason": ...}. A run locked with the
+/// minimal-change rule promotes the smallest accepted ablation of that bundle instead
+/// (decide/minimal_change.hpp), with the plan in "minimal_change" and the bundle's trial in
+/// "bundle_trial".
 nlohmann::json promotion_decision(const tuning::task_spec& task, const store::run_state& run);
 
 /// The ExperienceRecorded document of a promotion (issue 16): the finding the experience bank

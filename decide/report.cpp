@@ -10,6 +10,7 @@
 #include "adapters/environment.hpp"
 #include "decide/decisions.hpp"
 #include "decide/llm.hpp"
+#include "decide/minimal_change.hpp"
 #include "decide/patch_exclusion.hpp"
 #include "decide/resources.hpp"
 #include "tuning/contract_check.hpp"
@@ -509,7 +510,9 @@ nlohmann::json make_report(const tuning::task_spec& task_in, const store::run_st
     if (!r.promotable)
       rejected.push_back({{"candidate_trial", r.candidate_trial},
                           {"change", r.config.diff_from(base)},
-                          {"outcome", "not promoted"},
+                          {"outcome", is_ablation_trial(run, r.candidate_trial)
+                                        ? "ablation not kept"
+                                        : "not promoted"},
                           {"reasons", {"reverification"}},
                           {"evidence", {r.reason}}});
 
@@ -681,6 +684,22 @@ nlohmann::json make_report(const tuning::task_spec& task_in, const store::run_st
             part["measured_trial"] = t.trial_id;
           }
         }
+        // The ablation that undid this setting before the promotion (decide/minimal_change.hpp):
+        // rejected, it confirms the setting matters (the speedup without it is below the
+        // bundle's interval).
+        part["ablation"] = nullptr;
+        const auto k = fs.knob_of[static_cast<std::size_t>(i)];
+        const std::string undone =
+          k >= 0 ? task.knobs[static_cast<std::size_t>(k)].name + " " : name;
+        if (promoted.contains("minimal_change"))
+          for (const auto& a : promoted["minimal_change"].value("ablations", nlohmann::json::array()))
+            if (a.value("removed", "").rfind(undone, 0) == 0)
+              part["ablation"] = {{"index", a["index"]},
+                                  {"trial_id", a["trial_id"]},
+                                  {"speedup_without", a["speedup"]},
+                                  {"ci_low", a["ci_low"]},
+                                  {"ci_high", a["ci_high"]},
+                                  {"accepted", a["accepted"]}};
         parts.push_back(std::move(part));
       }
     }
@@ -823,6 +842,46 @@ std::string render_markdown(const nlohmann::json& r) {
              ? r["promotion_decision"].value("reason", std::string{"no candidate"})
              : std::string{"no candidate"})
        << "\n\n";
+  }
+  if (p.is_object() && p.contains("minimal_change")) {
+    const auto& m = p["minimal_change"];
+    md << "## Minimal promoted change\n\nThe re-verified bundle (trial " << m.value("bundle_trial", 0)
+       << ": " << m.value("bundle_change", "") << ", " << fixed(m.value("bundle_speedup", 1.0), 3)
+       << "x [" << fixed(m.value("bundle_ci_low", 0.0), 3) << ", "
+       << fixed(m.value("bundle_ci_high", 0.0), 3)
+       << "]) with its changes the time model credits least undone, one at a time; an ablation "
+          "is kept when its own re-verification is promotable and its speedup is at least the "
+          "bundle's lower bound and within the promotion margin of the bundle's speedup "
+          "(docs/planner.md \"Minimal promoted change\").\n\n"
+       << "| ablation | change undone | model's speedup for it | trial | speedup without it | "
+          "95% interval | kept | why |\n|---|---|---|---|---|---|---|---|\n";
+    for (const auto& a : m.value("ablations", nlohmann::json::array())) {
+      double credit = 1.0;
+      for (const auto& o : m.value("order", nlohmann::json::array()))
+        if (o.value("change", "") == a.value("removed", ""))
+          credit = o.value("model_speedup", 1.0);
+      auto why = a.value("reason", "");
+      for (auto& c : why)
+        if (c == '|' || c == '\n')
+          c = ' ';
+      md << "| " << a.value("index", 0) << " | " << a.value("removed", "") << " | "
+         << fixed(credit, 3) << "x | " << a.value("trial_id", 0) << " | "
+         << (a["speedup"].is_number() ? fixed(a["speedup"].get<double>(), 3) + "x" : std::string{"-"})
+         << " | "
+         << (a["ci_low"].is_number() && a["ci_high"].is_number()
+               ? "[" + fixed(a["ci_low"].get<double>(), 3) + ", "
+                   + fixed(a["ci_high"].get<double>(), 3) + "]"
+               : std::string{"-"})
+         << " | " << (a.value("accepted", false) ? "yes: undone" : "no") << " | " << why
+         << " |\n";
+    }
+    if (!m.value("skipped", nlohmann::json::array()).empty()) {
+      md << "\nNot tried (undoing it breaks a constraint):";
+      for (const auto& s : m["skipped"])
+        md << " " << s.get<std::string>() << ";";
+      md << "\n";
+    }
+    md << "\n";
   }
   md << "## Re-verification\n\n";
   if (r["reverifications"].empty())

@@ -33,7 +33,8 @@ namespace infrarsi::decide {
 /// "top_configurations" (the 10 fastest usable configurations, then failed trials: s/step,
 /// speedup, tokens/s, MFU, peak memory, verdict) and promoted "attribution" (each setting of the
 /// promoted change: the revised model's speedup alone with its interval, and the speedup of a
-/// usable trial that changed only it; "rest" = verified speedup / product of the model's).
+/// usable trial that changed only it; "rest" = verified speedup / product of the model's;
+/// "ablation": the ablation that undid it before the promotion, decide/minimal_change.hpp).
 /// With served experience seeds, "experience_seeds": per seed its "config" and "change", and
 /// either the explore "trial" it was proposed as (its "outcome" and "speedup") or the "reason"
 /// it was not (decide::experience_seed_plan).

@@ -59,6 +59,9 @@ std::vector<attempt_id> removable_trial_copies(const tuning::task_spec& task,
     kept_trials.insert(id);
   for (const auto& r : run.reverifications)
     kept_trials.insert(r.candidate_trial);
+  for (const auto& t : run.trials) // ablations: re-verified, or about to be
+    if (t.kind == purpose_kind::ablation)
+      kept_trials.insert(t.trial_id);
   if (run.promotion && run.promotion->is_object() && run.promotion->contains("candidate_trial") &&
       (*run.promotion)["candidate_trial"].is_number_unsigned())
     kept_trials.insert((*run.promotion)["candidate_trial"].get<std::uint64_t>());

@@ -8,6 +8,7 @@
 
 #include "decide/decisions.hpp"
 #include "decide/llm.hpp"
+#include "decide/minimal_change.hpp"
 #include "adapters/environment.hpp"
 #include "messages/codec.hpp"
 #include "messages/errc.hpp"
@@ -157,10 +158,31 @@ public:
                 want = c;
                 picked = true;
               }
+            if (!picked) { // an ablation's re-verification (decide/minimal_change.hpp)
+              auto plan = decide::plan_ablations(task_, state);
+              if (!plan.steps.empty() && plan.steps.back().state == "reverifying"
+                  && plan.steps.back().trial_id == logged_trial.candidate_trial) {
+                want = plan.steps.back().config;
+                picked = true;
+              }
+            }
             if (!picked)
               return diverge("proposal", logged,
                              "trial " + std::to_string(logged_trial.candidate_trial)
                                + " is not a candidate to verify");
+            break;
+          }
+          case tuning::purpose_kind::ablation: {
+            auto plan = decide::plan_ablations(task_, state);
+            if (plan.steps.empty() || plan.steps.back().state != "next")
+              return diverge("proposal", logged, "no ablation is due");
+            const auto& a = plan.steps.back();
+            if (logged_trial.candidate_trial != plan.bundle->candidate_trial
+                || logged_trial.round != a.index)
+              return diverge("proposal", logged,
+                             "ablation/" + std::to_string(plan.bundle->candidate_trial) + "#"
+                               + std::to_string(a.index));
+            want = a.config;
             break;
           }
           case tuning::purpose_kind::unknown: break;

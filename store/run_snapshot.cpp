@@ -467,7 +467,7 @@ tuning::trial_record as_trial(const json& v, const std::string& w) {
   t.attempt = as_u32(f("attempt"), sub(w, "attempt"));
   t.purpose = as_text(f("purpose"), sub(w, "purpose"));
   auto kind = as_u64(f("kind"), sub(w, "kind"));
-  if (kind > 4)
+  if (kind > static_cast<std::uint64_t>(tuning::purpose_kind::ablation))
     fail(sub(w, "kind"), "out of range for a purpose");
   t.kind = static_cast<tuning::purpose_kind>(kind);
   t.candidate_trial = as_u64(f("candidate_trial"), sub(w, "candidate_trial"));

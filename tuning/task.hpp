@@ -267,6 +267,11 @@ struct budget_spec {
   /// Interleaved pairs per candidate and round at most: the sequential test's last look (a
   /// multiple of verify_repeats, at most 16 looks). Default 8 x verify_repeats (24).
   std::uint32_t max_verify_repeats = 24;
+  /// Ablations before promotion at most (the minimal promoted change, docs/planner.md): the
+  /// re-verified winner with one change undone, least credited by the time model first, each
+  /// measured once and then re-verified like a candidate; 0: promote the bundle as measured.
+  /// In [0, 16]. Default 2.
+  std::uint32_t ablations = 2;
   /// Seed of every random choice. Default 0.
   std::uint64_t seed = 0;
   /// The search policy a new run uses (a name of tuning::policy_names(), e.g. "bayes_ei/2");

@@ -49,6 +49,7 @@ const char* label(purpose_kind k) {
     case purpose_kind::explore: return "explore";
     case purpose_kind::verify_baseline: return "verify-baseline";
     case purpose_kind::verify_candidate: return "verify-candidate";
+    case purpose_kind::ablation: return "ablation";
   }
   return "";
 }
@@ -84,12 +85,14 @@ void set_purpose_text(trial_record& t, const std::string& text) {
     t.kind = purpose_kind::baseline;
   else if (text == "explore")
     t.kind = purpose_kind::explore;
-  else if (!tagged("verify-baseline", purpose_kind::verify_baseline))
-    tagged("verify-candidate", purpose_kind::verify_candidate);
+  else if (!tagged("verify-baseline", purpose_kind::verify_baseline)
+           && !tagged("verify-candidate", purpose_kind::verify_candidate))
+    tagged("ablation", purpose_kind::ablation);
 }
 
 std::string purpose_text(const trial_record& t) {
-  if (t.kind != purpose_kind::verify_baseline && t.kind != purpose_kind::verify_candidate)
+  if (t.kind != purpose_kind::verify_baseline && t.kind != purpose_kind::verify_candidate
+      && t.kind != purpose_kind::ablation)
     return t.purpose;
   return std::string{label(t.kind)} + "/" + std::to_string(t.candidate_trial)
          + (t.round > 1 ? "#" + std::to_string(t.round) : "");

@@ -71,17 +71,21 @@ enum class purpose_kind : std::uint8_t {
   explore = 2,
   verify_baseline = 3,
   verify_candidate = 4,
+  /// The re-verified bundle (candidate_trial) with one change undone (round: the ablation's
+  /// index, 1-based): decide/minimal_change.hpp.
+  ablation = 5,
 };
 
-/// The label of a purpose: "baseline", "explore", "verify-baseline", "verify-candidate" ("" for
-/// unknown).
+/// The label of a purpose: "baseline", "explore", "verify-baseline", "verify-candidate",
+/// "ablation" ("" for unknown).
 const char* label(purpose_kind k);
 
 struct trial_record;
 
 /// Sets t.kind, t.candidate_trial, t.round and t.purpose from a purpose written as text, as logs
 /// before the structured purpose wrote it: "baseline", "explore", "verify-baseline/<id>" (round
-/// 1), "verify-candidate/<id>#<round>". Unknown text: kind unknown, purpose kept as written.
+/// 1), "verify-candidate/<id>#<round>", "ablation/<id>#<index>". Unknown text: kind unknown,
+/// purpose kept as written.
 void set_purpose_text(trial_record& t, const std::string& text);
 
 /// A trial's purpose for people: "baseline", "explore", "verify-candidate/12" (round 1),
@@ -95,7 +99,8 @@ struct trial_record {
   /// "baseline", "explore", "verify-baseline", "verify-candidate" (label(kind)).
   std::string purpose;
   purpose_kind kind = purpose_kind::unknown;
-  /// verify-baseline / verify-candidate: the explore trial re-verified, and the round (1 or 2).
+  /// verify-baseline / verify-candidate: the trial re-verified (an explore or ablation trial),
+  /// and the round (1 or 2). ablation: the bundle's explore trial, and the ablation's index.
   std::uint64_t candidate_trial = 0;
   std::uint32_t round = 0;
   configuration config;
