@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "decide/decisions.hpp"
+#include "decide/llm.hpp"
 #include "decide/next_step.hpp"
 #include "store/run_projection.hpp"
 #include "tuning/planner.hpp"
@@ -78,8 +79,11 @@ bool is_ablation_trial(const store::run_state& run, std::uint64_t id) {
   return false;
 }
 
-ablation_plan plan_ablations(const tuning::task_spec& task, const store::run_state& run) {
+ablation_plan plan_ablations(const tuning::task_spec& base_task, const store::run_state& run) {
   ablation_plan plan;
+  // The task the search ran on (with the accepted LLM-proposed patches: the supervisor passes
+  // it so, replay passes the task file's): the same features whoever calls.
+  const auto task = with_llm_patches(base_task, run, "");
   for (const auto& r : run.reverifications)
     if (r.promotable && !is_ablation_trial(run, r.candidate_trial) &&
         (plan.bundle == nullptr || r.estimate.speedup > plan.bundle->estimate.speedup))

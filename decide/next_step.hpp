@@ -14,7 +14,8 @@
 ///           rule or the wall clock ends the search; verify every result; then re-verify the
 ///           candidates, each in its own sequence of interleaved baseline/candidate runs
 ///           (adaptive runs: until the group-sequential test decides, reverification_looks);
-///           promote) -> report -> apply.
+///           minimal-change runs: the ablations of the winning bundle, each an ablation trial
+///           and then its own re-verification, plan_ablations; promote) -> report -> apply.
 /// Before any of that: an attempt dispatched by an earlier life of the supervisor and never
 /// finished is lost; a lost attempt is re-queued once as the next attempt of the same trial (up
 /// to max_attempts); an attempt that failed only the harness-clock check is re-queued once the
@@ -95,7 +96,8 @@ enum class step_kind {
   stop_search,
   /// Ask the verifier for the doctor's calibration (BaselineCalibrated).
   calibrate,
-  /// Ask the verifier for candidate `candidate`'s re-verification estimate (CandidateReverified).
+  /// Ask the verifier for candidate `candidate`'s re-verification estimate (CandidateReverified);
+  /// `candidate` is an explore trial, or an ablation trial (decide/minimal_change.hpp).
   reverify,
   /// Append CandidatePromoted (decide::promotion_decision).
   promote,

@@ -327,6 +327,12 @@ constexpr const char* page_script = R"JS(
     iv.push([p.ci_low, p.ci_high]);
     var mid = parts.map(function (q) { return q.model_speedup; }); mid.push(p.speedup);
     var alone = parts.map(function (q) { return q.measured_alone; }); alone.push(null);
+    // The minimal-change ablation that undid a setting: the bundle's speedup over the speedup
+    // without it (what the setting is worth inside the bundle, as measured).
+    var bundle = (p.minimal_change || {}).bundle_speedup;
+    var ablated = parts.map(function (q) {
+      return q.ablation && q.ablation.speedup_without && bundle ? bundle / q.ablation.speedup_without : null;
+    }); ablated.push(null);
     chart('promoted', {
       type: 'bar',
       data: { labels: labels, datasets: [
@@ -337,6 +343,8 @@ constexpr const char* page_script = R"JS(
           borderColor: '#212529', backgroundColor: '#212529' },
         { type: 'line', label: 'measured alone (a trial with only this change)', showLine: false, pointRadius: 6,
           pointStyle: 'triangle', data: alone, borderColor: '#e67700', backgroundColor: '#e67700' },
+        { type: 'line', label: 'ablation: bundle / bundle without it', showLine: false, pointRadius: 7,
+          pointStyle: 'crossRot', data: ablated, borderColor: '#c92a2a', backgroundColor: '#c92a2a' },
         hline('no effect', 1, n, '#868e96', [4, 4]) ] },
       options: { plugins: { title: { display: true, text: 'Promoted: ' + p.change + ' \u2014 ' + num(p.speedup, 3) +
                    'x [' + num(p.ci_low, 3) + ', ' + num(p.ci_high, 3) + ']' } },
