@@ -599,10 +599,14 @@ const char* promotion_rule_text =
     "re-measurement passed the contract and the 95 % Welch interval of the speedup "
     "(geometric means) has a lower bound above 1 + the doctor's minimum detectable speedup (a "
     "pair measured with more than 3x the doctor's log-sd is re-measured once); the promotable "
-    "candidate with the highest measured speedup is promoted, else nothing (speedup 1). This is "
-    "the rule of `infrarsi tune`'s verifier: the run is driven by decide::next_step and "
-    "decided by decide::reverify_candidates, reverify_doc and promotion_decision "
-    "(decide/decisions.cpp), as the supervisor does (bench/run_driver.hpp).";
+    "candidate with the highest measured speedup is the bundle, else nothing is promoted "
+    "(speedup 1); a bundle of two changes or more is then cut to its minimal change (up to 2 "
+    "ablations of its least-credited changes, each run once and re-verified the same way; "
+    "decide::plan_ablations, docs/planner.md) and the smallest kept configuration is promoted. "
+    "This is the rule of `infrarsi tune`'s verifier: the run is driven by decide::next_step and "
+    "decided by decide::reverify_candidates, reverify_doc, plan_ablations and promotion_decision "
+    "(decide/decisions.cpp, decide/minimal_change.cpp), as the supervisor does "
+    "(bench/run_driver.hpp).";
 
 std::string markdown(const std::vector<task_info>& tasks, const std::vector<std::string>& policies,
                      const std::vector<cell>& cells, const json& policy_summary,
