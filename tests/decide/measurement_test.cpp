@@ -15,31 +15,19 @@
 #include "bench/run_driver.hpp"
 #include "decide/decisions.hpp"
 #include "decide/report.hpp"
+#include "decide/seeded_trials.hpp"
 #include "tuning/contract_check.hpp"
 
 namespace infrarsi::decide {
 namespace {
 
-/// splitmix64 (Steele, Lea and Flood 2014): the test's own deterministic random source.
-std::uint64_t splitmix(std::uint64_t& state) {
-  std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-/// A standard normal draw (Box-Muller).
-double normal(std::uint64_t& state) {
-  double u1 = (static_cast<double>(splitmix(state) >> 11) + 0.5) * 0x1.0p-53;
-  double u2 = (static_cast<double>(splitmix(state) >> 11) + 0.5) * 0x1.0p-53;
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-}
+using test::normal;
 
 struct noise_model {
-  double base_s = 0.40;     // the baseline's true step time
-  double speedup = 1.15;    // the candidate's (mb = 2) true speedup
-  double run_cv = 0.08;     // log-sd of each run's offset
-  double step_cv = 0.01;    // log-sd of each step's jitter
+  double base_s = 0.40;      // the baseline's true step time
+  double speedup = 1.15;     // the candidate's (mb = 2) true speedup
+  double run_cv = 0.08;      // log-sd of each run's offset
+  double step_cv = 0.01;     // log-sd of each step's jitter
   double explore_luck = 0.8; // the search's one measurement of the candidate: this x its truth
   /// (trial id, attempt) -> a factor on every step (a disturbed run).
   std::map<std::pair<std::uint64_t, std::uint32_t>, double> disturb;
@@ -75,13 +63,6 @@ public:
   void begin_run(std::uint64_t seed) override { seed_ = seed; }
   tuning::trial_record measure(const tuning::configuration& config, std::uint64_t trial_id,
                                std::uint32_t attempt, const std::string& purpose) override {
-    tuning::trial_record rec;
-    rec.trial_id = trial_id;
-    rec.attempt = attempt;
-    rec.purpose = purpose;
-    rec.config = config;
-    rec.dispatched = rec.finished = rec.verified = true;
-    rec.outcome = tuning::trial_outcome::ok;
     std::uint64_t state = seed_ * 1000003ULL + trial_id * 131ULL + attempt;
     double truth = *true_step_time(config);
     double level = truth * std::exp(m_.run_cv * normal(state));
@@ -89,19 +70,8 @@ public:
       level = truth * m_.explore_luck; // a lucky search measurement makes it a candidate
     if (auto it = m_.disturb.find({trial_id, attempt}); it != m_.disturb.end())
       level *= it->second;
-    double sum = 0;
-    for (std::uint32_t s = 0; s < task_.contract.steps; ++s) {
-      tuning::step_point p;
-      p.step = s;
-      p.loss = 2.0;
-      p.step_time_s = level * std::exp(m_.step_cv * normal(state));
-      sum += p.step_time_s;
-      rec.steps.push_back(p);
-    }
-    rec.wall_time_s = sum * 1.2;
-    rec.device_seconds = rec.wall_time_s;
-    rec.timed_step_time_s = tuning::timed_step_time(task_.contract, rec.steps);
-    return rec;
+    return test::noisy_trial(task_.contract, config, trial_id, attempt, purpose, level, m_.step_cv,
+                             state, 1.2);
   }
   std::optional<double> true_step_time(const tuning::configuration& c) override {
     auto it = c.knobs.find("mb");
@@ -121,14 +91,7 @@ private:
 
 bench::driven_run drive(const tuning::task_spec& task, const noise_model& m, std::uint64_t seed) {
   noisy_evaluator ev{task, m};
-  bench::driver_options o;
-  o.trials = task.budget.trials;
-  o.baseline_repeats = task.budget.baseline_repeats;
-  o.verify_top = task.budget.verify_top;
-  o.verify_repeats = task.budget.verify_repeats;
-  o.policy_name = "random/1";
-  o.seed = seed;
-  return bench::drive_run(ev, o);
+  return bench::drive_run(ev, test::budget_options(task, seed));
 }
 
 std::size_t baseline_trials(const store::run_state& s) {

@@ -18,26 +18,14 @@
 #include "decide/decisions.hpp"
 #include "decide/minimal_change.hpp"
 #include "decide/report.hpp"
+#include "decide/seeded_trials.hpp"
 #include "tuning/contract_check.hpp"
 #include "tuning/minimal_change.hpp"
 
 namespace infrarsi::decide {
 namespace {
 
-/// splitmix64 (Steele, Lea and Flood 2014): the test's own deterministic random source.
-std::uint64_t splitmix(std::uint64_t& state) {
-  std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-/// A standard normal draw (Box-Muller).
-double normal(std::uint64_t& state) {
-  double u1 = (static_cast<double>(splitmix(state) >> 11) + 0.5) * 0x1.0p-53;
-  double u2 = (static_cast<double>(splitmix(state) >> 11) + 0.5) * 0x1.0p-53;
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-}
+using test::normal;
 
 /// True speedups of each change (multiplicative), and the noise.
 struct effects {
@@ -79,29 +67,13 @@ public:
   void begin_run(std::uint64_t seed) override { seed_ = seed; }
   tuning::trial_record measure(const tuning::configuration& config, std::uint64_t trial_id,
                                std::uint32_t attempt, const std::string& purpose) override {
-    tuning::trial_record rec;
-    rec.trial_id = trial_id;
-    rec.attempt = attempt;
-    rec.purpose = purpose;
-    rec.config = config;
-    rec.dispatched = rec.finished = rec.verified = true;
-    rec.outcome = tuning::trial_outcome::ok;
     std::uint64_t state = seed_ * 1000003ULL + trial_id * 131ULL + attempt;
     double truth = *true_step_time(config);
     double level = truth * std::exp(e_.run_cv * normal(state));
     if (purpose == "explore" && config.patches.size() == 2 && has(config, "mb", 2))
       level = truth * e_.bundle_luck;
-    for (std::uint32_t s = 0; s < task_.contract.steps; ++s) {
-      tuning::step_point p;
-      p.step = s;
-      p.loss = 2.0;
-      p.step_time_s = level * std::exp(0.005 * normal(state));
-      rec.steps.push_back(p);
-      rec.wall_time_s += p.step_time_s;
-    }
-    rec.device_seconds = rec.wall_time_s;
-    rec.timed_step_time_s = tuning::timed_step_time(task_.contract, rec.steps);
-    return rec;
+    return test::noisy_trial(task_.contract, config, trial_id, attempt, purpose, level, 0.005,
+                             state);
   }
   std::optional<double> true_step_time(const tuning::configuration& c) override {
     double speedup = has(c, "mb", 2) ? e_.mb2 : 1.0;
@@ -126,14 +98,7 @@ private:
 
 bench::driven_run drive(const tuning::task_spec& task, const effects& e, std::uint64_t seed) {
   bundle_evaluator ev{task, e};
-  bench::driver_options o;
-  o.trials = task.budget.trials;
-  o.baseline_repeats = task.budget.baseline_repeats;
-  o.verify_top = task.budget.verify_top;
-  o.verify_repeats = task.budget.verify_repeats;
-  o.policy_name = "random/1";
-  o.seed = seed;
-  return bench::drive_run(ev, o);
+  return bench::drive_run(ev, test::budget_options(task, seed));
 }
 
 TEST(MinimalChange, UndoingAChangeRestoresTheBaselineValueOrDropsThePatch) {
