@@ -851,7 +851,8 @@ std::string render_markdown(const nlohmann::json& r) {
        << fixed(m.value("bundle_ci_high", 0.0), 3)
        << "]) with its changes the time model credits least undone, one at a time; an ablation "
           "is kept when its own re-verification is promotable and its speedup is at least the "
-          "bundle's lower bound and within the promotion margin of the bundle's speedup "
+          "bundle's lower bound and it is not shown (one-sided 95 %) to lose more than the "
+          "promotion margin against the bundle "
           "(docs/planner.md \"Minimal promoted change\").\n\n"
        << "| ablation | change undone | model's speedup for it | trial | speedup without it | "
           "95% interval | kept | why |\n|---|---|---|---|---|---|---|---|\n";
