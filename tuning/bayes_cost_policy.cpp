@@ -183,7 +183,7 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
   {
     bool any = false;
     for (const auto& [x, y] : data) {
-      double m = model.predict(x).mean;
+      double m = model.predict_mean(x);
       if (!any || m < best)
         best = m;
       any = true;

@@ -118,6 +118,11 @@ feature_space::feature_space(const task_spec& task, const prior_set* priors) {
     has_prior.push_back(known);
   }
   value_feature.resize(task.knobs.size());
+  for (std::size_t ki = 0; ki < task.knobs.size(); ++ki)
+    knob_by_name.push_back(static_cast<int>(ki));
+  std::stable_sort(knob_by_name.begin(), knob_by_name.end(), [&](int a, int b) {
+    return task.knobs[static_cast<std::size_t>(a)].name < task.knobs[static_cast<std::size_t>(b)].name;
+  });
   prior_mean = Eigen::Map<Eigen::VectorXd>(means.data(), static_cast<Eigen::Index>(means.size()));
   for (std::size_t ki = 0; ki < task.knobs.size(); ++ki) {
     const auto& k = task.knobs[ki];
@@ -140,9 +145,36 @@ feature_space::feature_space(const task_spec& task, const prior_set* priors) {
   }
 }
 
+namespace {
+
+/// Calls f(knob index in task.knobs, value) for every task knob `c` assigns, walking the
+/// configuration's name-ordered map in step with fs.knob_by_name (no lookup per knob). False,
+/// having called nothing, when `c` does not assign exactly the task's knobs (the caller then
+/// looks each knob up).
+template <class F>
+bool for_each_knob_in_step(const task_spec& task, const feature_space& fs, const configuration& c,
+                           F&& f) {
+  if (c.knobs.size() != fs.knob_by_name.size())
+    return false;
+  auto it = c.knobs.begin();
+  for (int ki : fs.knob_by_name) {
+    if (it->first != task.knobs[static_cast<std::size_t>(ki)].name)
+      return false;
+    ++it;
+  }
+  it = c.knobs.begin();
+  for (int ki : fs.knob_by_name)
+    f(static_cast<std::size_t>(ki), (it++)->second);
+  return true;
+}
+
+} // namespace
+
 sparse_features feature_space::point(const task_spec& task, const configuration& c) const {
   sparse_features out;
-  for (int i : active(task, c))
+  auto a = active(task, c);
+  out.reserve(a.size() + ordinal_knob.size());
+  for (int i : a)
     out.emplace_back(i, 1.0);
   for (std::size_t o = 0; o < ordinal_knob.size(); ++o) {
     const auto& k = task.knobs[static_cast<std::size_t>(ordinal_knob[o])];
@@ -158,17 +190,23 @@ sparse_features feature_space::point(const task_spec& task, const configuration&
 
 std::vector<int> feature_space::active(const task_spec& task, const configuration& c) const {
   std::vector<int> out;
-  for (std::size_t ki = 0; ki < task.knobs.size(); ++ki) {
+  out.reserve(task.knobs.size() + c.patches.size());
+  auto add = [&](std::size_t ki, const knob_value& value) {
     const auto& k = task.knobs[ki];
-    auto kv = c.knobs.find(k.name);
-    if (kv == c.knobs.end() || kv->second == k.default_value)
-      continue;
+    if (value == k.default_value)
+      return;
     for (const auto& [v, f] : value_feature[ki])
-      if (v == kv->second) {
+      if (v == value) {
         out.push_back(f);
         break;
       }
-  }
+  };
+  if (!for_each_knob_in_step(task, *this, c, add))
+    for (std::size_t ki = 0; ki < task.knobs.size(); ++ki) {
+      auto kv = c.knobs.find(task.knobs[ki].name);
+      if (kv != c.knobs.end())
+        add(ki, kv->second);
+    }
   for (const auto& p : c.patches) {
     auto it = patch_feature.find(p);
     if (it != patch_feature.end())

@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -70,6 +71,9 @@ struct feature_space {
   /// per patch (task order): its feature index. (active() without building names.)
   std::vector<std::vector<std::pair<knob_value, int>>> value_feature;
   std::map<std::string, int> patch_feature;
+  /// The knobs' indices in task.knobs in name order (the order of knob_assignment), so that
+  /// active() and point() walk a configuration's knobs in step instead of looking each one up.
+  std::vector<int> knob_by_name;
 
   feature_space(const task_spec& task, const prior_set* priors);
 
@@ -90,7 +94,7 @@ struct feature_space {
 /// What the history says about proposing a configuration again (shared by every policy).
 struct history_facts {
   /// Keys of configurations already tried (any outcome except a lost explore attempt).
-  std::set<std::string> tried;
+  std::unordered_set<std::string> tried;
   /// Configurations that ran out of memory: the minimal ones (none of them at least as hungry
   /// as another one; at_least_as_hungry is a preorder, so a configuration dominated by an OOM is
   /// dominated by a minimal one).
