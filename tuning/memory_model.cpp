@@ -317,11 +317,12 @@ memory_fit ep_posterior(const std::vector<memory_observation>& data,
   // Sites: tau_i (x'b)^2 / 2 - nu_i x'b added to the negative log posterior.
   std::vector<double> tau(censored.size(), 0.0);
   std::vector<double> nu(censored.size(), 0.0);
+  Eigen::VectorXd sx(p); // (no allocation per site: the same products, written in place)
   for (int sweep = 0; sweep < 50; ++sweep) {
     double change = 0.0;
     for (std::size_t i = 0; i < censored.size(); ++i) {
       const auto& o = *censored[i];
-      Eigen::VectorXd sx = cov * o.x;
+      sx.noalias() = cov * o.x;
       double v = o.x.dot(sx);
       double m = o.x.dot(mean);
       if (!(v > 0))
@@ -351,7 +352,7 @@ memory_fit ep_posterior(const std::vector<memory_observation>& data,
       // Rank-one update of the posterior (Sherman-Morrison) and its mean.
       h += dn * o.x;
       cov -= (dt / (1.0 + dt * v)) * (sx * sx.transpose());
-      mean = cov * h;
+      mean.noalias() = cov * h;
     }
     if (change < 1e-8)
       break;

@@ -188,6 +188,31 @@ sparse_features feature_space::point(const task_spec& task, const configuration&
   return out;
 }
 
+history_encoding::history_encoding(const task_spec& task, const feature_space& fs,
+                                   const std::vector<trial_record>& history) {
+  keys.reserve(history.size());
+  active.reserve(history.size());
+  point.reserve(history.size());
+  for (const auto& t : history) {
+    keys.push_back(t.config.key());
+    active.push_back(fs.active(task, t.config));
+    sparse_features x;
+    x.reserve(active.back().size() + fs.ordinal_knob.size());
+    for (int i : active.back())
+      x.emplace_back(i, 1.0);
+    for (std::size_t o = 0; o < fs.ordinal_knob.size(); ++o) {
+      const auto& k = task.knobs[static_cast<std::size_t>(fs.ordinal_knob[o])];
+      auto it = t.config.knobs.find(k.name);
+      if (it == t.config.knobs.end())
+        continue;
+      double v = std::log2(numeric(it->second) / numeric(k.default_value)) / fs.ordinal_range[o];
+      if (v != 0.0 && std::isfinite(v))
+        x.emplace_back(static_cast<int>(fs.names.size() + o), v);
+    }
+    point.push_back(std::move(x));
+  }
+}
+
 std::vector<int> feature_space::active(const task_spec& task, const configuration& c) const {
   std::vector<int> out;
   out.reserve(task.knobs.size() + c.patches.size());
@@ -263,6 +288,11 @@ bool hungry_by_kind(const task_spec& task, const std::vector<int>& kind, const c
 
 history_facts::history_facts(const task_spec& task, const feature_space& fs,
                              const std::vector<trial_record>& history)
+    : history_facts(task, fs, history, history_encoding{task, fs, history}) {}
+
+history_facts::history_facts(const task_spec& task, const feature_space& fs,
+                             const std::vector<trial_record>& history,
+                             const history_encoding& encoded)
     : passed(fs.names.size(), 0), broke(fs.names.size(), 0) {
   {
     std::vector<std::pair<std::string, int>> by_name;
@@ -279,10 +309,12 @@ history_facts::history_facts(const task_spec& task, const feature_space& fs,
     for (const auto& [n, kd] : by_name)
       hunger_kind.push_back(kd);
   }
-  for (const auto& t : history) {
+  tried.reserve(history.size());
+  for (std::size_t ti = 0; ti < history.size(); ++ti) {
+    const auto& t = history[ti];
     if (t.outcome == trial_outcome::lost && t.purpose == "explore")
       continue; // lost, not measured: may be proposed again (re-queued)
-    tried.insert(t.config.key());
+    tried.insert(encoded.keys[ti]);
     if (t.finished && t.outcome == trial_outcome::oom) {
       bool covered = false;
       for (const auto& o : ooms)
@@ -300,18 +332,19 @@ history_facts::history_facts(const task_spec& task, const feature_space& fs,
       ooms.push_back(t.config);
     }
   }
-  for (const auto& t : history)
-    if (t.usable())
-      for (int i : fs.active(task, t.config))
+  for (std::size_t ti = 0; ti < history.size(); ++ti)
+    if (history[ti].usable())
+      for (int i : encoded.active[ti])
         passed[static_cast<std::size_t>(i)] += 1;
-  for (const auto& t : history) {
+  for (std::size_t ti = 0; ti < history.size(); ++ti) {
+    const auto& t = history[ti];
     bool violation = t.outcome == trial_outcome::contract_violation
                      || (t.verified && !t.violations.empty());
     if (!violation)
       continue;
     // Blame only an unambiguous culprit: the single setting of this trial never seen to pass.
     std::vector<int> unexplained;
-    for (int i : fs.active(task, t.config))
+    for (int i : encoded.active[ti])
       if (passed[static_cast<std::size_t>(i)] == 0)
         unexplained.push_back(i);
     if (unexplained.size() == 1)
@@ -341,7 +374,12 @@ bool history_facts::dominated_by_oom(const task_spec& task, const configuration&
 }
 
 bool admissible(const planner_input& in, const history_facts& facts, const configuration& c) {
-  if (facts.tried.count(c.key()) != 0)
+  return admissible(in, facts, c, c.key());
+}
+
+bool admissible(const planner_input& in, const history_facts& facts, const configuration& c,
+                const std::string& key) {
+  if (facts.tried.count(key) != 0)
     return false;
   for (const auto& p : c.patches)
     if (std::find(in.excluded_patches.begin(), in.excluded_patches.end(), p)

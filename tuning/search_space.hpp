@@ -91,6 +91,21 @@ struct feature_space {
   }
 };
 
+/// Every trial's configuration encoded once (a proposal step reads them several times: the
+/// history's facts, the failure model, the time and memory models; walking 10,000 configurations'
+/// knob maps is what costs, not the arithmetic). Per trial, in history order.
+struct history_encoding {
+  /// configuration::key().
+  std::vector<std::string> keys;
+  /// feature_space::active().
+  std::vector<std::vector<int>> active;
+  /// feature_space::point().
+  std::vector<sparse_features> point;
+
+  history_encoding(const task_spec& task, const feature_space& fs,
+                   const std::vector<trial_record>& history);
+};
+
 /// What the history says about proposing a configuration again (shared by every policy).
 struct history_facts {
   /// Keys of configurations already tried (any outcome except a lost explore attempt).
@@ -109,6 +124,9 @@ struct history_facts {
 
   history_facts(const task_spec& task, const feature_space& fs,
                 const std::vector<trial_record>& history);
+  /// As above with the history's encodings (`encoded` of the same task, features and history).
+  history_facts(const task_spec& task, const feature_space& fs,
+                const std::vector<trial_record>& history, const history_encoding& encoded);
 
   /// Uses a feature that broke the contract when it was the only untested one, and that has
   /// never passed.
@@ -126,5 +144,8 @@ std::vector<configuration> single_changes(const task_spec& task, const configura
 /// True if `c` may be proposed by any policy: not tried, no excluded patch, no incompatible
 /// pair of patches (the task's constraints are checked by the candidate enumeration).
 bool admissible(const planner_input& in, const history_facts& facts, const configuration& c);
+/// As above with `key` = c.key() already made.
+bool admissible(const planner_input& in, const history_facts& facts, const configuration& c,
+                const std::string& key);
 
 } // namespace infrarsi::tuning
