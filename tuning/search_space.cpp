@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <iterator>
 
 #include "tuning/planner.hpp"
@@ -193,19 +194,53 @@ history_encoding::history_encoding(const task_spec& task, const feature_space& f
   keys.reserve(history.size());
   active.reserve(history.size());
   point.reserve(history.size());
+  // Per knob: its ordinal feature (-1: none), so one walk of a configuration's knobs gives both.
+  std::vector<int> ordinal_of(task.knobs.size(), -1);
+  for (std::size_t o = 0; o < fs.ordinal_knob.size(); ++o)
+    ordinal_of[static_cast<std::size_t>(fs.ordinal_knob[o])] = static_cast<int>(o);
+  std::vector<const knob_value*> ordinal_value(fs.ordinal_knob.size());
   for (const auto& t : history) {
     keys.push_back(t.config.key());
-    active.push_back(fs.active(task, t.config));
+    std::fill(ordinal_value.begin(), ordinal_value.end(), nullptr);
+    // One walk: feature_space::active's one-hot features and the ordinal knobs' values.
+    std::vector<int> on;
+    on.reserve(task.knobs.size() + t.config.patches.size());
+    bool walked = for_each_knob_in_step(task, fs, t.config, [&](std::size_t ki, const knob_value& v) {
+      if (ordinal_of[ki] >= 0)
+        ordinal_value[static_cast<std::size_t>(ordinal_of[ki])] = &v;
+      if (v == task.knobs[ki].default_value)
+        return;
+      for (const auto& [fv, f] : fs.value_feature[ki])
+        if (fv == v) {
+          on.push_back(f);
+          break;
+        }
+    });
+    if (walked) {
+      for (const auto& p : t.config.patches) {
+        auto it = fs.patch_feature.find(p);
+        if (it != fs.patch_feature.end())
+          on.push_back(it->second);
+      }
+      std::sort(on.begin(), on.end());
+    } else {
+      for (std::size_t o = 0; o < fs.ordinal_knob.size(); ++o) {
+        auto it = t.config.knobs.find(task.knobs[static_cast<std::size_t>(fs.ordinal_knob[o])].name);
+        if (it != t.config.knobs.end())
+          ordinal_value[o] = &it->second;
+      }
+      on = fs.active(task, t.config);
+    }
+    active.push_back(std::move(on));
     sparse_features x;
     x.reserve(active.back().size() + fs.ordinal_knob.size());
     for (int i : active.back())
       x.emplace_back(i, 1.0);
     for (std::size_t o = 0; o < fs.ordinal_knob.size(); ++o) {
-      const auto& k = task.knobs[static_cast<std::size_t>(fs.ordinal_knob[o])];
-      auto it = t.config.knobs.find(k.name);
-      if (it == t.config.knobs.end())
+      if (ordinal_value[o] == nullptr)
         continue;
-      double v = std::log2(numeric(it->second) / numeric(k.default_value)) / fs.ordinal_range[o];
+      const auto& k = task.knobs[static_cast<std::size_t>(fs.ordinal_knob[o])];
+      double v = std::log2(numeric(*ordinal_value[o]) / numeric(k.default_value)) / fs.ordinal_range[o];
       if (v != 0.0 && std::isfinite(v))
         x.emplace_back(static_cast<int>(fs.names.size() + o), v);
     }
@@ -310,28 +345,103 @@ history_facts::history_facts(const task_spec& task, const feature_space& fs,
       hunger_kind.push_back(kd);
   }
   tried.reserve(history.size());
+  // The minimal OOMs are kept with a compact copy of what hungry_by_kind compares (thousands of
+  // OOM trials against hundreds of minimal ones): the patches as a bit mask and each knob's
+  // value (number, or the value itself for a tagged choice) in name order. A configuration
+  // whose knobs are not exactly the task's, or with a patch outside the task, is compared by
+  // hungry_by_kind itself. Same answers either way.
+  std::vector<const std::string*> sorted_names;
+  for (const auto& k : task.knobs)
+    sorted_names.push_back(&k.name);
+  std::sort(sorted_names.begin(), sorted_names.end(),
+            [](const std::string* a, const std::string* b) { return *a < *b; });
+  struct row {
+    bool compact = false;
+    std::uint64_t patches = 0;
+    std::vector<double> num;
+    std::vector<const knob_value*> value;
+  };
+  auto make_row = [&](const configuration& c) {
+    row r;
+    if (c.knobs.size() != sorted_names.size() || fs.patch_feature.size() > 64)
+      return r;
+    int last = -1;
+    for (const auto& p : c.patches) {
+      auto it = fs.patch_feature.find(p);
+      if (it == fs.patch_feature.end())
+        return r;
+      auto bit = static_cast<int>(std::distance(fs.patch_feature.begin(), it));
+      if (bit <= last) // not sorted and unique: compare the vectors
+        return r;
+      last = bit;
+      r.patches |= std::uint64_t{1} << bit;
+    }
+    auto name = sorted_names.begin();
+    for (const auto& [k, v] : c.knobs) {
+      if (k != **name++)
+        return r;
+      r.num.push_back(numeric(v));
+      r.value.push_back(&v);
+    }
+    r.compact = true;
+    return r;
+  };
+  auto hungry = [&](const configuration& c, const row& rc, const configuration& o, const row& ro) {
+    if (!rc.compact || !ro.compact)
+      return hungry_by_kind(task, hunger_kind, c, o);
+    if (rc.patches != ro.patches)
+      return false;
+    for (std::size_t i = 0; i < hunger_kind.size(); ++i)
+      switch (hunger_kind[i]) {
+      case 1:
+        if (rc.num[i] < ro.num[i])
+          return false;
+        break;
+      case -1:
+        if (rc.num[i] > ro.num[i])
+          return false;
+        break;
+      case 2:
+        if (*rc.value[i] != *ro.value[i])
+          return false;
+        break;
+      default:
+        break;
+      }
+    return true;
+  };
+  std::vector<row> oom_rows;
+  std::vector<const configuration*> oom_configs;
   for (std::size_t ti = 0; ti < history.size(); ++ti) {
     const auto& t = history[ti];
     if (t.outcome == trial_outcome::lost && t.purpose == "explore")
       continue; // lost, not measured: may be proposed again (re-queued)
     tried.insert(encoded.keys[ti]);
     if (t.finished && t.outcome == trial_outcome::oom) {
+      auto r = make_row(t.config);
       bool covered = false;
-      for (const auto& o : ooms)
-        if (hungry_by_kind(task, hunger_kind, t.config, o)) {
-          covered = true;
-          break;
-        }
+      for (std::size_t j = 0; j < oom_rows.size() && !covered; ++j)
+        covered = hungry(t.config, r, *oom_configs[j], oom_rows[j]);
       if (covered)
         continue;
-      ooms.erase(std::remove_if(ooms.begin(), ooms.end(),
-                                [&](const configuration& o) {
-                                  return hungry_by_kind(task, hunger_kind, o, t.config);
-                                }),
-                 ooms.end());
-      ooms.push_back(t.config);
+      std::size_t kept = 0;
+      for (std::size_t j = 0; j < oom_rows.size(); ++j)
+        if (!hungry(*oom_configs[j], oom_rows[j], t.config, r)) {
+          if (kept != j) {
+            oom_configs[kept] = oom_configs[j];
+            oom_rows[kept] = std::move(oom_rows[j]);
+          }
+          ++kept;
+        }
+      oom_configs.resize(kept);
+      oom_rows.resize(kept);
+      oom_configs.push_back(&t.config);
+      oom_rows.push_back(std::move(r));
     }
   }
+  ooms.reserve(oom_configs.size());
+  for (const auto* c : oom_configs)
+    ooms.push_back(*c);
   for (std::size_t ti = 0; ti < history.size(); ++ti)
     if (history[ti].usable())
       for (int i : encoded.active[ti])
