@@ -104,9 +104,8 @@ run_memory_model fit_run_memory(const task_spec& task, const feature_space& fs,
 
 run_memory_model fit_run_memory(const task_spec& task, const feature_space& fs,
                                 const std::vector<trial_record>& history,
-                                const std::vector<sparse_features>& point,
-                                const prior_set* given, double capacity_bytes,
-                                run_memory_options options) {
+                                const std::vector<sparse_features>& point, const prior_set* given,
+                                double capacity_bytes, run_memory_options options) {
   run_memory_model out;
   const auto F = fs.names.size();
   const auto M = fs.model_size();
@@ -203,8 +202,8 @@ run_memory_model fit_run_memory(const task_spec& task, const feature_space& fs,
     // (A configuration with a feature is not the baseline: the cheap test first.)
     for (std::size_t ti = 0; ti < history.size(); ++ti) {
       const auto& t = history[ti];
-      if (t.finished && t.outcome == trial_outcome::ok && point[ti].empty()
-          && t.config == base_config && t.peak_memory_bytes > 0)
+      if (t.finished && t.outcome == trial_outcome::ok && point[ti].empty() &&
+          t.config == base_config && t.peak_memory_bytes > 0)
         base_peaks.push_back(static_cast<double>(t.peak_memory_bytes));
     }
     if (!base_peaks.empty() && given != nullptr) {

@@ -46,13 +46,13 @@ failure_model::failure_model(const task_spec& task, const feature_space& fs,
 failure_model::failure_model(const task_spec& task, const feature_space& fs,
                              const std::vector<trial_record>& history,
                              const std::vector<bool>& risky, failure_model_options options)
-    : failure_model(task, fs, history, history_encoding{task, fs, history}.active, risky, options) {}
+  : failure_model(task, fs, history, history_encoding{task, fs, history}.active, risky, options) {}
 
 failure_model::failure_model(const task_spec& task, const feature_space& fs,
                              const std::vector<trial_record>& history,
                              const std::vector<std::vector<int>>& trial_active,
                              const std::vector<bool>& risky, failure_model_options options)
-    : one_hot_(fs.names.size()), knob_of_(fs.knob_of) {
+  : one_hot_(fs.names.size()), knob_of_(fs.knob_of) {
   const auto K = task.knobs.size();
   const auto D = 1 + one_hot_ + K;
   const double prior_mean = options.prior_a / (options.prior_a + options.prior_b);

@@ -122,7 +122,8 @@ feature_space::feature_space(const task_spec& task, const prior_set* priors) {
   for (std::size_t ki = 0; ki < task.knobs.size(); ++ki)
     knob_by_name.push_back(static_cast<int>(ki));
   std::stable_sort(knob_by_name.begin(), knob_by_name.end(), [&](int a, int b) {
-    return task.knobs[static_cast<std::size_t>(a)].name < task.knobs[static_cast<std::size_t>(b)].name;
+    return task.knobs[static_cast<std::size_t>(a)].name <
+           task.knobs[static_cast<std::size_t>(b)].name;
   });
   prior_mean = Eigen::Map<Eigen::VectorXd>(means.data(), static_cast<Eigen::Index>(means.size()));
   for (std::size_t ki = 0; ki < task.knobs.size(); ++ki) {
@@ -205,17 +206,18 @@ history_encoding::history_encoding(const task_spec& task, const feature_space& f
     // One walk: feature_space::active's one-hot features and the ordinal knobs' values.
     std::vector<int> on;
     on.reserve(task.knobs.size() + t.config.patches.size());
-    bool walked = for_each_knob_in_step(task, fs, t.config, [&](std::size_t ki, const knob_value& v) {
-      if (ordinal_of[ki] >= 0)
-        ordinal_value[static_cast<std::size_t>(ordinal_of[ki])] = &v;
-      if (v == task.knobs[ki].default_value)
-        return;
-      for (const auto& [fv, f] : fs.value_feature[ki])
-        if (fv == v) {
-          on.push_back(f);
-          break;
-        }
-    });
+    bool walked =
+        for_each_knob_in_step(task, fs, t.config, [&](std::size_t ki, const knob_value& v) {
+          if (ordinal_of[ki] >= 0)
+            ordinal_value[static_cast<std::size_t>(ordinal_of[ki])] = &v;
+          if (v == task.knobs[ki].default_value)
+            return;
+          for (const auto& [fv, f] : fs.value_feature[ki])
+            if (fv == v) {
+              on.push_back(f);
+              break;
+            }
+        });
     if (walked) {
       for (const auto& p : t.config.patches) {
         auto it = fs.patch_feature.find(p);
@@ -225,7 +227,8 @@ history_encoding::history_encoding(const task_spec& task, const feature_space& f
       std::sort(on.begin(), on.end());
     } else {
       for (std::size_t o = 0; o < fs.ordinal_knob.size(); ++o) {
-        auto it = t.config.knobs.find(task.knobs[static_cast<std::size_t>(fs.ordinal_knob[o])].name);
+        auto it =
+            t.config.knobs.find(task.knobs[static_cast<std::size_t>(fs.ordinal_knob[o])].name);
         if (it != t.config.knobs.end())
           ordinal_value[o] = &it->second;
       }
@@ -240,7 +243,8 @@ history_encoding::history_encoding(const task_spec& task, const feature_space& f
       if (ordinal_value[o] == nullptr)
         continue;
       const auto& k = task.knobs[static_cast<std::size_t>(fs.ordinal_knob[o])];
-      double v = std::log2(numeric(*ordinal_value[o]) / numeric(k.default_value)) / fs.ordinal_range[o];
+      double v =
+          std::log2(numeric(*ordinal_value[o]) / numeric(k.default_value)) / fs.ordinal_range[o];
       if (v != 0.0 && std::isfinite(v))
         x.emplace_back(static_cast<int>(fs.names.size() + o), v);
     }
@@ -323,12 +327,12 @@ bool hungry_by_kind(const task_spec& task, const std::vector<int>& kind, const c
 
 history_facts::history_facts(const task_spec& task, const feature_space& fs,
                              const std::vector<trial_record>& history)
-    : history_facts(task, fs, history, history_encoding{task, fs, history}) {}
+  : history_facts(task, fs, history, history_encoding{task, fs, history}) {}
 
 history_facts::history_facts(const task_spec& task, const feature_space& fs,
                              const std::vector<trial_record>& history,
                              const history_encoding& encoded)
-    : passed(fs.names.size(), 0), broke(fs.names.size(), 0) {
+  : passed(fs.names.size(), 0), broke(fs.names.size(), 0) {
   {
     std::vector<std::pair<std::string, int>> by_name;
     for (const auto& k : task.knobs) {

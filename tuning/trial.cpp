@@ -29,7 +29,8 @@ void append_value(std::string& out, const knob_value& v) {
 std::string configuration::key() const {
   std::size_t size = 1 + patches.size();
   for (const auto& [k, v] : knobs)
-    size += k.size() + 2 + (std::holds_alternative<std::string>(v) ? std::get<std::string>(v).size() : 24);
+    size += k.size() + 2 +
+            (std::holds_alternative<std::string>(v) ? std::get<std::string>(v).size() : 24);
   for (const auto& p : patches)
     size += p.size();
   std::string out;
