@@ -8,9 +8,15 @@
 // real-looking data.
 //
 //   build-release/bin/infrarsi_planner_bench [--task=FILE] [Google Benchmark flags]
+//   build-release/bin/infrarsi_planner_bench [--task=FILE] --dump-proposals=POLICY
 //
-// Reported: wall time per proposal step (ms); the counter "trials" is N.
+// Reported: wall time per proposal step (ms); the counter "trials" is N. --dump-proposals
+// instead prints what POLICY proposes at N = 100, 1,000 and 10,000 (batches of 1 and 4: each
+// proposal's configuration, predicted speedup, P(OOM) and reason, the blamed settings and the
+// stop reason), so that a speed change can be checked to keep the proposals byte for byte
+// (diff two dumps).
 
+#include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <map>
@@ -19,9 +25,9 @@
 
 #include <benchmark/benchmark.h>
 
+#include "adapters/task_file.hpp"
 #include "bench/sim_evaluator.hpp"
 #include "messages/errc.hpp"
-#include "adapters/task_file.hpp"
 #include "tuning/planner.hpp"
 
 namespace {
@@ -51,8 +57,7 @@ const std::vector<tuning::trial_record>& history(std::size_t n) {
   return h;
 }
 
-void proposal_step(benchmark::State& state, const std::string& policy_name) {
-  auto n = static_cast<std::size_t>(state.range(0));
+tuning::planner_input input_at(std::size_t n) {
   const auto& task = g_eval->task();
   tuning::planner_input in;
   in.task = &task;
@@ -63,6 +68,12 @@ void proposal_step(benchmark::State& state, const std::string& policy_name) {
   in.min_detectable_speedup = 0.0; // no stopping rule: every step proposes
   in.memory_capacity_bytes = g_eval->memory_capacity_bytes();
   in.incompatible_patches = g_eval->incompatible_patches();
+  return in;
+}
+
+void proposal_step(benchmark::State& state, const std::string& policy_name) {
+  auto n = static_cast<std::size_t>(state.range(0));
+  auto in = input_at(n);
   auto policy = tuning::make_policy(policy_name);
   std::size_t proposed = 0;
   for (auto _ : state) {
@@ -71,22 +82,56 @@ void proposal_step(benchmark::State& state, const std::string& policy_name) {
     benchmark::DoNotOptimize(batch);
   }
   state.counters["trials"] = static_cast<double>(n);
-  state.counters["proposals"] = static_cast<double>(proposed) / static_cast<double>(state.iterations());
+  state.counters["proposals"] =
+      static_cast<double>(proposed) / static_cast<double>(state.iterations());
+}
+
+/// --dump-proposals: the proposals of `policy_name` at each N, as text.
+int dump_proposals(const std::string& policy_name) {
+  auto policy = tuning::make_policy(policy_name);
+  if (!policy) {
+    std::cerr << "infrarsi_planner_bench: --dump-proposals: unknown policy " << policy_name << "\n";
+    return 2;
+  }
+  char buf[64];
+  auto num = [&](double v) {
+    std::snprintf(buf, sizeof buf, "%.17g", v);
+    return std::string{buf};
+  };
+  for (std::size_t n : {100, 1000, 10000}) {
+    auto in = input_at(n);
+    for (std::size_t batch : {1, 4}) {
+      auto out = policy->plan(in, batch);
+      std::cout << "== " << policy_name << " trials=" << n << " batch=" << batch << "\n";
+      for (const auto& p : out.proposals)
+        std::cout << p.config.key() << "\n  speedup " << num(p.predicted_speedup) << " prior "
+                  << (p.prior_speedup ? num(*p.prior_speedup) : "-") << " p_oom "
+                  << (p.p_oom ? num(*p.p_oom) : "-") << "\n  " << p.reason << "\n";
+      for (const auto& b : out.blamed)
+        std::cout << "  blamed: " << b << "\n";
+      std::cout << "  stop: " << out.stop_reason << "\n";
+    }
+  }
+  return 0;
 }
 
 } // namespace
 
 int main(int argc, char** argv) {
   std::vector<char*> args;
+  std::string dump;
   for (int i = 0; i < argc; ++i) {
     if (std::strncmp(argv[i], "--task=", 7) == 0)
       g_task = argv[i] + 7;
+    else if (std::strncmp(argv[i], "--dump-proposals=", 17) == 0)
+      dump = argv[i] + 17;
     else
       args.push_back(argv[i]);
   }
   auto task = adapters::load_task_file(g_task);
   if (!task) {
-    std::cerr << "infrarsi_planner_bench: " << g_task << ": " << infrarsi::describe(task.error()) << "\n";
+    std::cerr << "infrarsi_planner_bench: " << g_task << ": " << infrarsi::describe(task.error())
+              << "\n";
     return 2;
   }
   std::string why;
@@ -95,14 +140,19 @@ int main(int argc, char** argv) {
     std::cerr << "infrarsi_planner_bench: " << g_task << ": " << why << "\n";
     return 2;
   }
+  if (!dump.empty()) {
+    int rc = dump_proposals(dump);
+    g_eval.reset();
+    return rc;
+  }
   for (const auto* name : {"bayes_ei/2", "bayes_ei/1", "random/1", "seeded_local_search/1"}) {
     benchmark::RegisterBenchmark((std::string{"plan/"} + name).c_str(),
                                  [name](benchmark::State& s) { proposal_step(s, name); })
-      ->Arg(100)
-      ->Arg(1000)
-      ->Arg(10000)
-      ->Unit(benchmark::kMillisecond)
-      ->MinTime(2.0);
+        ->Arg(100)
+        ->Arg(1000)
+        ->Arg(10000)
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(2.0);
   }
   int n = static_cast<int>(args.size());
   benchmark::Initialize(&n, args.data());

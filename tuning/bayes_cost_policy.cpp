@@ -3,6 +3,8 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "tuning/bayes_policy.hpp"
 #include "tuning/failure_model.hpp"
@@ -65,7 +67,9 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
                    [](const auto& a, const auto& b) { return a.name < b.name; });
   const task_spec& task = sorted;
   feature_space fs{task, in.priors};
-  history_facts facts{task, fs, in.history};
+  // Every trial's key and features, computed once (history_encoding).
+  const history_encoding enc{task, fs, in.history};
+  history_facts facts{task, fs, in.history, enc};
   constraint_set constraints{task};
   const auto F = fs.names.size();
   const auto base_config = baseline_configuration(task);
@@ -80,7 +84,8 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
   // (launch settings keep the work by construction); a crash, timeout or launch error only on
   // its only untested feature of any kind. Ambiguous failures are the failure model's.
   std::vector<bool> blamed(F, false);
-  for (const auto& t : in.history) {
+  for (std::size_t ti = 0; ti < in.history.size(); ++ti) {
+    const auto& t = in.history[ti];
     bool violation = t.outcome == trial_outcome::contract_violation
                      || (t.verified && !t.violations.empty());
     bool failed = t.finished
@@ -90,7 +95,7 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
       continue;
     std::vector<int> untested_risky;
     std::vector<int> untested_any;
-    for (int i : fs.active(task, t.config)) {
+    for (int i : enc.active[ti]) {
       if (facts.passed[static_cast<std::size_t>(i)] != 0)
         continue;
       untested_any.push_back(i);
@@ -101,7 +106,7 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
     if (suspects.size() == 1)
       blamed[static_cast<std::size_t>(suspects.front())] = true;
   }
-  failure_model failures{task, fs, in.history, risky};
+  failure_model failures{task, fs, in.history, enc.active, risky};
   auto trial_list = [](const blamed_setting& b) {
     std::string trials;
     for (auto id : b.trials)
@@ -119,8 +124,9 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
     if (blamed[i] && facts.passed[i] == 0)
       out.blamed.push_back(fs.names[i] + ": excluded, the only untested setting of a failed trial");
 
-  auto usable_config = [&](const configuration& c, const std::vector<int>& a) {
-    if (!admissible(in, facts, c))
+  auto usable_config = [&](const configuration& c, const std::vector<int>& a,
+                           const std::string& key) {
+    if (!admissible(in, facts, c, key))
       return false;
     for (int i : a)
       if (blamed[static_cast<std::size_t>(i)] && facts.passed[static_cast<std::size_t>(i)] == 0)
@@ -136,14 +142,19 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
 
   // -- models -----------------------------------------------------------------------------------
   std::vector<double> baseline_times;
-  for (const auto& t : in.history)
-    if (t.usable() && t.config == base_config) {
+  for (std::size_t ti = 0; ti < in.history.size(); ++ti) {
+    const auto& t = in.history[ti];
+    // (A configuration with a feature is not the baseline: the cheap test first.)
+    if (t.usable() && enc.point[ti].empty() && t.config == base_config) {
       baseline_times.push_back(t.timed_step_time_s);
     }
+  }
   std::vector<std::pair<sparse_features, double>> data;
-  for (const auto& t : in.history)
+  for (std::size_t ti = 0; ti < in.history.size(); ++ti) {
+    const auto& t = in.history[ti];
     if (t.usable())
-      data.emplace_back(fs.point(task, t.config), std::log(t.timed_step_time_s));
+      data.emplace_back(enc.point[ti], std::log(t.timed_step_time_s));
+  }
   double baseline_log = !baseline_times.empty() ? std::log(median(baseline_times))
                         : data.empty()          ? 0.0
                                                 : data.front().second;
@@ -153,7 +164,7 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
   model.fit(data, in.noise_log_sd);
 
   const auto M = fs.model_size();
-  auto memory = fit_run_memory(task, fs, in.history, in.priors, in.memory_capacity_bytes,
+  auto memory = fit_run_memory(task, fs, in.history, enc.point, in.priors, in.memory_capacity_bytes,
                                memory_options_for(name()));
   const memory_fit& mem = memory.fit;
   const bool have_mem = memory.fitted;
@@ -183,7 +194,7 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
   {
     bool any = false;
     for (const auto& [x, y] : data) {
-      double m = model.predict(x).mean;
+      double m = model.predict_mean(x);
       if (!any || m < best)
         best = m;
       any = true;
@@ -219,25 +230,122 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
   // 2018, "A tutorial on Thompson sampling"), each the best choice of every knob and patch under
   // that draw, so that good changes found apart are tried together. Coordinate ascent refines
   // the best of them below.
-  std::set<std::string> chosen;
+  std::unordered_set<std::string> chosen;
   std::vector<scored> pool;
-  std::map<std::string, std::size_t> in_pool;
+  std::unordered_map<std::string, std::size_t> in_pool;
+  // Keys refused by a constraint or usable_config: neither depends on what is chosen or on
+  // `strict`, so a configuration met again (coordinate ascent meets the same neighbours many
+  // times) is not checked again.
+  std::unordered_set<std::string> refused;
   bool strict = true; // "one new risky feature at a time" (lifted below when nothing is left)
-  auto acceptable = [&](const configuration& c, const std::vector<int>& a) {
-    if (chosen.count(c.key()) != 0 || !constraints.ok(c) || !usable_config(c, a))
+  auto acceptable = [&](const configuration& c, const std::vector<int>& a, const std::string& key) {
+    if (chosen.count(key) != 0 || refused.count(key) != 0)
       return false;
+    if (!constraints.ok(c) || !usable_config(c, a, key)) {
+      refused.insert(key);
+      return false;
+    }
     return !strict || untested_risky(a) <= 1;
   };
-  auto consider = [&](const configuration& c) -> const scored* {
-    auto key = c.key();
+  // `make` builds the configuration of `key` (only when it is neither pooled nor refused).
+  auto consider_key = [&](std::string key, auto&& make) -> const scored* {
     if (auto it = in_pool.find(key); it != in_pool.end())
       return &pool[it->second];
-    auto a = fs.active(task, c);
-    if (!acceptable(c, a))
+    if (chosen.count(key) != 0 || refused.count(key) != 0)
       return nullptr;
-    in_pool.emplace(key, pool.size());
+    configuration c = make();
+    auto a = fs.active(task, c);
+    if (!acceptable(c, a, key))
+      return nullptr;
+    in_pool.emplace(std::move(key), pool.size());
     pool.push_back(score(c, std::move(a)));
     return &pool.back();
+  };
+  auto consider = [&](const configuration& c) -> const scored* {
+    return consider_key(c.key(), [&] { return c; });
+  };
+  // The single changes of `c` (tuning::single_changes, in its order), each considered; f(s) for
+  // each (nullptr: not acceptable). Their keys are made from c's key text, and a configuration
+  // is built only for a key neither pooled nor refused: coordinate ascent meets the same
+  // neighbours again and again.
+  std::vector<std::vector<knob_value>> domains;
+  for (const auto& k : task.knobs)
+    domains.push_back(search_values(k));
+  std::vector<std::vector<std::string>> value_text(task.knobs.size());
+  std::vector<std::size_t> name_pos(task.knobs.size());
+  for (std::size_t k = 0; k < task.knobs.size(); ++k)
+    for (const auto& v : domains[k])
+      value_text[k].push_back(task.knobs[k].name + "=" + to_string(v));
+  for (std::size_t i = 0; i < fs.knob_by_name.size(); ++i)
+    name_pos[static_cast<std::size_t>(fs.knob_by_name[i])] = i;
+  auto for_each_neighbour = [&](const configuration& c, auto&& f) {
+    bool in_step = c.knobs.size() == task.knobs.size();
+    std::vector<std::string> seg;
+    std::vector<const knob_value*> value(task.knobs.size(), nullptr);
+    if (in_step) {
+      auto it = c.knobs.begin();
+      for (int ki : fs.knob_by_name) {
+        if (it->first != task.knobs[static_cast<std::size_t>(ki)].name) {
+          in_step = false;
+          break;
+        }
+        value[static_cast<std::size_t>(ki)] = &it->second;
+        seg.push_back(it->first + "=" + to_string(it->second));
+        ++it;
+      }
+    }
+    if (!in_step) {
+      for (const auto& m : single_changes(task, c))
+        f(consider(m));
+      return;
+    }
+    auto join = [&](std::size_t pos, const std::string& with, const std::string& patch_text) {
+      std::string key;
+      key.reserve(c.knobs.size() * 24 + patch_text.size());
+      for (std::size_t i = 0; i < seg.size(); ++i) {
+        if (i > 0)
+          key += ',';
+        key += i == pos ? with : seg[i];
+      }
+      key += '|';
+      key += patch_text;
+      return key;
+    };
+    auto patch_text = [](const std::vector<std::string>& patches) {
+      std::string text;
+      for (std::size_t i = 0; i < patches.size(); ++i) {
+        if (i > 0)
+          text += ',';
+        text += patches[i];
+      }
+      return text;
+    };
+    const std::string own_patches = patch_text(c.patches);
+    for (std::size_t k = 0; k < task.knobs.size(); ++k) {
+      const auto& values = domains[k];
+      for (std::size_t j = 0; j < values.size(); ++j) {
+        if (*value[k] == values[j])
+          continue;
+        f(consider_key(join(name_pos[k], value_text[k][j], own_patches), [&] {
+          auto m = c;
+          m.knobs[task.knobs[k].name] = values[j];
+          return m;
+        }));
+      }
+    }
+    for (const auto& p : task.patches) {
+      auto patches = c.patches;
+      auto it = std::lower_bound(patches.begin(), patches.end(), p.name);
+      if (it != patches.end() && *it == p.name)
+        patches.erase(it);
+      else
+        patches.insert(it, p.name);
+      f(consider_key(join(seg.size(), "", patch_text(patches)), [&] {
+        auto m = c;
+        m.patches = patches;
+        return m;
+      }));
+    }
   };
   std::vector<const trial_record*> measured;
   for (const auto& t : in.history)
@@ -252,9 +360,6 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
   for (const auto& t : in.history)
     counted += t.outcome != trial_outcome::lost && t.outcome != trial_outcome::preempted ? 1 : 0;
   splitmix64 rng{in.seed ^ (0x5EEDC057ull + 0x9E3779B97F4A7C15ull * counted)};
-  std::vector<std::vector<knob_value>> domains;
-  for (const auto& k : task.knobs)
-    domains.push_back(search_values(k));
   auto generate = [&] {
     std::vector<configuration> centres{base_config};
     std::set<std::string> centre_keys{base_config.key()};
@@ -265,8 +370,7 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
         centres.push_back(t->config);
     }
     for (const auto& c : centres)
-      for (const auto& m : single_changes(task, c))
-        consider(m);
+      for_each_neighbour(c, [](const scored*) {});
     for (int i = 0; i < 400; ++i) {
       configuration c;
       for (std::size_t k = 0; k < task.knobs.size(); ++k)
@@ -354,10 +458,11 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
     if (!pick) {
       std::vector<int> covered(F, 0);
       std::vector<const configuration*> others;
-      for (const auto& t : in.history) {
+      for (std::size_t ti = 0; ti < in.history.size(); ++ti) {
+        const auto& t = in.history[ti];
         others.push_back(&t.config);
         if (t.purpose == "explore" || t.usable())
-          for (int i : fs.active(task, t.config))
+          for (int i : enc.active[ti])
             covered[static_cast<std::size_t>(i)] = 1;
       }
       for (const auto& p : out.proposals) {
@@ -424,15 +529,15 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
     for (const auto& start : starts) {
       auto current = score(start, fs.active(task, start));
       for (int step = 0; step < 12; ++step) {
-        std::optional<scored> better;
-        for (const auto& m : single_changes(task, current.config)) {
-          const auto* s = consider(m);
-          if (s != nullptr && s->better_than(better ? *better : current))
-            better = *s;
-        }
+        // The best neighbour so far, by its index in the pool (pool entries do not change here).
+        std::optional<std::size_t> better;
+        for_each_neighbour(current.config, [&](const scored* s) {
+          if (s != nullptr && s->better_than(better ? pool[*better] : current))
+            better = static_cast<std::size_t>(s - pool.data());
+        });
         if (!better)
           break;
-        current = std::move(*better);
+        current = pool[*better];
       }
     }
   }

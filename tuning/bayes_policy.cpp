@@ -95,6 +95,17 @@ run_memory_model fit_run_memory(const task_spec& task, const feature_space& fs,
                                 const std::vector<trial_record>& history,
                                 const prior_set* given, double capacity_bytes,
                                 run_memory_options options) {
+  std::vector<sparse_features> point;
+  point.reserve(history.size());
+  for (const auto& t : history)
+    point.push_back(fs.point(task, t.config));
+  return fit_run_memory(task, fs, history, point, given, capacity_bytes, options);
+}
+
+run_memory_model fit_run_memory(const task_spec& task, const feature_space& fs,
+                                const std::vector<trial_record>& history,
+                                const std::vector<sparse_features>& point, const prior_set* given,
+                                double capacity_bytes, run_memory_options options) {
   run_memory_model out;
   const auto F = fs.names.size();
   const auto M = fs.model_size();
@@ -119,7 +130,8 @@ run_memory_model fit_run_memory(const task_spec& task, const feature_space& fs,
   }
   if (capacity > 0) {
     std::vector<memory_observation> obs;
-    for (const auto& t : history) {
+    for (std::size_t ti = 0; ti < history.size(); ++ti) {
+      const auto& t = history[ti];
       if (!t.finished)
         continue;
       bool measured = t.outcome == trial_outcome::ok && t.peak_memory_bytes > 0;
@@ -129,7 +141,7 @@ run_memory_model fit_run_memory(const task_spec& task, const feature_space& fs,
       memory_observation o;
       o.x = Eigen::VectorXd::Zero(static_cast<Eigen::Index>(M + 1));
       o.x[0] = 1.0;
-      for (const auto& [i, v] : fs.point(task, t.config))
+      for (const auto& [i, v] : point[ti])
         o.x[1 + i] = v;
       o.oom = oom;
       o.bytes = oom ? std::log(capacity) : std::log(static_cast<double>(t.peak_memory_bytes));
@@ -187,10 +199,13 @@ run_memory_model fit_run_memory(const task_spec& task, const feature_space& fs,
     }
     // The priors' memory_bytes, relative to the baseline's measured peak: log(1 + bytes/peak).
     std::vector<double> base_peaks;
-    for (const auto& t : history)
-      if (t.finished && t.outcome == trial_outcome::ok && t.config == base_config
-          && t.peak_memory_bytes > 0)
+    // (A configuration with a feature is not the baseline: the cheap test first.)
+    for (std::size_t ti = 0; ti < history.size(); ++ti) {
+      const auto& t = history[ti];
+      if (t.finished && t.outcome == trial_outcome::ok && point[ti].empty() &&
+          t.config == base_config && t.peak_memory_bytes > 0)
         base_peaks.push_back(static_cast<double>(t.peak_memory_bytes));
+    }
     if (!base_peaks.empty() && given != nullptr) {
       double peak = median(base_peaks);
       for (std::size_t i = 0; i < F; ++i) {

@@ -192,6 +192,12 @@ run_memory_model fit_run_memory(const task_spec& task, const feature_space& fs,
                                 const std::vector<trial_record>& history,
                                 const prior_set* priors, double capacity_bytes,
                                 run_memory_options options = {});
+/// As above with each trial's feature_space::point (`point[i]` of history[i]; e.g.
+/// history_encoding::point).
+run_memory_model fit_run_memory(const task_spec& task, const feature_space& fs,
+                                const std::vector<trial_record>& history,
+                                const std::vector<sparse_features>& point, const prior_set* priors,
+                                double capacity_bytes, run_memory_options options = {});
 
 /// Expected improvement for minimization: E[max(best - Y, 0)] for Y ~ N(mean, sd^2)
 /// (Jones et al. 1998, eq. 15); max(best - mean, 0) when sd = 0.

@@ -46,7 +46,13 @@ failure_model::failure_model(const task_spec& task, const feature_space& fs,
 failure_model::failure_model(const task_spec& task, const feature_space& fs,
                              const std::vector<trial_record>& history,
                              const std::vector<bool>& risky, failure_model_options options)
-    : one_hot_(fs.names.size()), knob_of_(fs.knob_of) {
+  : failure_model(task, fs, history, history_encoding{task, fs, history}.active, risky, options) {}
+
+failure_model::failure_model(const task_spec& task, const feature_space& fs,
+                             const std::vector<trial_record>& history,
+                             const std::vector<std::vector<int>>& trial_active,
+                             const std::vector<bool>& risky, failure_model_options options)
+  : one_hot_(fs.names.size()), knob_of_(fs.knob_of) {
   const auto K = task.knobs.size();
   const auto D = 1 + one_hot_ + K;
   const double prior_mean = options.prior_a / (options.prior_a + options.prior_b);
@@ -61,13 +67,14 @@ failure_model::failure_model(const task_spec& task, const feature_space& fs,
   };
   std::vector<row> rows;
   std::vector<double> trials_with(D, 0.0);
-  for (const auto& t : history) {
+  for (std::size_t ti = 0; ti < history.size(); ++ti) {
+    const auto& t = history[ti];
     bool failed = is_failure(t);
     if (!failed && !t.usable())
       continue;
     bool violation = t.outcome == trial_outcome::contract_violation
                      || (t.outcome == trial_outcome::ok && failed);
-    auto active = fs.active(task, t.config);
+    auto active = trial_active[ti];
     if (violation)
       active.erase(std::remove_if(active.begin(), active.end(),
                                   [&](int i) { return !risky[static_cast<std::size_t>(i)]; }),

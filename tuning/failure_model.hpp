@@ -81,6 +81,12 @@ public:
   failure_model(const task_spec& task, const feature_space& fs,
                 const std::vector<trial_record>& history, const std::vector<bool>& risky,
                 failure_model_options options = {});
+  /// As above with each trial's feature_space::active (`active[i]` of history[i]; e.g.
+  /// history_encoding::active).
+  failure_model(const task_spec& task, const feature_space& fs,
+                const std::vector<trial_record>& history,
+                const std::vector<std::vector<int>>& active, const std::vector<bool>& risky,
+                failure_model_options options = {});
 
   /// P(fail) of a configuration given by its one-hot active features (indices of feature_space,
   /// ascending; the knobs they change are added): the noisy-OR at the estimated q.

@@ -27,17 +27,42 @@ struct problem {
 
   [[nodiscard]] Eigen::Index dim() const { return prior_mean.size() + 1; }
 
+  /// Per observation at the parameters `at`: mu = x'b and, for an OOM, log Q((y - mu) / sigma).
+  /// Newton evaluates the log posterior, the gradient and the Hessian at the same parameters
+  /// (the accepted line-search point is the next iteration's), so these are computed once per
+  /// point, by the same expressions as before (the same numbers, bit for bit).
+  mutable Eigen::VectorXd at;
+  mutable std::vector<double> mu_at;
+  mutable std::vector<double> log_q_at;
+  void evaluate_at(const Eigen::VectorXd& th) const {
+    if (at.size() == th.size() && at == th)
+      return;
+    auto p = prior_mean.size();
+    Eigen::VectorXd b = th.head(p);
+    double sigma = sigma_of(th[p]);
+    mu_at.resize(data->size());
+    log_q_at.resize(data->size());
+    for (std::size_t i = 0; i < data->size(); ++i) {
+      const auto& o = (*data)[i];
+      mu_at[i] = o.x.dot(b);
+      log_q_at[i] = o.oom ? log_normal_survival((o.bytes / scale - mu_at[i]) / sigma) : 0.0;
+    }
+    at = th;
+  }
+
   double log_posterior(const Eigen::VectorXd& th) const {
     auto p = prior_mean.size();
     Eigen::VectorXd b = th.head(p);
     double s = th[p];
     double sigma = sigma_of(s);
     double lp = 0.0;
-    for (const auto& o : *data) {
-      double mu = o.x.dot(b);
+    evaluate_at(th);
+    for (std::size_t i = 0; i < data->size(); ++i) {
+      const auto& o = (*data)[i];
+      double mu = mu_at[i];
       double y = o.bytes / scale;
       if (o.oom)
-        lp += log_normal_survival((y - mu) / sigma);
+        lp += log_q_at[i];
       else
         lp += log_normal_pdf((y - mu) / sigma) - std::log(sigma);
     }
@@ -53,13 +78,15 @@ struct problem {
     double sigma = sigma_of(s);
     double r = std::exp(2.0 * s) / (sigma * sigma); // d log sigma / d s
     Eigen::VectorXd g = Eigen::VectorXd::Zero(dim());
-    for (const auto& o : *data) {
-      double mu = o.x.dot(b);
+    evaluate_at(th);
+    for (std::size_t i = 0; i < data->size(); ++i) {
+      const auto& o = (*data)[i];
+      double mu = mu_at[i];
       double y = o.bytes / scale;
       double z = (y - mu) / sigma;
       if (o.oom) {
         // d/dmu log Q(z) = lambda / sigma, d/ds log Q(z) = lambda z (inverse Mills ratio).
-        double lambda = std::exp(log_normal_pdf(z) - log_normal_survival(z));
+        double lambda = std::exp(log_normal_pdf(z) - log_q_at[i]);
         g.head(p) += (lambda / sigma) * o.x;
         g[p] += lambda * z * r;
       } else {
@@ -77,20 +104,21 @@ struct problem {
   /// d lambda / dz = lambda (lambda - z)). O(N p^2), one pass.
   Eigen::MatrixXd hessian_analytic(const Eigen::VectorXd& th) const {
     auto p = prior_mean.size();
-    Eigen::VectorXd b = th.head(p);
     double s = th[p];
     double sigma = sigma_of(s);
     double r = std::exp(2.0 * s) / (sigma * sigma);
     double dr = 2.0 * r * (1.0 - r);
     Eigen::MatrixXd h = Eigen::MatrixXd::Zero(dim(), dim());
     Eigen::MatrixXd xx = Eigen::MatrixXd::Zero(p, p);
-    for (const auto& o : *data) {
-      double mu = o.x.dot(b);
+    evaluate_at(th);
+    for (std::size_t i = 0; i < data->size(); ++i) {
+      const auto& o = (*data)[i];
+      double mu = mu_at[i];
       double y = o.bytes / scale;
       double z = (y - mu) / sigma;
       double wbb, wbs, wss;
       if (o.oom) {
-        double lambda = std::exp(log_normal_pdf(z) - log_normal_survival(z));
+        double lambda = std::exp(log_normal_pdf(z) - log_q_at[i]);
         double dl = lambda * (lambda - z);
         wbb = -dl / (sigma * sigma);
         wbs = -lambda * r * (z * (lambda - z) + 1.0) / sigma;
@@ -317,11 +345,12 @@ memory_fit ep_posterior(const std::vector<memory_observation>& data,
   // Sites: tau_i (x'b)^2 / 2 - nu_i x'b added to the negative log posterior.
   std::vector<double> tau(censored.size(), 0.0);
   std::vector<double> nu(censored.size(), 0.0);
+  Eigen::VectorXd sx(p); // (no allocation per site: the same products, written in place)
   for (int sweep = 0; sweep < 50; ++sweep) {
     double change = 0.0;
     for (std::size_t i = 0; i < censored.size(); ++i) {
       const auto& o = *censored[i];
-      Eigen::VectorXd sx = cov * o.x;
+      sx.noalias() = cov * o.x;
       double v = o.x.dot(sx);
       double m = o.x.dot(mean);
       if (!(v > 0))
@@ -351,7 +380,7 @@ memory_fit ep_posterior(const std::vector<memory_observation>& data,
       // Rank-one update of the posterior (Sherman-Morrison) and its mean.
       h += dn * o.x;
       cov -= (dt / (1.0 + dt * v)) * (sx * sx.transpose());
-      mean = cov * h;
+      mean.noalias() = cov * h;
     }
     if (change < 1e-8)
       break;

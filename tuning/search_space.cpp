@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <iterator>
 
 #include "tuning/planner.hpp"
@@ -118,6 +119,12 @@ feature_space::feature_space(const task_spec& task, const prior_set* priors) {
     has_prior.push_back(known);
   }
   value_feature.resize(task.knobs.size());
+  for (std::size_t ki = 0; ki < task.knobs.size(); ++ki)
+    knob_by_name.push_back(static_cast<int>(ki));
+  std::stable_sort(knob_by_name.begin(), knob_by_name.end(), [&](int a, int b) {
+    return task.knobs[static_cast<std::size_t>(a)].name <
+           task.knobs[static_cast<std::size_t>(b)].name;
+  });
   prior_mean = Eigen::Map<Eigen::VectorXd>(means.data(), static_cast<Eigen::Index>(means.size()));
   for (std::size_t ki = 0; ki < task.knobs.size(); ++ki) {
     const auto& k = task.knobs[ki];
@@ -140,9 +147,36 @@ feature_space::feature_space(const task_spec& task, const prior_set* priors) {
   }
 }
 
+namespace {
+
+/// Calls f(knob index in task.knobs, value) for every task knob `c` assigns, walking the
+/// configuration's name-ordered map in step with fs.knob_by_name (no lookup per knob). False,
+/// having called nothing, when `c` does not assign exactly the task's knobs (the caller then
+/// looks each knob up).
+template <class F>
+bool for_each_knob_in_step(const task_spec& task, const feature_space& fs, const configuration& c,
+                           F&& f) {
+  if (c.knobs.size() != fs.knob_by_name.size())
+    return false;
+  auto it = c.knobs.begin();
+  for (int ki : fs.knob_by_name) {
+    if (it->first != task.knobs[static_cast<std::size_t>(ki)].name)
+      return false;
+    ++it;
+  }
+  it = c.knobs.begin();
+  for (int ki : fs.knob_by_name)
+    f(static_cast<std::size_t>(ki), (it++)->second);
+  return true;
+}
+
+} // namespace
+
 sparse_features feature_space::point(const task_spec& task, const configuration& c) const {
   sparse_features out;
-  for (int i : active(task, c))
+  auto a = active(task, c);
+  out.reserve(a.size() + ordinal_knob.size());
+  for (int i : a)
     out.emplace_back(i, 1.0);
   for (std::size_t o = 0; o < ordinal_knob.size(); ++o) {
     const auto& k = task.knobs[static_cast<std::size_t>(ordinal_knob[o])];
@@ -156,19 +190,87 @@ sparse_features feature_space::point(const task_spec& task, const configuration&
   return out;
 }
 
+history_encoding::history_encoding(const task_spec& task, const feature_space& fs,
+                                   const std::vector<trial_record>& history) {
+  keys.reserve(history.size());
+  active.reserve(history.size());
+  point.reserve(history.size());
+  // Per knob: its ordinal feature (-1: none), so one walk of a configuration's knobs gives both.
+  std::vector<int> ordinal_of(task.knobs.size(), -1);
+  for (std::size_t o = 0; o < fs.ordinal_knob.size(); ++o)
+    ordinal_of[static_cast<std::size_t>(fs.ordinal_knob[o])] = static_cast<int>(o);
+  std::vector<const knob_value*> ordinal_value(fs.ordinal_knob.size());
+  for (const auto& t : history) {
+    keys.push_back(t.config.key());
+    std::fill(ordinal_value.begin(), ordinal_value.end(), nullptr);
+    // One walk: feature_space::active's one-hot features and the ordinal knobs' values.
+    std::vector<int> on;
+    on.reserve(task.knobs.size() + t.config.patches.size());
+    bool walked =
+        for_each_knob_in_step(task, fs, t.config, [&](std::size_t ki, const knob_value& v) {
+          if (ordinal_of[ki] >= 0)
+            ordinal_value[static_cast<std::size_t>(ordinal_of[ki])] = &v;
+          if (v == task.knobs[ki].default_value)
+            return;
+          for (const auto& [fv, f] : fs.value_feature[ki])
+            if (fv == v) {
+              on.push_back(f);
+              break;
+            }
+        });
+    if (walked) {
+      for (const auto& p : t.config.patches) {
+        auto it = fs.patch_feature.find(p);
+        if (it != fs.patch_feature.end())
+          on.push_back(it->second);
+      }
+      std::sort(on.begin(), on.end());
+    } else {
+      for (std::size_t o = 0; o < fs.ordinal_knob.size(); ++o) {
+        auto it =
+            t.config.knobs.find(task.knobs[static_cast<std::size_t>(fs.ordinal_knob[o])].name);
+        if (it != t.config.knobs.end())
+          ordinal_value[o] = &it->second;
+      }
+      on = fs.active(task, t.config);
+    }
+    active.push_back(std::move(on));
+    sparse_features x;
+    x.reserve(active.back().size() + fs.ordinal_knob.size());
+    for (int i : active.back())
+      x.emplace_back(i, 1.0);
+    for (std::size_t o = 0; o < fs.ordinal_knob.size(); ++o) {
+      if (ordinal_value[o] == nullptr)
+        continue;
+      const auto& k = task.knobs[static_cast<std::size_t>(fs.ordinal_knob[o])];
+      double v =
+          std::log2(numeric(*ordinal_value[o]) / numeric(k.default_value)) / fs.ordinal_range[o];
+      if (v != 0.0 && std::isfinite(v))
+        x.emplace_back(static_cast<int>(fs.names.size() + o), v);
+    }
+    point.push_back(std::move(x));
+  }
+}
+
 std::vector<int> feature_space::active(const task_spec& task, const configuration& c) const {
   std::vector<int> out;
-  for (std::size_t ki = 0; ki < task.knobs.size(); ++ki) {
+  out.reserve(task.knobs.size() + c.patches.size());
+  auto add = [&](std::size_t ki, const knob_value& value) {
     const auto& k = task.knobs[ki];
-    auto kv = c.knobs.find(k.name);
-    if (kv == c.knobs.end() || kv->second == k.default_value)
-      continue;
+    if (value == k.default_value)
+      return;
     for (const auto& [v, f] : value_feature[ki])
-      if (v == kv->second) {
+      if (v == value) {
         out.push_back(f);
         break;
       }
-  }
+  };
+  if (!for_each_knob_in_step(task, *this, c, add))
+    for (std::size_t ki = 0; ki < task.knobs.size(); ++ki) {
+      auto kv = c.knobs.find(task.knobs[ki].name);
+      if (kv != c.knobs.end())
+        add(ki, kv->second);
+    }
   for (const auto& p : c.patches) {
     auto it = patch_feature.find(p);
     if (it != patch_feature.end())
@@ -225,7 +327,12 @@ bool hungry_by_kind(const task_spec& task, const std::vector<int>& kind, const c
 
 history_facts::history_facts(const task_spec& task, const feature_space& fs,
                              const std::vector<trial_record>& history)
-    : passed(fs.names.size(), 0), broke(fs.names.size(), 0) {
+  : history_facts(task, fs, history, history_encoding{task, fs, history}) {}
+
+history_facts::history_facts(const task_spec& task, const feature_space& fs,
+                             const std::vector<trial_record>& history,
+                             const history_encoding& encoded)
+  : passed(fs.names.size(), 0), broke(fs.names.size(), 0) {
   {
     std::vector<std::pair<std::string, int>> by_name;
     for (const auto& k : task.knobs) {
@@ -241,39 +348,117 @@ history_facts::history_facts(const task_spec& task, const feature_space& fs,
     for (const auto& [n, kd] : by_name)
       hunger_kind.push_back(kd);
   }
-  for (const auto& t : history) {
+  tried.reserve(history.size());
+  // The minimal OOMs are kept with a compact copy of what hungry_by_kind compares (thousands of
+  // OOM trials against hundreds of minimal ones): the patches as a bit mask and each knob's
+  // value (number, or the value itself for a tagged choice) in name order. A configuration
+  // whose knobs are not exactly the task's, or with a patch outside the task, is compared by
+  // hungry_by_kind itself. Same answers either way.
+  std::vector<const std::string*> sorted_names;
+  for (const auto& k : task.knobs)
+    sorted_names.push_back(&k.name);
+  std::sort(sorted_names.begin(), sorted_names.end(),
+            [](const std::string* a, const std::string* b) { return *a < *b; });
+  struct row {
+    bool compact = false;
+    std::uint64_t patches = 0;
+    std::vector<double> num;
+    std::vector<const knob_value*> value;
+  };
+  auto make_row = [&](const configuration& c) {
+    row r;
+    if (c.knobs.size() != sorted_names.size() || fs.patch_feature.size() > 64)
+      return r;
+    int last = -1;
+    for (const auto& p : c.patches) {
+      auto it = fs.patch_feature.find(p);
+      if (it == fs.patch_feature.end())
+        return r;
+      auto bit = static_cast<int>(std::distance(fs.patch_feature.begin(), it));
+      if (bit <= last) // not sorted and unique: compare the vectors
+        return r;
+      last = bit;
+      r.patches |= std::uint64_t{1} << bit;
+    }
+    auto name = sorted_names.begin();
+    for (const auto& [k, v] : c.knobs) {
+      if (k != **name++)
+        return r;
+      r.num.push_back(numeric(v));
+      r.value.push_back(&v);
+    }
+    r.compact = true;
+    return r;
+  };
+  auto hungry = [&](const configuration& c, const row& rc, const configuration& o, const row& ro) {
+    if (!rc.compact || !ro.compact)
+      return hungry_by_kind(task, hunger_kind, c, o);
+    if (rc.patches != ro.patches)
+      return false;
+    for (std::size_t i = 0; i < hunger_kind.size(); ++i)
+      switch (hunger_kind[i]) {
+      case 1:
+        if (rc.num[i] < ro.num[i])
+          return false;
+        break;
+      case -1:
+        if (rc.num[i] > ro.num[i])
+          return false;
+        break;
+      case 2:
+        if (*rc.value[i] != *ro.value[i])
+          return false;
+        break;
+      default:
+        break;
+      }
+    return true;
+  };
+  std::vector<row> oom_rows;
+  std::vector<const configuration*> oom_configs;
+  for (std::size_t ti = 0; ti < history.size(); ++ti) {
+    const auto& t = history[ti];
     if (t.outcome == trial_outcome::lost && t.purpose == "explore")
       continue; // lost, not measured: may be proposed again (re-queued)
-    tried.insert(t.config.key());
+    tried.insert(encoded.keys[ti]);
     if (t.finished && t.outcome == trial_outcome::oom) {
+      auto r = make_row(t.config);
       bool covered = false;
-      for (const auto& o : ooms)
-        if (hungry_by_kind(task, hunger_kind, t.config, o)) {
-          covered = true;
-          break;
-        }
+      for (std::size_t j = 0; j < oom_rows.size() && !covered; ++j)
+        covered = hungry(t.config, r, *oom_configs[j], oom_rows[j]);
       if (covered)
         continue;
-      ooms.erase(std::remove_if(ooms.begin(), ooms.end(),
-                                [&](const configuration& o) {
-                                  return hungry_by_kind(task, hunger_kind, o, t.config);
-                                }),
-                 ooms.end());
-      ooms.push_back(t.config);
+      std::size_t kept = 0;
+      for (std::size_t j = 0; j < oom_rows.size(); ++j)
+        if (!hungry(*oom_configs[j], oom_rows[j], t.config, r)) {
+          if (kept != j) {
+            oom_configs[kept] = oom_configs[j];
+            oom_rows[kept] = std::move(oom_rows[j]);
+          }
+          ++kept;
+        }
+      oom_configs.resize(kept);
+      oom_rows.resize(kept);
+      oom_configs.push_back(&t.config);
+      oom_rows.push_back(std::move(r));
     }
   }
-  for (const auto& t : history)
-    if (t.usable())
-      for (int i : fs.active(task, t.config))
+  ooms.reserve(oom_configs.size());
+  for (const auto* c : oom_configs)
+    ooms.push_back(*c);
+  for (std::size_t ti = 0; ti < history.size(); ++ti)
+    if (history[ti].usable())
+      for (int i : encoded.active[ti])
         passed[static_cast<std::size_t>(i)] += 1;
-  for (const auto& t : history) {
+  for (std::size_t ti = 0; ti < history.size(); ++ti) {
+    const auto& t = history[ti];
     bool violation = t.outcome == trial_outcome::contract_violation
                      || (t.verified && !t.violations.empty());
     if (!violation)
       continue;
     // Blame only an unambiguous culprit: the single setting of this trial never seen to pass.
     std::vector<int> unexplained;
-    for (int i : fs.active(task, t.config))
+    for (int i : encoded.active[ti])
       if (passed[static_cast<std::size_t>(i)] == 0)
         unexplained.push_back(i);
     if (unexplained.size() == 1)
@@ -303,7 +488,12 @@ bool history_facts::dominated_by_oom(const task_spec& task, const configuration&
 }
 
 bool admissible(const planner_input& in, const history_facts& facts, const configuration& c) {
-  if (facts.tried.count(c.key()) != 0)
+  return admissible(in, facts, c, c.key());
+}
+
+bool admissible(const planner_input& in, const history_facts& facts, const configuration& c,
+                const std::string& key) {
+  if (facts.tried.count(key) != 0)
     return false;
   for (const auto& p : c.patches)
     if (std::find(in.excluded_patches.begin(), in.excluded_patches.end(), p)

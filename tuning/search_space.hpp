@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -70,6 +71,9 @@ struct feature_space {
   /// per patch (task order): its feature index. (active() without building names.)
   std::vector<std::vector<std::pair<knob_value, int>>> value_feature;
   std::map<std::string, int> patch_feature;
+  /// The knobs' indices in task.knobs in name order (the order of knob_assignment), so that
+  /// active() and point() walk a configuration's knobs in step instead of looking each one up.
+  std::vector<int> knob_by_name;
 
   feature_space(const task_spec& task, const prior_set* priors);
 
@@ -87,10 +91,25 @@ struct feature_space {
   }
 };
 
+/// Every trial's configuration encoded once (a proposal step reads them several times: the
+/// history's facts, the failure model, the time and memory models; walking 10,000 configurations'
+/// knob maps is what costs, not the arithmetic). Per trial, in history order.
+struct history_encoding {
+  /// configuration::key().
+  std::vector<std::string> keys;
+  /// feature_space::active().
+  std::vector<std::vector<int>> active;
+  /// feature_space::point().
+  std::vector<sparse_features> point;
+
+  history_encoding(const task_spec& task, const feature_space& fs,
+                   const std::vector<trial_record>& history);
+};
+
 /// What the history says about proposing a configuration again (shared by every policy).
 struct history_facts {
   /// Keys of configurations already tried (any outcome except a lost explore attempt).
-  std::set<std::string> tried;
+  std::unordered_set<std::string> tried;
   /// Configurations that ran out of memory: the minimal ones (none of them at least as hungry
   /// as another one; at_least_as_hungry is a preorder, so a configuration dominated by an OOM is
   /// dominated by a minimal one).
@@ -105,6 +124,9 @@ struct history_facts {
 
   history_facts(const task_spec& task, const feature_space& fs,
                 const std::vector<trial_record>& history);
+  /// As above with the history's encodings (`encoded` of the same task, features and history).
+  history_facts(const task_spec& task, const feature_space& fs,
+                const std::vector<trial_record>& history, const history_encoding& encoded);
 
   /// Uses a feature that broke the contract when it was the only untested one, and that has
   /// never passed.
@@ -122,5 +144,8 @@ std::vector<configuration> single_changes(const task_spec& task, const configura
 /// True if `c` may be proposed by any policy: not tried, no excluded patch, no incompatible
 /// pair of patches (the task's constraints are checked by the candidate enumeration).
 bool admissible(const planner_input& in, const history_facts& facts, const configuration& c);
+/// As above with `key` = c.key() already made.
+bool admissible(const planner_input& in, const history_facts& facts, const configuration& c,
+                const std::string& key);
 
 } // namespace infrarsi::tuning

@@ -44,22 +44,34 @@ time_model::time_model(const feature_space& fs, time_model_options options)
   noise_var_ = options_.model_error_sd * options_.model_error_sd;
 }
 
-sparse_features time_model::expand(const sparse_features& x) const {
-  sparse_features out;
+void time_model::expand_into(const sparse_features& x, sparse_features& out) const {
+  out.clear();
   out.reserve(1 + x.size() * (x.size() + 1) / 2);
   out.emplace_back(0, 1.0);
   for (const auto& [i, v] : x)
     out.emplace_back(1 + i, v);
+  if (pair_.empty())
+    return;
   for (std::size_t a = 0; a < x.size(); ++a)
     for (std::size_t b = a + 1; b < x.size(); ++b) {
       auto i = static_cast<std::size_t>(std::min(x[a].first, x[b].first));
       auto j = static_cast<std::size_t>(std::max(x[a].first, x[b].first));
-      int p = pair_.empty() ? -1 : pair_[i * features_ + j];
+      int p = pair_[i * features_ + j];
       if (p >= 0)
         out.emplace_back(p, x[a].second * x[b].second);
     }
-  return out;
 }
+
+namespace {
+
+/// Scratch for the expanded features of one configuration (predict is called thousands of times
+/// per proposal step; one buffer per thread, no allocation after the first call).
+sparse_features& scratch() {
+  thread_local sparse_features buf;
+  return buf;
+}
+
+} // namespace
 
 void time_model::fit(const std::vector<std::pair<sparse_features, double>>& data,
                      double noise_log_sd) {
@@ -69,14 +81,31 @@ void time_model::fit(const std::vector<std::pair<sparse_features, double>>& data
   Eigen::MatrixXd precision = Eigen::MatrixXd::Zero(d, d);
   precision.diagonal() = prior_var_.cwiseInverse();
   Eigen::VectorXd rhs = prior_mean_.cwiseQuotient(prior_var_);
+  // Each coefficient index occurs once in a trial's expansion, so entries (a, b) and (b, a)
+  // receive the same increments (va vb / s^2 = vb va / s^2 exactly) in the same order: the upper
+  // triangle is accumulated and mirrored, which halves the work and gives the same matrix.
+  // Most values are 1 (one-hot features, the intercept, products of two): 1 x vb / s^2 is
+  // vb / s^2 exactly, computed once per coefficient instead of once per pair.
+  auto& idx = scratch();
+  std::vector<double> over_noise;
   for (const auto& [x, y] : data) {
-    auto idx = expand(x);
-    for (const auto& [a, va] : idx) {
+    expand_into(x, idx);
+    over_noise.resize(idx.size());
+    for (std::size_t k = 0; k < idx.size(); ++k)
+      over_noise[k] = idx[k].second / noise_var_;
+    for (std::size_t k = 0; k < idx.size(); ++k) {
+      const auto [a, va] = idx[k];
       rhs[a] += va * y / noise_var_;
-      for (const auto& [b, vb] : idx)
-        precision(a, b) += va * vb / noise_var_;
+      for (std::size_t l = k; l < idx.size(); ++l) {
+        const auto [b, vb] = idx[l];
+        double inc = va == 1.0 ? over_noise[l] : vb == 1.0 ? over_noise[k] : va * vb / noise_var_;
+        precision(std::min(a, b), std::max(a, b)) += inc;
+      }
     }
   }
+  for (Eigen::Index j = 0; j < d; ++j)
+    for (Eigen::Index i = j + 1; i < d; ++i)
+      precision(i, j) = precision(j, i);
   // The precision is the prior's (diagonal, positive) plus a Gram matrix, so it is positive
   // definite; a failed factorization can only come from non-finite data, which is left out.
   Eigen::LLT<Eigen::MatrixXd> llt(precision);
@@ -93,7 +122,8 @@ void time_model::fit(const std::vector<std::pair<sparse_features, double>>& data
 }
 
 time_prediction time_model::predict(const sparse_features& x) const {
-  auto idx = expand(x);
+  auto& idx = scratch();
+  expand_into(x, idx);
   time_prediction p;
   double var = 0.0;
   for (const auto& [a, va] : idx) {
@@ -105,6 +135,15 @@ time_prediction time_model::predict(const sparse_features& x) const {
   return p;
 }
 
+double time_model::predict_mean(const sparse_features& x) const {
+  auto& idx = scratch();
+  expand_into(x, idx);
+  double mean = 0.0;
+  for (const auto& [a, va] : idx)
+    mean += va * mean_[a];
+  return mean;
+}
+
 double time_model::prior_mean(const sparse_features& x) const {
   double m = 0.0;
   for (const auto& [i, v] : x)
@@ -113,7 +152,8 @@ double time_model::prior_mean(const sparse_features& x) const {
 }
 
 void time_model::condition(const sparse_features& x, double value) {
-  auto idx = expand(x);
+  auto& idx = scratch();
+  expand_into(x, idx);
   Eigen::VectorXd cx = Eigen::VectorXd::Zero(cov_.rows());
   double pred = 0.0;
   for (const auto& [a, va] : idx) {

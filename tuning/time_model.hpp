@@ -83,6 +83,8 @@ public:
 
   /// Posterior prediction for a configuration given by its features.
   [[nodiscard]] time_prediction predict(const sparse_features& x) const;
+  /// predict(x).mean alone: O(A) instead of O(A^2) (the same number, bit for bit).
+  [[nodiscard]] double predict_mean(const sparse_features& x) const;
   /// Prediction from the prior alone (main effects' prior means; what the priors say).
   [[nodiscard]] double prior_mean(const sparse_features& x) const;
 
@@ -107,8 +109,9 @@ public:
 
 private:
   /// The coefficients active for a configuration and their feature values: intercept (1),
-  /// mains, pairs (product of the two values).
-  [[nodiscard]] sparse_features expand(const sparse_features& x) const;
+  /// mains, pairs (product of the two values), into `out` (cleared first; its capacity is
+  /// reused).
+  void expand_into(const sparse_features& x, sparse_features& out) const;
 
   std::size_t features_ = 0;
   time_model_options options_;

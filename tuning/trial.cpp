@@ -6,15 +6,41 @@
 
 namespace infrarsi::tuning {
 
+namespace {
+
+/// Appends to_string(v) (tuning/task.hpp) to `out` without a temporary string.
+void append_value(std::string& out, const knob_value& v) {
+  char buf[64];
+  if (const auto* i = std::get_if<std::int64_t>(&v)) {
+    auto res = std::to_chars(buf, buf + sizeof buf, *i);
+    out.append(buf, res.ptr);
+  } else if (const auto* d = std::get_if<double>(&v)) {
+    auto res = std::to_chars(buf, buf + sizeof buf, *d); // shortest exact round trip
+    out.append(buf, res.ptr);
+  } else if (const auto* b = std::get_if<bool>(&v)) {
+    out += *b ? "true" : "false";
+  } else {
+    out += std::get<std::string>(v);
+  }
+}
+
+} // namespace
+
 std::string configuration::key() const {
+  std::size_t size = 1 + patches.size();
+  for (const auto& [k, v] : knobs)
+    size += k.size() + 2 +
+            (std::holds_alternative<std::string>(v) ? std::get<std::string>(v).size() : 24);
+  for (const auto& p : patches)
+    size += p.size();
   std::string out;
-  out.reserve(16 * knobs.size() + 16 * patches.size());
+  out.reserve(size);
   for (const auto& [k, v] : knobs) {
     if (!out.empty())
       out += ',';
     out += k;
     out += '=';
-    out += to_string(v);
+    append_value(out, v);
   }
   out += '|';
   for (std::size_t i = 0; i < patches.size(); ++i) {
