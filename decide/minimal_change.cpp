@@ -125,31 +125,28 @@ ablation_plan plan_ablations(const tuning::task_spec& base_task, const store::ru
           l->round == a.index)
         t = l;
     if (t == nullptr) {
-      a.state = "next";
+      a.state = ablation_state::next;
       plan.steps.push_back(std::move(a));
-      plan.done = false;
       return plan;
     }
     a.trial_id = t->trial_id;
     const bool lost = t->finished && t->outcome == trial_outcome::lost;
     if (!t->finished || (lost && t->attempt + 1 < max_attempts) || (!lost && !t->verified) ||
         (t->verified && clock_remeasure_due(run, *t))) {
-      a.state = "running";
+      a.state = ablation_state::running;
       plan.steps.push_back(std::move(a));
-      plan.done = false;
       return plan;
     }
     if (!t->usable()) {
-      a.state = "rejected";
+      a.state = ablation_state::rejected;
       a.reason = "its trial " + failure_words(*t);
       plan.steps.push_back(std::move(a));
       continue;
     }
     const auto* r = latest_reverification(run, t->trial_id);
     if (r == nullptr || (r->remeasure && r->round == 1)) {
-      a.state = "reverifying";
+      a.state = ablation_state::reverifying;
       plan.steps.push_back(std::move(a));
-      plan.done = false;
       return plan;
     }
     a.reverification = r;
@@ -161,13 +158,13 @@ ablation_plan plan_ablations(const tuning::task_spec& base_task, const store::ru
         std::max(plan.bundle->estimate.ci_low,
                  plan.bundle->estimate.speedup / (1.0 + margin) * std::exp(-z95_one_sided * se));
     if (r->promotable && r->estimate.speedup >= floor) {
-      a.state = "accepted";
+      a.state = ablation_state::accepted;
       a.reason = "speedup " + fixed(r->estimate.speedup) +
                  " without it is within the bundle's interval and margin (>= " + fixed(floor) + ")";
       plan.current = config;
       plan.current_reverification = r;
     } else {
-      a.state = "rejected";
+      a.state = ablation_state::rejected;
       a.reason = !r->promotable ? "its re-verification is not promotable: " + r->reason
                                 : "speedup " + fixed(r->estimate.speedup) +
                                       " without it is below the bundle's interval and margin (" +
@@ -189,14 +186,14 @@ nlohmann::json ablation_doc(const tuning::task_spec& task, const ablation_plan& 
     nlohmann::json s = {{"index", a.index},       {"removed", a.removed.name},
                         {"trial_id", a.trial_id}, {"change", a.config.diff_from(base)},
                         {"speedup", nullptr},     {"ci_low", nullptr},
-                        {"ci_high", nullptr},     {"accepted", a.state == "accepted"},
+                        {"ci_high", nullptr},     {"accepted", a.state == ablation_state::accepted},
                         {"reason", a.reason}};
     if (a.reverification != nullptr) {
       s["speedup"] = a.reverification->estimate.speedup;
       s["ci_low"] = a.reverification->estimate.ci_low;
       s["ci_high"] = a.reverification->estimate.ci_high;
     }
-    if (a.state == "accepted")
+    if (a.state == ablation_state::accepted)
       removed.push_back(a.removed.name);
     steps.push_back(std::move(s));
   }

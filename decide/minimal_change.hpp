@@ -47,6 +47,20 @@ inline constexpr const char* current_promotion_rule = "minimal-change/1";
 /// True when `run` was locked with current_promotion_rule.
 bool minimal_change_rule(const store::run_state& run);
 
+/// Where one ablation stands.
+enum class ablation_state {
+  /// To propose now (its trial does not exist yet).
+  next,
+  /// Its trial is running, or waits for its verdict or a re-queue.
+  running,
+  /// Its trial was usable; its re-verification is not decided yet.
+  reverifying,
+  /// Kept: the configuration without the change is as fast (see the file comment).
+  accepted,
+  /// Not kept: its trial failed, or its re-verification said it is slower.
+  rejected,
+};
+
 /// One ablation of the plan.
 struct ablation {
   /// 1-based; the ablation trial's round.
@@ -57,9 +71,7 @@ struct ablation {
   tuning::configuration config;
   /// Its trial (0: not proposed yet).
   std::uint64_t trial_id = 0;
-  /// "next" (to propose), "running" (its trial or verdict pending), "reverifying" (usable,
-  /// its re-verification not decided yet), "accepted" or "rejected".
-  std::string state;
+  ablation_state state = ablation_state::next;
   /// Why accepted or rejected, in words.
   std::string reason;
   /// Its final re-verification (accepted, or rejected after re-verification).
@@ -82,8 +94,6 @@ struct ablation_plan {
   /// accepted).
   tuning::configuration current;
   const store::reverification* current_reverification = nullptr;
-  /// True when every ablation is decided (nothing to launch or wait for).
-  bool done = true;
 };
 
 /// The plan of `run` (see the file comment). Deterministic in the logged events.

@@ -402,7 +402,7 @@ step next_step(const tuning::task_spec& task, const store::run_state& run, const
       auto plan = plan_ablations(task, run);
       if (plan.active && !plan.steps.empty()) {
         const auto& a = plan.steps.back();
-        if (a.state == "next") {
+        if (a.state == ablation_state::next) {
           if (in.free_slots == 0)
             return make(step_kind::wait, "no free node slot for an ablation");
           step s = make(step_kind::launch, "ablation " + std::to_string(a.index) +
@@ -415,9 +415,9 @@ step next_step(const tuning::task_spec& task, const store::run_state& run, const
           s.launches.push_back(std::move(l));
           return s;
         }
-        if (a.state == "running")
+        if (a.state == ablation_state::running)
           return make(step_kind::wait, "ablation " + std::to_string(a.index) + " in flight");
-        if (a.state == "reverifying") {
+        if (a.state == ablation_state::reverifying) {
           launches.reason =
               "interleaved re-verification runs of ablation " + std::to_string(a.index);
           reverify_each({{a.trial_id, a.config}});

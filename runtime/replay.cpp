@@ -160,7 +160,7 @@ public:
               }
             if (!picked) { // an ablation's re-verification (decide/minimal_change.hpp)
               auto plan = decide::plan_ablations(task_, state);
-              if (!plan.steps.empty() && plan.steps.back().state == "reverifying"
+              if (!plan.steps.empty() && plan.steps.back().state == decide::ablation_state::reverifying
                   && plan.steps.back().trial_id == logged_trial.candidate_trial) {
                 want = plan.steps.back().config;
                 picked = true;
@@ -174,7 +174,7 @@ public:
           }
           case tuning::purpose_kind::ablation: {
             auto plan = decide::plan_ablations(task_, state);
-            if (plan.steps.empty() || plan.steps.back().state != "next")
+            if (plan.steps.empty() || plan.steps.back().state != decide::ablation_state::next)
               return diverge("proposal", logged, "no ablation is due");
             const auto& a = plan.steps.back();
             if (logged_trial.candidate_trial != plan.bundle->candidate_trial
