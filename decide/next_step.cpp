@@ -50,46 +50,30 @@ step stage_step(step_kind k, const std::string& stage) {
 }
 
 bool started(const store::run_state& run, const std::string& stage) {
-  return std::find(run.stages_started.begin(), run.stages_started.end(), stage) !=
-         run.stages_started.end();
+  return std::find(run.stages_started.begin(), run.stages_started.end(), stage)
+         != run.stages_started.end();
 }
 
 } // namespace
 
 const char* to_string(step_kind k) {
   switch (k) {
-  case step_kind::wait:
-    return "wait";
-  case step_kind::done:
-    return "done";
-  case step_kind::begin_stage:
-    return "begin_stage";
-  case step_kind::end_stage:
-    return "end_stage";
-  case step_kind::init:
-    return "init";
-  case step_kind::lose:
-    return "lose";
-  case step_kind::launch:
-    return "launch";
-  case step_kind::verify:
-    return "verify";
-  case step_kind::propose:
-    return "propose";
-  case step_kind::stop_search:
-    return "stop_search";
-  case step_kind::calibrate:
-    return "calibrate";
-  case step_kind::reverify:
-    return "reverify";
-  case step_kind::promote:
-    return "promote";
-  case step_kind::report:
-    return "report";
-  case step_kind::apply:
-    return "apply";
-  case step_kind::llm_round:
-    return "llm_round";
+    case step_kind::wait: return "wait";
+    case step_kind::done: return "done";
+    case step_kind::begin_stage: return "begin_stage";
+    case step_kind::end_stage: return "end_stage";
+    case step_kind::init: return "init";
+    case step_kind::lose: return "lose";
+    case step_kind::launch: return "launch";
+    case step_kind::verify: return "verify";
+    case step_kind::propose: return "propose";
+    case step_kind::stop_search: return "stop_search";
+    case step_kind::calibrate: return "calibrate";
+    case step_kind::reverify: return "reverify";
+    case step_kind::promote: return "promote";
+    case step_kind::report: return "report";
+    case step_kind::apply: return "apply";
+    case step_kind::llm_round: return "llm_round";
   }
   return "?";
 }
@@ -109,12 +93,12 @@ bool clock_only(const trial_record& t) {
 } // namespace
 
 bool clock_remeasure_due(const store::run_state& run, const trial_record& t) {
-  if (!t.finished || !t.verified || t.kind == purpose_kind::baseline || !clock_only(t) ||
-      t.attempt + 1 >= max_attempts)
+  if (!t.finished || !t.verified || t.kind == purpose_kind::baseline || !clock_only(t)
+      || t.attempt + 1 >= max_attempts)
     return false;
   for (const auto& other : run.trials)
-    if (other.trial_id == t.trial_id &&
-        (other.attempt > t.attempt || (other.attempt < t.attempt && clock_only(other))))
+    if (other.trial_id == t.trial_id
+        && (other.attempt > t.attempt || (other.attempt < t.attempt && clock_only(other))))
       return false; // superseded already, or this is the re-measurement
   return true;
 }
@@ -165,8 +149,8 @@ step next_step(const tuning::task_spec& task, const store::run_state& run, const
     if (remeasure)
       queued.reason = "re-measured: the harness-clock check failed once (a loaded machine?)";
     bool requeue = (lost(*t) && t->attempt + 1 < max_attempts) || remeasure;
-    bool undispatched =
-        !t->dispatched && !t->finished && busy.running.count({t->trial_id, t->attempt}) == 0;
+    bool undispatched = !t->dispatched && !t->finished
+                        && busy.running.count({t->trial_id, t->attempt}) == 0;
     if (!requeue && !undispatched)
       continue;
     launch l;
@@ -185,9 +169,9 @@ step next_step(const tuning::task_spec& task, const store::run_state& run, const
   // 3. Verdicts of every ended attempt (baselines once the doctor has calibrated).
   step verify = make(step_kind::verify, "check ended trials against the contract");
   for (const auto* t : latest)
-    if (t->finished && !lost(*t) && !t->verified &&
-        (t->kind != purpose_kind::baseline || calibrated) &&
-        busy.verifying.count({t->trial_id, t->attempt}) == 0)
+    if (t->finished && !lost(*t) && !t->verified
+        && (t->kind != purpose_kind::baseline || calibrated)
+        && busy.verifying.count({t->trial_id, t->attempt}) == 0)
       verify.attempts.emplace_back(t->trial_id, t->attempt);
   if (!verify.attempts.empty())
     return verify;
@@ -219,9 +203,9 @@ step next_step(const tuning::task_spec& task, const store::run_state& run, const
       if (auto failure = baseline_launch_failure(run); !failure.empty()) {
         if (waiting)
           return make(step_kind::wait, "baseline runs in flight");
-        return busy.calibrating
-                   ? make(step_kind::wait, "calibrating")
-                   : make(step_kind::calibrate, "the baseline does not launch: " + failure);
+        return busy.calibrating ? make(step_kind::wait, "calibrating")
+                                : make(step_kind::calibrate, "the baseline does not launch: "
+                                                               + failure);
       }
     }
     if (baselines < budget.baseline_repeats) {
@@ -256,11 +240,11 @@ step next_step(const tuning::task_spec& task, const store::run_state& run, const
         return make(step_kind::wait, "no free node slot for a baseline run");
       }
       if (plan.more > 0) {
-        step s =
-            make(step_kind::launch, "more baseline runs: the minimum detectable speedup " +
-                                        std::to_string(plan.measurement.value("mds_reached", 0.0)) +
-                                        " is above the target " +
-                                        std::to_string(plan.measurement.value("target_mds", 0.0)));
+        step s = make(step_kind::launch,
+                      "more baseline runs: the minimum detectable speedup "
+                        + std::to_string(plan.measurement.value("mds_reached", 0.0))
+                        + " is above the target "
+                        + std::to_string(plan.measurement.value("target_mds", 0.0)));
         for (std::uint32_t i = 0; i < plan.more && i < in.free_slots; ++i)
           s.launches.push_back(new_launch(i, base, purpose_kind::baseline));
         if (!s.launches.empty())
@@ -284,7 +268,7 @@ step next_step(const tuning::task_spec& task, const store::run_state& run, const
     bool explore_pending = false;
     for (const auto* t : latest)
       explore_pending =
-          explore_pending || (t->kind == purpose_kind::explore && pending(run, *t, true));
+        explore_pending || (t->kind == purpose_kind::explore && pending(run, *t, true));
     if (!run.search_stopped) {
       if (explored >= budget.trials) {
         step s = make(step_kind::stop_search, "the search budget is spent");
@@ -294,9 +278,10 @@ step next_step(const tuning::task_spec& task, const store::run_state& run, const
       }
       if (in.wall_clock_expired) {
         step s = make(step_kind::stop_search, "the wall-clock limit has passed");
-        s.stop = search_stopped_doc(
-            "wall_clock", "budget.wall_clock_s = " + std::to_string(budget.wall_clock_s) + " s",
-            explored, budget.trials);
+        s.stop = search_stopped_doc("wall_clock",
+                                    "budget.wall_clock_s = " + std::to_string(budget.wall_clock_s)
+                                      + " s",
+                                    explored, budget.trials);
         return s;
       }
       if (busy.proposing)
@@ -323,72 +308,71 @@ step next_step(const tuning::task_spec& task, const store::run_state& run, const
     std::uint64_t offset = 0;
     std::optional<step> decided;
     auto reverify_each =
-        [&](const std::vector<std::pair<std::uint64_t, tuning::configuration>>& targets) {
-          for (const auto& [id, config] : targets) {
-            const store::reverification* logged = nullptr;
-            for (const auto& r : run.reverifications)
-              if (r.candidate_trial == id)
-                logged = &r;
-            std::uint32_t round = 1;
-            if (logged != nullptr) {
-              if (!(logged->remeasure && logged->round == 1))
-                continue; // done with this candidate
-              round = 2;
-            }
-            if (busy.reverifying.count(id) != 0) {
-              waiting = true;
-              continue;
-            }
-            std::uint32_t base_runs = 0;
-            std::uint32_t cand_runs = 0;
-            bool in_flight = false;
-            for (const auto* t : latest) {
-              if (t->candidate_trial != id || t->round != round)
-                continue;
-              bool b = t->kind == purpose_kind::verify_baseline;
-              if (!b && t->kind != purpose_kind::verify_candidate)
-                continue;
-              (b ? base_runs : cand_runs) += 1;
-              in_flight = in_flight || pending(run, *t, true);
-            }
-            if (in_flight) {
-              waiting = true;
-              continue;
-            }
-            if (budget.adaptive) {
-              // The group-sequential test: at every look (verify_repeats more pairs) decide, or go
-              // on.
-              if (base_runs == cand_runs && base_runs >= budget.verify_repeats) {
-                auto st = reverification_looks(run, id, round);
-                if (st.failed > 0 || (st.decision != "continue" && st.decision != "pending") ||
-                    base_runs >= budget.max_verify_repeats) {
-                  step s = make(step_kind::reverify, "the sequential test decided (" + st.decision +
-                                                         ", look " +
-                                                         std::to_string(st.looks.size()) + ")");
-                  s.candidate = id;
-                  decided = std::move(s);
-                  return;
-                }
-              }
-            } else if (base_runs >= budget.verify_repeats && cand_runs >= budget.verify_repeats) {
-              step s = make(step_kind::reverify, "every interleaved run of the round has ended");
+      [&](const std::vector<std::pair<std::uint64_t, tuning::configuration>>& targets) {
+      for (const auto& [id, config] : targets) {
+        const store::reverification* logged = nullptr;
+        for (const auto& r : run.reverifications)
+          if (r.candidate_trial == id)
+            logged = &r;
+        std::uint32_t round = 1;
+        if (logged != nullptr) {
+          if (!(logged->remeasure && logged->round == 1))
+            continue; // done with this candidate
+          round = 2;
+        }
+        if (busy.reverifying.count(id) != 0) {
+          waiting = true;
+          continue;
+        }
+        std::uint32_t base_runs = 0;
+        std::uint32_t cand_runs = 0;
+        bool in_flight = false;
+        for (const auto* t : latest) {
+          if (t->candidate_trial != id || t->round != round)
+            continue;
+          bool b = t->kind == purpose_kind::verify_baseline;
+          if (!b && t->kind != purpose_kind::verify_candidate)
+            continue;
+          (b ? base_runs : cand_runs) += 1;
+          in_flight = in_flight || pending(run, *t, true);
+        }
+        if (in_flight) {
+          waiting = true;
+          continue;
+        }
+        if (budget.adaptive) {
+          // The group-sequential test: at every look (verify_repeats more pairs) decide, or go on.
+          if (base_runs == cand_runs && base_runs >= budget.verify_repeats) {
+            auto st = reverification_looks(run, id, round);
+            if (st.failed > 0 || (st.decision != "continue" && st.decision != "pending")
+                || base_runs >= budget.max_verify_repeats) {
+              step s = make(step_kind::reverify, "the sequential test decided (" + st.decision
+                                                   + ", look "
+                                                   + std::to_string(st.looks.size()) + ")");
               s.candidate = id;
               decided = std::move(s);
               return;
             }
-            waiting = true;
-            if (launches.launches.size() >= in.free_slots)
-              continue;
-            bool baseline_next =
-                base_runs <= cand_runs && (budget.adaptive || base_runs < budget.verify_repeats);
-            auto l = new_launch(offset++, baseline_next ? base : config,
-                                baseline_next ? purpose_kind::verify_baseline
-                                              : purpose_kind::verify_candidate);
-            l.candidate_trial = id;
-            l.round = round;
-            launches.launches.push_back(std::move(l));
           }
-        };
+        } else if (base_runs >= budget.verify_repeats && cand_runs >= budget.verify_repeats) {
+          step s = make(step_kind::reverify, "every interleaved run of the round has ended");
+          s.candidate = id;
+          decided = std::move(s);
+          return;
+        }
+        waiting = true;
+        if (launches.launches.size() >= in.free_slots)
+          continue;
+        bool baseline_next = base_runs <= cand_runs
+                             && (budget.adaptive || base_runs < budget.verify_repeats);
+        auto l = new_launch(offset++, baseline_next ? base : config,
+                            baseline_next ? purpose_kind::verify_baseline
+                                          : purpose_kind::verify_candidate);
+        l.candidate_trial = id;
+        l.round = round;
+        launches.launches.push_back(std::move(l));
+      }
+    };
     reverify_each(reverify_candidates(task, run));
     if (decided)
       return *decided;
@@ -402,13 +386,12 @@ step next_step(const tuning::task_spec& task, const store::run_state& run, const
       auto plan = plan_ablations(task, run);
       if (plan.active && !plan.steps.empty()) {
         const auto& a = plan.steps.back();
+        const auto index = std::to_string(a.index);
         if (a.state == ablation_state::next) {
           if (in.free_slots == 0)
             return make(step_kind::wait, "no free node slot for an ablation");
-          step s = make(step_kind::launch, "ablation " + std::to_string(a.index) +
-                                               ": the bundle "
-                                               "without " +
-                                               a.removed.name);
+          step s = make(step_kind::launch,
+                        "ablation " + index + ": the bundle without " + a.removed.name);
           auto l = new_launch(0, a.config, purpose_kind::ablation);
           l.candidate_trial = plan.bundle->candidate_trial;
           l.round = a.index;
@@ -416,17 +399,15 @@ step next_step(const tuning::task_spec& task, const store::run_state& run, const
           return s;
         }
         if (a.state == ablation_state::running)
-          return make(step_kind::wait, "ablation " + std::to_string(a.index) + " in flight");
+          return make(step_kind::wait, "ablation " + index + " in flight");
         if (a.state == ablation_state::reverifying) {
-          launches.reason =
-              "interleaved re-verification runs of ablation " + std::to_string(a.index);
+          launches.reason = "interleaved re-verification runs of ablation " + index;
           reverify_each({{a.trial_id, a.config}});
           if (decided)
             return *decided;
           if (!launches.launches.empty())
             return launches;
-          return make(step_kind::wait,
-                      "re-verification of ablation " + std::to_string(a.index) + " in flight");
+          return make(step_kind::wait, "re-verification of ablation " + index + " in flight");
         }
       }
     }
