@@ -14,6 +14,7 @@
 #include <caf/all.hpp>
 #include <zmq.hpp>
 
+#include "decide/experience_serving.hpp"
 #include "decide/decisions.hpp"
 #include "decide/next_step.hpp"
 #include "decide/resources.hpp"
@@ -100,6 +101,8 @@ struct supervisor_options {
   std::uint64_t seed = 0;
   /// Search trials of a new run (logged at init; a resume keeps the logged budget).
   std::optional<std::uint32_t> trials;
+  /// What the experience curator serves at init (`tune --experience`; logged in the pack).
+  decide::experience_mode experience = decide::experience_mode::filtered;
   /// The task file's text, logged at init (ContractLocked "task_toml") so the log is
   /// self-contained.
   std::string task_text;

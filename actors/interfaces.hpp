@@ -135,8 +135,9 @@ using node_pool_actor = caf::typed_actor<
 
 /// experience-curator: the experience bank.
 using curator_actor = caf::typed_actor<
-  /// (hardware fingerprint, workload signature) -> pack {"seeds": [{config, speedup, run}]}.
-  caf::replies_to<seeds_atom, std::string, std::string>::with<std::string>,
+  /// (request JSON {"hardware_identity", "workload_identity", "hardware", "workload", "mode"})
+  /// -> the pack to log as ExperienceSeeded (decide::experience_pack).
+  caf::replies_to<seeds_atom, std::string>::with<std::string>,
   /// (run id) -> the index has folded the log's new ExperienceRecorded events (that run's finding).
   caf::replies_to<ingest_atom, std::string>::with<bool>>;
 

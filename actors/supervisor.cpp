@@ -430,7 +430,8 @@ void do_init(self_ptr self) {
                    << "' do not apply together: never proposed together\n";
   auto hardware = adapters::hardware_description();
   auto doc = decide::contract_locked_doc(task, *lock, hardware,
-                                         adapters::hardware_fingerprint(hardware), st.o.task_text,
+                                         decide::run_hardware_fingerprint(task, hardware),
+                                         st.o.task_text,
                                          st.o.seed, st.o.trials.value_or(task.budget.trials));
   if (auto err = append_doc(self, wire::EventKind::ContractLocked, "contract/1", doc.dump()))
     return fail(self, "init", err);
@@ -443,20 +444,41 @@ void do_init(self_ptr self) {
 void seed_experience(self_ptr self) {
   auto& s = self->state;
         const auto& locked = *run(self).contract_doc;
-        auto hw = locked.value("hardware_fingerprint", "");
-        auto sig = locked.value("workload_signature", "");
-        self->request(s.curator, caf::infinite, seeds_atom_v, hw, sig)
+        nlohmann::json request{
+          {"hardware", locked.value("hardware_fingerprint", "")},
+          {"workload", locked.value("workload_signature", "")},
+          {"hardware_identity", locked.value("hardware_identity", nlohmann::json::object())},
+          {"workload_identity", locked.value("workload_identity", nlohmann::json::object())},
+          {"mode", decide::to_string(s.o.experience)}};
+        self->request(s.curator, caf::infinite, seeds_atom_v, request.dump())
           .then(
             [self](std::string& pack) {
               if (auto err = append_doc(self, wire::EventKind::ExperienceSeeded,
                                         "experience_pack/1", pack))
                 return fail(self, "init", err);
               const auto& locked2 = *run(self).contract_doc;
+              auto gpu = locked2.contains("hardware_identity")
+                           ? locked2["hardware_identity"].value("gpu", "") + " "
+                           : std::string{};
               progress(self) << "init: scope locked ("
                              << locked2["scope"]["editable"].size() << " editable, "
                              << locked2["scope"]["frozen"].size() << " frozen files), hardware "
-                             << locked2.value("hardware_fingerprint", "") << ", seed "
+                             << gpu << locked2.value("hardware_fingerprint", "") << ", seed "
                              << self->state.o.seed << '\n';
+              auto served = nlohmann::json::parse(pack, nullptr, false);
+              if (served.is_object() && served.contains("seeds")) {
+                const auto& skipped = served["not_served"];
+                progress(self) << "init: experience (" << served.value("mode", "") << "): "
+                               << served["seeds"].size() << " seed(s) served"
+                               << (skipped.is_object()
+                                     ? "; not served: "
+                                         + std::to_string(skipped.value("other_hardware", 0))
+                                         + " on other hardware, "
+                                         + std::to_string(skipped.value("other_workload", 0))
+                                         + " of other workloads"
+                                     : std::string{})
+                               << '\n';
+              }
               self->state.busy.exclusive = false;
               advance(self);
             },

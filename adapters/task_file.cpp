@@ -629,10 +629,63 @@ void parse_llm(const reader& r, const toml::table& root, tuning::llm_spec& llm) 
   sized("max_patch_bytes", 64, std::uint64_t{16} << 20, llm.max_patch_bytes);
 }
 
+/// `[hardware]` (tuning::hardware_spec): the hardware the task's findings are filed under.
+void parse_hardware(const reader& r, const toml::table& root, tuning::hardware_spec& hw) {
+  if (root.get("hardware") == nullptr)
+    return;
+  const auto& t = r.table(root, "hardware", "", true);
+  r.only_keys(t, "hardware", {"gpu", "gpu_memory_bytes", "gpus_per_node", "nodes",
+                              "interconnect", "cpu", "simulated", "software"});
+  hw.declared = true;
+  hw.gpu = *r.string(t, "gpu", "hardware", true);
+  if (hw.gpu.empty() || hw.gpu.size() > 128)
+    r.expected(*t.get("gpu"), "hardware.gpu", "a GPU model of 1 to 128 characters");
+  hw.gpu_memory_bytes = r.byte_size(t, "gpu_memory_bytes", "hardware", 0);
+  hw.gpus_per_node =
+    static_cast<std::uint32_t>(r.count(t, "gpus_per_node", "hardware", 1, 4096).value_or(1));
+  hw.nodes = static_cast<std::uint32_t>(r.count(t, "nodes", "hardware", 1, 65536).value_or(1));
+  hw.interconnect = r.string(t, "interconnect", "hardware", false).value_or("");
+  hw.cpu = r.string(t, "cpu", "hardware", false).value_or("");
+  hw.simulated = r.boolean(t, "simulated", "hardware").value_or(false);
+  if (t.get("software") != nullptr) {
+    const auto& sw = r.table(t, "software", "hardware", true);
+    for (const auto& [k, v] : sw) {
+      auto key = "hardware.software." + std::string{k.str()};
+      if (!v.is_string())
+        r.expected(v, key, "a version string, e.g. \"2.4.0\"");
+      hw.software[std::string{k.str()}] = *v.value<std::string>();
+    }
+  }
+}
+
+/// `[model]` (tuning::model_spec): the model the task trains, for the workload signature.
+void parse_model(const reader& r, const toml::table& root, tuning::model_spec& m) {
+  if (root.get("model") == nullptr)
+    return;
+  const auto& t = r.table(root, "model", "", true);
+  static const std::set<std::string> shape_keys = {"layers",  "hidden",  "heads",
+                                                   "kv_heads", "ffn",     "experts",
+                                                   "experts_per_token", "vocab", "seq_len",
+                                                   "global_batch"};
+  auto allowed = shape_keys;
+  allowed.insert({"name", "architecture"});
+  r.only_keys(t, "model", allowed);
+  m.declared = true;
+  m.name = r.safe_name(t, "name", "model", *r.string(t, "name", "model", true));
+  if (auto a = r.string(t, "architecture", "model", false)) {
+    if (*a != "dense" && *a != "moe")
+      r.expected(*t.get("architecture"), "model.architecture", "\"dense\" or \"moe\"");
+    m.architecture = *a;
+  }
+  for (const auto& key : shape_keys)
+    if (auto v = r.count(t, key, "model", 1, std::uint64_t{1} << 40))
+      m.shape[key] = static_cast<std::int64_t>(*v);
+}
+
 tuning::task_spec parse_task(const reader& r, const toml::table& root) {
   r.only_keys(root, "", {"name", "description", "workload", "knobs", "metrics", "limits",
                          "patches", "constants", "constraints", "contract", "scope", "budget",
-                         "knowledge", "llm"});
+                         "knowledge", "llm", "hardware", "model"});
   tuning::task_spec task;
   task.name = r.safe_name(root, "name", "", *r.string(root, "name", "", true));
   task.knowledge = r.string(root, "knowledge", "", false).value_or(task.name);
@@ -863,6 +916,8 @@ tuning::task_spec parse_task(const reader& r, const toml::table& root) {
              + std::to_string(limits::max_search_features));
   parse_llm(r, root, task.llm);
   parse_contract_sections(r, root, task);
+  parse_hardware(r, root, task.hardware);
+  parse_model(r, root, task.model);
   return task;
 }
 

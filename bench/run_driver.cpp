@@ -8,6 +8,7 @@
 #include "adapters/environment.hpp"
 #include "adapters/trial_launcher.hpp"
 #include "decide/decisions.hpp"
+#include "decide/experience_serving.hpp"
 #include "decide/next_step.hpp"
 #include "messages/errc.hpp"
 #include "store/memory_event_log.hpp"
@@ -211,7 +212,12 @@ driven_run drive_run(evaluator& ev, const driver_options& o) {
                                  {"editable", nlohmann::json::object()},
                                  {"frozen", nlohmann::json::object()}};
           nlohmann::json hardware = {{"evaluator", "bench (in process)"}, {"nodes", nodes}};
-          auto doc = decide::contract_locked_doc(task, lock, hardware, "bench", o.task_text,
+          // A task that declares its (simulated) hardware files its findings under it, as in
+          // the supervisor; otherwise the in-process evaluator has no hardware: "bench".
+          auto fingerprint = task.hardware.declared
+                               ? decide::run_hardware_fingerprint(task, hardware)
+                               : std::string{"bench"};
+          auto doc = decide::contract_locked_doc(task, lock, hardware, fingerprint, o.task_text,
                                                  o.seed, o.trials);
           doc["budget"]["baseline_repeats"] = o.baseline_repeats;
           doc["budget"]["verify_top"] = o.verify_top;
@@ -219,11 +225,23 @@ driven_run drive_run(evaluator& ev, const driver_options& o) {
           doc["policy"] = policy_name;
           doc["memory_capacity_bytes"] =
             static_cast<std::uint64_t>(std::max(0.0, ev.memory_capacity_bytes()));
+          // The curator's pack (decide::experience_pack) when the run is served experience;
+          // else no seeds, as before serving existed.
+          nlohmann::json pack{{"seeds", nlohmann::json::array()}};
+          if (o.experience) {
+            decide::serving_request req;
+            req.hardware_identity = doc["hardware_identity"];
+            req.workload_identity = doc["workload_identity"];
+            req.hardware_fingerprint = fingerprint;
+            req.workload_signature = doc.value("workload_signature", "");
+            req.mode = *o.experience;
+            pack = decide::experience_pack(o.experience_records, req);
+          }
           log.append({doc_event(wire::EventKind::ContractLocked, "contract/1", doc.dump()),
                       doc_event(wire::EventKind::PriorsLoaded, "priors/1",
                                 store::to_json(o.priors).dump()),
                       doc_event(wire::EventKind::ExperienceSeeded, "experience_pack/1",
-                                nlohmann::json{{"seeds", nlohmann::json::array()}}.dump())});
+                                pack.dump())});
           break;
         }
         case step_kind::lose:
@@ -351,8 +369,18 @@ driven_run drive_run(evaluator& ev, const driver_options& o) {
           break;
         }
         case step_kind::promote:
-          log.append_doc(wire::EventKind::CandidatePromoted, "promotion/1",
-                         decide::promotion_decision(task, run).dump());
+        {
+          // As the supervisor's do_promote: the finding in the decision's batch.
+          auto decision = decide::promotion_decision(task, run);
+          std::vector<store::new_event> events{
+            doc_event(wire::EventKind::CandidatePromoted, "promotion/1", decision.dump())};
+          if (auto record = decide::experience_record_doc(run, decision, run.events)) {
+            events.push_back(
+              doc_event(wire::EventKind::ExperienceRecorded, "experience/1", record->dump()));
+            out.experience_record = std::move(*record);
+          }
+          log.append(std::move(events));
+        }
           break;
         case step_kind::report:
         case step_kind::apply:

@@ -47,6 +47,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/evaluator.hpp"
+#include "decide/experience_serving.hpp"
 #include "messages/codec.hpp"
 #include "store/run_projection.hpp"
 #include "tuning/planner.hpp"
@@ -75,6 +76,10 @@ struct driver_options {
   tuning::prior_set priors;
   /// The task file's text (ContractLocked "task_toml"; "" is fine).
   std::string task_text;
+  /// Set: the run is served `experience_records` (ExperienceRecorded documents of earlier runs)
+  /// by decide::experience_pack in this mode, as the curator serves a bank; unset: no seeds.
+  std::optional<decide::experience_mode> experience;
+  std::vector<nlohmann::json> experience_records;
 };
 
 /// When a trial attempt ran on the simulated clock, seconds.
@@ -105,6 +110,8 @@ struct driven_run {
   std::uint32_t max_in_flight = 0;
   /// The planner_input's initial_design at the first proposal (decide::planner_input_for).
   std::size_t initial_design = 0;
+  /// The ExperienceRecorded document appended with the promotion (null: nothing promoted).
+  nlohmann::json experience_record;
 };
 
 /// Drives one run of `ev`'s task (ev.begin_run(o.seed) is called here). Never throws for what

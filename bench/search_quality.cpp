@@ -47,6 +47,7 @@
 #include "bench/real_evaluator.hpp"
 #include "bench/run_driver.hpp"
 #include "bench/sim_evaluator.hpp"
+#include "decide/experience_serving.hpp"
 #include "messages/errc.hpp"
 #include "adapters/task_file.hpp"
 #include "tuning/planner.hpp"
@@ -99,6 +100,9 @@ struct options {
   bool measure_grid = false;   ///< measure the real task's knob grid instead of benchmarking
   std::uint32_t repeats = 3;   ///< --measure-grid: measurements per knob assignment
   std::size_t grid_limit = 0;  ///< --measure-grid: only the first N assignments (0: all)
+  /// The transfer experiment (issue 16; bench/README.md "Transfer"): source tasks whose runs
+  /// fill the experience bank before the --tasks (targets) are tuned in three arms.
+  std::string transfer_from;
   /// Offline knowledge base of priors ("" = none).
   std::string knowledge = std::string{INFRARSI_SOURCE_DIR} + "/config/knowledge";
 };
@@ -212,6 +216,13 @@ struct run_result {
   std::size_t initial_design = 0, verdict_mismatches = 0, proposal_calls = 0;
   std::uint32_t max_in_flight = 0;
   double sim_search_wall_s = 0, sim_total_wall_s = 0;
+  /// --transfer-from: the arm ("none", "all", "filtered"; "" outside the transfer experiment),
+  /// the seeds the curator's pack served, those proposed (search trials that ran as an
+  /// experience seed) and how many of those ran out of memory; the run's finding (its
+  /// ExperienceRecorded document; null when nothing was promoted).
+  std::string arm;
+  std::size_t seeds_served = 0, seeds_proposed = 0, seed_ooms = 0;
+  nlohmann::json experience_record;
 };
 
 std::string shorten(const std::string& s, std::size_t n = 160) {
@@ -223,7 +234,9 @@ std::string shorten(const std::string& s, std::size_t n = 160) {
 /// benchmark's metrics are then read from the folded run and the evaluator's oracle.
 run_result run_one(evaluator& ev, const tuning::planner_policy& policy, const std::string& policy_name,
                    std::uint64_t seed, std::uint32_t budget, const tuning::prior_set& priors,
-                   std::uint32_t nodes, const std::string& task_text) {
+                   std::uint32_t nodes, const std::string& task_text,
+                   std::optional<decide::experience_mode> experience = std::nullopt,
+                   const std::vector<nlohmann::json>& experience_records = {}) {
   auto start = std::chrono::steady_clock::now();
   const auto& task = ev.task();
   run_result r;
@@ -243,9 +256,14 @@ run_result run_one(evaluator& ev, const tuning::planner_policy& policy, const st
   d.seed = seed;
   d.priors = priors;
   d.task_text = task_text;
+  d.experience = experience;
+  d.experience_records = experience_records;
   auto driven = drive_run(ev, d);
   const auto& run = driven.state;
   r.error = driven.error;
+  r.arm = experience ? decide::to_string(*experience) : "";
+  r.seeds_served = run.experience_seeds.size();
+  r.experience_record = driven.experience_record;
   r.initial_design = driven.initial_design;
   r.verdict_mismatches = driven.verdict_mismatches;
   r.proposal_calls = driven.proposal_calls;
@@ -279,6 +297,10 @@ run_result run_one(evaluator& ev, const tuning::planner_policy& policy, const st
     if (auto p = driven.proposals.find(t->trial_id); p != driven.proposals.end()) {
       s.predicted_speedup = p->second.value("predicted_speedup", 1.0);
       s.reason = p->second.value("reason", std::string{});
+    }
+    if (s.reason == "initial design: experience bank seed") {
+      ++r.seeds_proposed;
+      r.seed_ooms += t->outcome == tuning::trial_outcome::oom ? 1 : 0;
     }
     if (auto tm = driven.times.find({t->trial_id, t->attempt}); tm != driven.times.end())
       s.ended_at_s = tm->second.ended_s;
@@ -783,6 +805,282 @@ int measure_grid_main(const options& o, int argc, char** argv) {
   return 0;
 }
 
+/// Loads each task of `args` (files or names under config/tasks/) with its evaluator (the
+/// simulator's exhaustive oracle, or a real task's grid), its text and its summary, and the
+/// priors of the offline knowledge base; appends to the vectors. Returns 0, or 2 after printing
+/// the error.
+int load_tasks(const std::vector<std::string>& args, const options& o,
+               std::vector<std::unique_ptr<evaluator>>& evaluators,
+               std::vector<std::string>& task_texts, std::vector<task_info>& tasks,
+               std::vector<tuning::prior_set>& task_priors) {
+  for (const auto& arg : args) {
+    auto path = task_path(arg);
+    auto t = adapters::load_task_file(path);
+    if (!t) {
+      std::cerr << "infrarsi_search_quality: --tasks: '" << arg << "': " << describe(t.error())
+                << "\n";
+      return 2;
+    }
+    auto oracle_start = std::chrono::steady_clock::now();
+    if (!o.quiet)
+      std::cerr << "infrarsi_search_quality: " << t->name << ": enumerating the space for the "
+                << "oracle...\n";
+    std::string why;
+    std::unique_ptr<evaluator> ev;
+    if (sim_evaluator::is_sim_task(*t))
+      ev = sim_evaluator::create(*t, why);
+    else
+      ev = real_evaluator::create(*t, real_options(o, t->name, path), why);
+    if (!ev) {
+      std::cerr << "infrarsi_search_quality: --tasks: " << why << "\n";
+      return 2;
+    }
+    task_info info;
+    info.name = ev->task().name;
+    info.file = display_path(path);
+    info.baseline_s = ev->baseline_true_step_time();
+    info.optimum_s = ev->optimum_step_time();
+    info.optimum = ev->optimum_description();
+    info.space = ev->optimum_space_size();
+    info.incompatible = ev->incompatible_patches();
+    info.memory_capacity_bytes = ev->memory_capacity_bytes();
+    info.simulated = ev->task().contract.simulated_time;
+    info.oracle_wall_s = elapsed_s(oracle_start);
+    if (!o.quiet)
+      std::cerr << "infrarsi_search_quality: " << info.name << ": baseline "
+                << fixed(info.baseline_s, 2) << " s, optimum " << fixed(info.optimum_s, 2)
+                << " s (" << fixed(info.optimum_speedup(), 3) << "x) over " << info.space
+                << " configurations, " << fixed(info.oracle_wall_s, 1) << " s\n";
+    for (const auto& other : tasks)
+      if (other.name == info.name) {
+        std::cerr << "infrarsi_search_quality: --tasks: task '" << info.name << "' given twice\n";
+        return 2;
+      }
+    tasks.push_back(info);
+    evaluators.push_back(std::move(ev));
+    std::ifstream text_file(path, std::ios::binary);
+    std::ostringstream text;
+    text << text_file.rdbuf();
+    task_texts.push_back(text.str());
+  }
+
+  for (std::size_t ti = task_priors.size(); ti < tasks.size(); ++ti) {
+    if (o.knowledge.empty()) {
+      task_priors.emplace_back();
+      continue;
+    }
+    auto priors = actors::load_knowledge(evaluators[ti]->task(), o.knowledge);
+    if (!priors) {
+      std::cerr << "search_quality: " << describe(priors.error()) << '\n';
+      return 2;
+    }
+    task_priors.push_back(std::move(*priors));
+  }
+  return 0;
+}
+
+/// --transfer-from: the transfer experiment (issue 16; bench/README.md "Transfer"). Fills an
+/// experience bank with the findings of every policy's runs on the source tasks (each seed,
+/// served nothing), then runs each target task per policy and seed in three arms: served
+/// nothing ("none": a cold start), every finding ("all") and the findings decide::experience_pack
+/// serves by the hardware similarity rule ("filtered"). Writes OUT/transfer.json and
+/// OUT/transfer.md. Returns 0, 1 (a run ended with an error) or 2 (bad input).
+int transfer_main(const options& o, const std::vector<std::string>& names,
+                  const std::map<std::string, std::unique_ptr<tuning::planner_policy>>& policies,
+                  const std::vector<std::uint64_t>& seeds,
+                  const std::vector<std::unique_ptr<evaluator>>& evaluators,
+                  const std::vector<std::string>& task_texts, const std::vector<task_info>& tasks,
+                  const std::vector<tuning::prior_set>& task_priors, int argc, char** argv,
+                  std::chrono::steady_clock::time_point total_start) {
+  std::vector<std::unique_ptr<evaluator>> src_evaluators;
+  std::vector<std::string> src_texts;
+  std::vector<task_info> sources;
+  std::vector<tuning::prior_set> src_priors;
+  if (int rc = load_tasks(split_list(o.transfer_from), o, src_evaluators, src_texts, sources,
+                          src_priors);
+      rc != 0)
+    return rc;
+  for (const auto& s : sources)
+    for (const auto& t : tasks)
+      if (s.name == t.name) {
+        std::cerr << "infrarsi_search_quality: --transfer-from: '" << s.name
+                  << "' is also a target (--tasks)\n";
+        return 2;
+      }
+  bool any_error = false;
+  auto report = [&](const run_result& r, const std::string& what, double optimum) {
+    if (!r.error.empty()) {
+      any_error = true;
+      std::cerr << "infrarsi_search_quality: " << what << ": " << r.error << "\n";
+    }
+    if (!o.quiet)
+      std::cerr << what << ": true speedup " << fixed(r.true_speedup, 3) << "x ("
+                << fixed(r.fraction_of_optimum, 3) << " of optimum " << fixed(optimum, 3)
+                << "x), 90% after "
+                << (r.trials_to_reach ? std::to_string(*r.trials_to_reach) : std::string{"-"})
+                << " trials, " << r.ooms << " OOM, seeds " << r.seeds_served << " served / "
+                << r.seeds_proposed << " proposed; "
+                << (r.promoted ? "promoted " + r.promoted_change : std::string{"nothing promoted"})
+                << "\n";
+  };
+  // 1. The bank: every promoted finding of the source runs, in run order.
+  std::vector<nlohmann::json> bank;
+  std::vector<run_result> fills;
+  for (std::size_t si = 0; si < sources.size(); ++si)
+    for (const auto& name : names)
+      for (auto seed : seeds) {
+        auto r = run_one(*src_evaluators[si], *policies.at(name), name, seed, o.budget,
+                         src_priors[si], o.nodes, src_texts[si]);
+        report(r, "fill " + name + " " + r.task + " seed " + std::to_string(seed),
+               sources[si].optimum_speedup());
+        if (r.experience_record.is_object())
+          bank.push_back(r.experience_record);
+        fills.push_back(std::move(r));
+      }
+  // 2. The arms on each target.
+  const std::vector<decide::experience_mode> arms = {
+    decide::experience_mode::none, decide::experience_mode::all,
+    decide::experience_mode::filtered};
+  std::vector<run_result> runs;
+  for (std::size_t ti = 0; ti < tasks.size(); ++ti)
+    for (const auto& name : names)
+      for (auto arm : arms)
+        for (auto seed : seeds) {
+          auto r = run_one(*evaluators[ti], *policies.at(name), name, seed, o.budget,
+                           task_priors[ti], o.nodes, task_texts[ti], arm, bank);
+          report(r,
+                 std::string{decide::to_string(arm)} + " " + name + " " + r.task + " seed "
+                   + std::to_string(seed),
+                 tasks[ti].optimum_speedup());
+          runs.push_back(std::move(r));
+        }
+  // 3. Aggregates per target, policy and arm.
+  json cells = json::array();
+  std::ostringstream table;
+  for (const auto& t : tasks)
+    for (const auto& name : names) {
+      table << "\n### " << t.name << ", " << name << " (optimum " << fixed(t.optimum_speedup(), 3)
+            << "x)\n\n"
+            << "| arm | true speedup (mean, min-max) | fraction of optimum | trials to 90 % "
+               "(mean; reached) | failed device-s (mean) | OOMs (mean) | seeds served / "
+               "proposed / OOM (mean) |\n|---|---|---|---|---|---|---|\n";
+      for (auto arm : arms) {
+        std::vector<run_result> mine;
+        for (const auto& r : runs)
+          if (r.task == t.name && r.policy == name && r.arm == decide::to_string(arm))
+            mine.push_back(r);
+        auto c = aggregate(name, t.name, mine, o.budget);
+        double failed = 0, served = 0, proposed = 0, seed_ooms = 0;
+        for (const auto& r : mine) {
+          failed += r.failed_device_s;
+          served += static_cast<double>(r.seeds_served);
+          proposed += static_cast<double>(r.seeds_proposed);
+          seed_ooms += static_cast<double>(r.seed_ooms);
+        }
+        double n = std::max<double>(1.0, static_cast<double>(mine.size()));
+        auto cj = cell_json(c);
+        cj["arm"] = decide::to_string(arm);
+        cj["failed_device_s_mean"] = failed / n;
+        cj["seeds_served_mean"] = served / n;
+        cj["seeds_proposed_mean"] = proposed / n;
+        cj["seed_ooms_mean"] = seed_ooms / n;
+        cells.push_back(cj);
+        table << "| " << decide::to_string(arm) << " | " << fixed(c.true_speedup.mean, 3)
+              << "x (" << fixed(c.true_speedup.min, 3) << "-" << fixed(c.true_speedup.max, 3)
+              << ") | " << fixed(c.fraction.mean, 3) << " | "
+              << fixed(c.trials_to_reach.mean, 1) << "; " << c.reached << "/" << c.runs
+              << " | " << fixed(failed / n, 1) << " | " << fixed(c.ooms.mean, 1) << " | "
+              << fixed(served / n, 1) << " / " << fixed(proposed / n, 1) << " / "
+              << fixed(seed_ooms / n, 1) << " |\n";
+      }
+    }
+  double total_wall = elapsed_s(total_start);
+  std::string command = "bench/search_quality";
+  for (int i = 1; i < argc; ++i)
+    command += std::string{" "} + argv[i];
+  auto task_list = [](const std::vector<task_info>& v) {
+    json a = json::array();
+    for (const auto& t : v)
+      a.push_back({{"name", t.name},
+                   {"file", t.file},
+                   {"baseline_true_step_s", t.baseline_s},
+                   {"optimum_true_step_s", t.optimum_s},
+                   {"optimum_speedup", t.optimum_speedup()},
+                   {"optimum", t.optimum}});
+    return a;
+  };
+  json doc;
+  doc["benchmark"] = "transfer/1";
+  doc["command"] = command;
+  doc["settings"] = {{"budget", o.budget},
+                     {"seeds", seeds},
+                     {"policies", names},
+                     {"nodes", o.nodes},
+                     {"reach_fraction", reach_fraction},
+                     {"arms", {"none", "all", "filtered"}}};
+  doc["sources"] = task_list(sources);
+  doc["targets"] = task_list(tasks);
+  json bj = json::array();
+  for (const auto& rec : bank)
+    bj.push_back({{"gpu", rec.contains("hardware_identity")
+                            ? rec["hardware_identity"].value("gpu", "")
+                            : rec.value("hardware", "")},
+                  {"model", rec.contains("workload_identity")
+                              ? rec["workload_identity"].value("model", "")
+                              : rec.value("workload", "")},
+                  {"run", rec.value("run", "")},
+                  {"speedup", rec.value("speedup", 1.0)},
+                  {"change", rec.value("change", "")}});
+  doc["bank"] = bj;
+  doc["arms"] = cells;
+  json fj = json::array();
+  for (const auto& r : fills)
+    fj.push_back(run_json(r));
+  doc["fill_runs"] = fj;
+  json rj = json::array();
+  for (const auto& r : runs) {
+    auto j = run_json(r);
+    j["arm"] = r.arm;
+    j["seeds_served"] = r.seeds_served;
+    j["seeds_proposed"] = r.seeds_proposed;
+    j["seed_ooms"] = r.seed_ooms;
+    rj.push_back(std::move(j));
+  }
+  doc["runs"] = rj;
+  doc["wall_s"] = {{"total", total_wall}};
+
+  std::ostringstream md;
+  md << "# Transfer experiment: experience served cold, all, hardware-filtered\n\n"
+     << "Produced by `" << command << "` (" << fixed(total_wall, 1) << " s). All numbers come "
+     << "from the cluster simulator (infrarsi-sim; true speedups are its noise-free step "
+     << "times). Budget " << o.budget << " search trials, seeds " << seeds.front() << ".."
+     << seeds.back() << ", " << o.nodes << " node slot(s).\n\n"
+     << "The bank: the findings promoted by the runs of ";
+  for (std::size_t i = 0; i < sources.size(); ++i)
+    md << (i ? ", " : "") << "`" << sources[i].name << "`";
+  md << " (each policy and seed, served nothing): " << bank.size() << " finding(s).\n\n"
+     << "| finding from | model | verified speedup there | change |\n|---|---|---|---|\n";
+  for (const auto& b : bj)
+    md << "| " << b["gpu"].get<std::string>() << " | " << b["model"].get<std::string>() << " | "
+       << fixed(b["speedup"].get<double>(), 3) << "x | " << b["change"].get<std::string>()
+       << " |\n";
+  md << "\nArms: `none` is a cold start; `all` is served every finding, best verified speedup "
+        "first; `filtered` is served the findings of the same workload on similar hardware "
+        "(docs/experience.md, \"Serving\"). Trials to 90 %: the first search trial whose true "
+        "speedup is at least 90 % of the optimum's (a run that never gets there counts as "
+     << o.budget + 1 << "). Failed device-s: search trials that failed (OOM, crash, launch "
+        "error, contract).\n"
+     << table.str();
+  fs::path out{o.out};
+  int rc = write_file(out / "transfer.json", doc.dump(1) + "\n");
+  rc |= write_file(out / "transfer.md", md.str());
+  if (rc != 0)
+    return 1;
+  if (!o.quiet)
+    std::cerr << "infrarsi_search_quality: wrote " << (out / "transfer.json").string() << " and "
+              << (out / "transfer.md").string() << " (" << fixed(total_wall, 1) << " s)\n";
+  return any_error ? 1 : 0;
+}
 int main_impl(int argc, char** argv) {
   options o;
   CLI::App app{
@@ -819,6 +1117,12 @@ int main_impl(int argc, char** argv) {
   app.add_option("--knowledge", o.knowledge,
                  "Offline knowledge base of priors, as infrarsi tune --knowledge (default: the "
                  "source tree's config/knowledge; \"\" for none)");
+  app.add_option("--transfer-from", o.transfer_from,
+                 "The transfer experiment instead of the benchmark: tune these comma-separated "
+                 "source tasks (each policy, each seed, no experience) to fill an experience "
+                 "bank, then tune each --tasks target three times per policy and seed: cold "
+                 "(--experience none), with every finding (all) and with the hardware-filtered "
+                 "findings (filtered); writes OUT/transfer.json and OUT/transfer.md");
   app.add_option("--grid", o.grid,
                  "Grid file of the real task (default bench/results/<task>_grid.json of the "
                  "source tree): read by the benchmark, written by --measure-grid");
@@ -951,72 +1255,12 @@ int main_impl(int argc, char** argv) {
   std::vector<std::unique_ptr<evaluator>> evaluators;
   std::vector<std::string> task_texts; ///< each task file's text (ContractLocked "task_toml")
   std::vector<task_info> tasks;
-  for (const auto& arg : task_args) {
-    auto path = task_path(arg);
-    auto t = adapters::load_task_file(path);
-    if (!t) {
-      std::cerr << "infrarsi_search_quality: --tasks: '" << arg << "': " << describe(t.error())
-                << "\n";
-      return 2;
-    }
-    auto oracle_start = std::chrono::steady_clock::now();
-    if (!o.quiet)
-      std::cerr << "infrarsi_search_quality: " << t->name << ": enumerating the space for the "
-                << "oracle...\n";
-    std::string why;
-    std::unique_ptr<evaluator> ev;
-    if (sim_evaluator::is_sim_task(*t))
-      ev = sim_evaluator::create(*t, why);
-    else
-      ev = real_evaluator::create(*t, real_options(o, t->name, path), why);
-    if (!ev) {
-      std::cerr << "infrarsi_search_quality: --tasks: " << why << "\n";
-      return 2;
-    }
-    task_info info;
-    info.name = ev->task().name;
-    info.file = display_path(path);
-    info.baseline_s = ev->baseline_true_step_time();
-    info.optimum_s = ev->optimum_step_time();
-    info.optimum = ev->optimum_description();
-    info.space = ev->optimum_space_size();
-    info.incompatible = ev->incompatible_patches();
-    info.memory_capacity_bytes = ev->memory_capacity_bytes();
-    info.simulated = ev->task().contract.simulated_time;
-    info.oracle_wall_s = elapsed_s(oracle_start);
-    if (!o.quiet)
-      std::cerr << "infrarsi_search_quality: " << info.name << ": baseline "
-                << fixed(info.baseline_s, 2) << " s, optimum " << fixed(info.optimum_s, 2)
-                << " s (" << fixed(info.optimum_speedup(), 3) << "x) over " << info.space
-                << " configurations, " << fixed(info.oracle_wall_s, 1) << " s\n";
-    for (const auto& other : tasks)
-      if (other.name == info.name) {
-        std::cerr << "infrarsi_search_quality: --tasks: task '" << info.name << "' given twice\n";
-        return 2;
-      }
-    tasks.push_back(info);
-    evaluators.push_back(std::move(ev));
-    std::ifstream text_file(path, std::ios::binary);
-    std::ostringstream text;
-    text << text_file.rdbuf();
-    task_texts.push_back(text.str());
-  }
-
-  // Priors: the offline knowledge base, as `infrarsi tune`'s llm-proposer loads it (the sim
-  // tasks have no entry: neutral priors).
   std::vector<tuning::prior_set> task_priors;
-  for (std::size_t ti = 0; ti < tasks.size(); ++ti) {
-    if (o.knowledge.empty()) {
-      task_priors.emplace_back();
-      continue;
-    }
-    auto priors = actors::load_knowledge(evaluators[ti]->task(), o.knowledge);
-    if (!priors) {
-      std::cerr << "search_quality: " << describe(priors.error()) << '\n';
-      return 2;
-    }
-    task_priors.push_back(std::move(*priors));
-  }
+  if (int rc = load_tasks(task_args, o, evaluators, task_texts, tasks, task_priors); rc != 0)
+    return rc;
+  if (!o.transfer_from.empty())
+    return transfer_main(o, names, policies, seeds, evaluators, task_texts, tasks, task_priors,
+                         argc, argv, total_start);
 
   // Runs: task, then policy, then seed.
   std::vector<run_result> runs;

@@ -1,9 +1,11 @@
 #include "decide/decisions.hpp"
+#include "decide/experience_serving.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
+#include <iomanip>
 #include <sstream>
 
 #include "adapters/environment.hpp"
@@ -448,6 +450,30 @@ std::string proposal_doc(const tuning::task_spec& task, const store::run_state& 
   return proposal_doc(task, run, n, *policy);
 }
 
+namespace {
+
+/// Why served seed `i` cannot fit this run's GPUs, "" when it may: the peak memory its trials
+/// reported where it was found (the pack's "peak_memory_bytes") exceeds this run's memory
+/// capacity (ContractLocked memory_capacity_bytes; 0: unknown, no check).
+std::string seed_memory_refusal(const store::run_state& run, std::size_t i, double capacity) {
+  const auto& pack = run.experience_pack;
+  if (capacity <= 0 || !pack.is_object() || !pack["seeds"].is_array() || i >= pack["seeds"].size())
+    return {};
+  const auto& seed = pack["seeds"][i];
+  if (!seed.contains("peak_memory_bytes") || !seed["peak_memory_bytes"].is_number())
+    return {};
+  auto peak = seed["peak_memory_bytes"].get<double>();
+  if (peak <= capacity)
+    return {};
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(1) << "its peak memory where it was found ("
+     << seed.value("origin_hardware", std::string{"another GPU"}) << ": " << peak / (1ull << 30)
+     << " GiB) exceeds this run's memory capacity (" << capacity / (1ull << 30) << " GiB)";
+  return os.str();
+}
+
+} // namespace
+
 std::vector<seed_disposition> experience_seed_plan(const tuning::task_spec& task,
                                                    const store::run_state& run,
                                                    const std::string& policy_name) {
@@ -462,7 +488,8 @@ std::vector<seed_disposition> experience_seed_plan(const tuning::task_spec& task
       ++explored;
   std::set<std::string> seen;
   std::size_t slots = in.initial_design > explored ? in.initial_design - explored : 0;
-  for (const auto& seed : run.experience_seeds) {
+  for (std::size_t i = 0; i < run.experience_seeds.size(); ++i) {
+    const auto& seed = run.experience_seeds[i];
     seed_disposition d;
     d.config = seed;
     if (!seen.insert(seed.key()).second)
@@ -473,7 +500,9 @@ std::vector<seed_disposition> experience_seed_plan(const tuning::task_spec& task
         break;
       }
     if (d.reason.empty() && !d.trial) {
-      d.reason = tuning::seed_refusal(in, seed, policy_name);
+      d.reason = seed_memory_refusal(run, i, in.memory_capacity_bytes);
+      if (d.reason.empty())
+        d.reason = tuning::seed_refusal(in, seed, policy_name);
       if (d.reason.empty()) {
         if (slots > 0) {
           d.propose = true;
@@ -945,16 +974,32 @@ std::optional<nlohmann::json> experience_record_doc(const store::run_state& run,
   auto field = [&](const char* key) {
     return promotion.contains(key) ? promotion[key] : nlohmann::json{};
   };
-  return nlohmann::json{{"hardware", locked.value("hardware_fingerprint", "")},
-                        {"workload", locked.value("workload_signature", "")},
-                        {"run", run.run_id},
-                        {"config", field("config")},
-                        {"change", field("change")},
-                        {"speedup", field("speedup")},
-                        {"ci_low", field("ci_low")},
-                        {"ci_high", field("ci_high")},
-                        {"pairs", field("pairs")},
-                        {"promotion_sequence", promotion_sequence}};
+  nlohmann::json doc{{"hardware", locked.value("hardware_fingerprint", "")},
+                     {"workload", locked.value("workload_signature", "")},
+                     {"run", run.run_id},
+                     {"config", field("config")},
+                     {"change", field("change")},
+                     {"speedup", field("speedup")},
+                     {"ci_low", field("ci_low")},
+                     {"ci_high", field("ci_high")},
+                     {"pairs", field("pairs")},
+                     {"promotion_sequence", promotion_sequence}};
+  // Runs locked with the structured identities (issue 16, part 2) file them with the finding,
+  // and the promoted configuration's peak memory (the most any of its trials reported, bytes):
+  // what a run on a GPU with less memory checks a seed against (experience_seed_plan).
+  if (locked.contains("hardware_identity")) {
+    for (const char* key : {"hardware_identity", "workload_identity"})
+      if (locked.contains(key))
+        doc[key] = locked[key];
+    std::uint64_t peak = 0;
+    if (auto config = store::configuration_from_json(field("config")))
+      for (const auto& t : run.trials)
+        if (t.finished && t.config == *config)
+          peak = std::max(peak, t.peak_memory_bytes);
+    if (peak > 0)
+      doc["peak_memory_bytes"] = peak;
+  }
+  return doc;
 }
 
 nlohmann::json contract_locked_doc(const tuning::task_spec& task, const nlohmann::json& lock,
@@ -1002,7 +1047,9 @@ nlohmann::json contract_locked_doc(const tuning::task_spec& task, const nlohmann
             {"frozen", lock.value("frozen", nlohmann::json::object())}}},
           {"hardware", hardware},
           {"hardware_fingerprint", hardware_fingerprint},
+          {"hardware_identity", hardware_identity(task, hardware)},
           {"workload_signature", signature},
+          {"workload_identity", workload_identity(task)},
           {"seed", seed},
           {"policy", task.budget.policy.empty() ? std::string{tuning::default_policy_name}
                                                 : task.budget.policy},

@@ -363,6 +363,11 @@ nlohmann::json experience_seeds_report(const tuning::task_spec& task, const stor
   for (std::size_t i = 0; i < run.experience_seeds.size(); ++i) {
     const auto& seed = run.experience_seeds[i];
     nlohmann::json s{{"config", store::to_json(seed)}, {"change", seed.diff_from(base)}};
+    // Where it was found (packs logged with a serving mode): its GPU, rank and speedup there.
+    if (run.experience_pack.is_object() && run.experience_pack["seeds"].is_array()
+        && i < run.experience_pack["seeds"].size())
+      for (const auto& [k, v] : run.experience_pack["seeds"][i].items())
+        s[k == "speedup" ? "speedup_there" : k] = v;
     const tuning::trial_record* tried = nullptr;
     for (const auto& t : run.trials)
       if (t.purpose == "explore" && t.config == seed) {
@@ -385,6 +390,38 @@ nlohmann::json experience_seeds_report(const tuning::task_spec& task, const stor
     }
     out.push_back(std::move(s));
   }
+  return out;
+}
+
+/// The experience pack in brief: mode, seeds served and proposed, what the filter left out, and
+/// where the search found its best configuration: the search trial (1-based, in proposal order)
+/// of the fastest usable explore trial, the trials the budget had, and whether it was a seed.
+nlohmann::json experience_summary(const store::run_state& run, double base_time) {
+  const auto& pack = run.experience_pack;
+  std::size_t index = 0, best_index = 0, proposed = 0;
+  double best = 0;
+  bool best_is_seed = false;
+  for (const auto* t : run.latest_attempts()) {
+    if (t->purpose != "explore")
+      continue;
+    ++index;
+    bool seed = std::find(run.experience_seeds.begin(), run.experience_seeds.end(), t->config)
+                != run.experience_seeds.end();
+    proposed += seed ? 1 : 0;
+    if (t->usable() && base_time > 0 && t->timed_step_time_s > 0
+        && base_time / t->timed_step_time_s > best) {
+      best = base_time / t->timed_step_time_s;
+      best_index = index;
+      best_is_seed = seed;
+    }
+  }
+  nlohmann::json out{{"mode", pack.value("mode", "")},
+                     {"served", run.experience_seeds.size()},
+                     {"proposed", proposed},
+                     {"not_served", pack.value("not_served", nlohmann::json::object())},
+                     {"search_trials", index}};
+  if (best_index > 0)
+    out["best_search_trial"] = {{"index", best_index}, {"speedup", best}, {"seed", best_is_seed}};
   return out;
 }
 
@@ -753,6 +790,8 @@ nlohmann::json make_report(const tuning::task_spec& task_in, const store::run_st
     report["llm"] = llm_report(task, run);
   if (!run.experience_seeds.empty())
     report["experience_seeds"] = experience_seeds_report(task, run, base, base_time);
+  if (run.experience_pack.is_object())
+    report["experience"] = experience_summary(run, base_time);
   return report;
 }
 
@@ -1062,12 +1101,38 @@ std::string render_markdown(const nlohmann::json& r) {
       md << " |\n";
     }
   }
+  if (r.contains("experience") && r["experience"].is_object()) {
+    const auto& e = r["experience"];
+    const auto& skipped = e["not_served"];
+    md << "\n## Experience\n\nServed `" << e.value("mode", "") << "` (docs/experience.md): "
+       << e.value("served", 0) << " seed(s) served, " << e.value("proposed", 0)
+       << " proposed in the initial design";
+    if (skipped.is_object() && (skipped.value("other_hardware", 0) + skipped.value("other_workload", 0)) > 0)
+      md << "; not served: " << skipped.value("other_hardware", 0) << " finding(s) on other "
+         << "hardware, " << skipped.value("other_workload", 0) << " of other workloads";
+    md << ".";
+    if (e.contains("best_search_trial")) {
+      const auto& best = e["best_search_trial"];
+      md << " The search's fastest trial was search trial " << best.value("index", 0) << " of "
+         << e.value("search_trials", 0) << " (" << fixed(best.value("speedup", 1.0), 3) << "x"
+         << (best.value("seed", false) ? ", an experience seed" : "") << ").";
+    }
+    md << "\n";
+  }
   if (r.contains("experience_seeds") && r["experience_seeds"].is_array()) {
-    md << "\n## Experience seeds\n\nConfigurations promoted in earlier runs on the same hardware "
-          "and workload (the experience bank), each proposed in the initial design or with the "
-          "reason it was not:\n\n";
+    md << "\n## Experience seeds\n\nConfigurations promoted in earlier runs of the same workload "
+          "(the experience bank), each proposed in the initial design or with the reason it was "
+          "not:\n\n";
     for (const auto& s : r["experience_seeds"]) {
-      md << "- " << s.value("change", std::string{}) << ": ";
+      md << "- " << s.value("change", std::string{});
+      if (s.contains("origin_hardware"))
+        md << " (from " << s.value("origin_hardware", std::string{}) << ", "
+           << s.value("match", std::string{})
+           << (s.contains("speedup_there") && s["speedup_there"].is_number()
+                 ? ", " + fixed(s["speedup_there"].get<double>(), 3) + "x there"
+                 : std::string{})
+           << ")";
+      md << ": ";
       if (s.contains("trial"))
         md << "proposed as trial " << s.value("trial", 0) << ", "
            << s.value("outcome", std::string{})

@@ -581,6 +581,14 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   auto* trials_opt = tune_cmd->add_option(
     "--trials", tune_trials,
     "Search trials (default: the task's budget.trials; on --run, the budget the run started with)");
+  tune_cmd
+    ->add_option("--experience", tune.experience,
+                 "What the store's experience bank serves a new run as seeds: filtered (findings "
+                 "for the same workload on the same GPU model, or the same GPU family and memory "
+                 "class), all (every finding; those that do not fit the task are listed as "
+                 "refused) or none (a cold start). Default filtered (docs/experience.md)")
+    ->check(CLI::IsMember({"filtered", "all", "none"}))
+    ->capture_default_str();
   tune_cmd->add_option("--run", tune.run_id, "Continue this run id instead of starting a new one");
   tune_cmd->add_option("--nodes", tune.nodes,
                        "Node slots: trials in flight at a time, one node-runner each (default 1)")

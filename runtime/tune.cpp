@@ -26,6 +26,7 @@
 
 #include "actors/actors.hpp"
 #include "decide/decisions.hpp"
+#include "decide/experience_serving.hpp"
 #include "adapters/environment.hpp"
 #include "adapters/node_bridge.hpp"
 #include "adapters/preflight.hpp"
@@ -375,6 +376,8 @@ int run_tune(const tune_options& o, std::ostream& out, std::ostream& err) {
                                                : o.knowledge_dir;
     so.seed = seed;
     so.trials = o.trials;
+    so.experience =
+      decide::parse_experience_mode(o.experience).value_or(decide::experience_mode::filtered);
     so.task_text = task_text;
     so.until = o.until;
     so.progress = &err;

@@ -29,6 +29,10 @@ struct tune_options {
   /// Overrides budget.trials of a new run (0 is allowed: no search trials); logged at init. A
   /// resumed run keeps its logged budget (a different --trials is refused).
   std::optional<std::uint32_t> trials;
+  /// What the experience bank serves a new run: "filtered" (same workload, similar hardware),
+  /// "all" or "none" (decide::experience_mode; docs/experience.md "Serving"). A resumed run keeps
+  /// the pack logged at its init.
+  std::string experience = "filtered";
   /// Node slots: node-runners, each behind its own ZeroMQ endpoint (tcp://127.0.0.1), and trials
   /// in flight at a time. Default 1.
   std::uint32_t nodes = 1;

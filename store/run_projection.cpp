@@ -351,10 +351,23 @@ void run_projection::apply(const recorded_event& ev) {
         s.experience_seeded = true;
         s.experience_seeds.clear(); // an init repeated after a crash: the latest pack counts
         s.experience_seeds_explained = j->value("serving", "") == "propose-or-explain/1";
+        s.experience_pack = nullptr;
+        nlohmann::json origins = nlohmann::json::array();
         if (j->contains("seeds"))
           for (const auto& c : (*j)["seeds"])
-            if (auto cfg = configuration_from_json(c.value("config", nlohmann::json{})))
+            if (auto cfg = configuration_from_json(c.value("config", nlohmann::json{}))) {
               s.experience_seeds.push_back(*cfg);
+              nlohmann::json o = nlohmann::json::object();
+              for (const char* key : {"origin_hardware", "match", "same_workload", "speedup", "run",
+                                       "peak_memory_bytes"})
+                if (c.contains(key))
+                  o[key] = c[key];
+              origins.push_back(std::move(o));
+            }
+        if (j->contains("mode"))
+          s.experience_pack = {{"mode", (*j)["mode"]},
+                               {"not_served", j->value("not_served", nlohmann::json::object())},
+                               {"seeds", origins}};
       }
       break;
     case wire::EventKind::BaselineCalibrated:

@@ -81,6 +81,10 @@ struct run_state {
   /// every served seed in the initial design or says why not (decide::proposal_doc); packs of
   /// older runs leave the seeds to the policy, as those runs did.
   bool experience_seeds_explained = false;
+  /// Where the served seeds come from (issue 16): {"mode", "not_served", "seeds":
+  /// [{"origin_hardware", "match", "same_workload", "speedup", "run", "peak_memory_bytes"}, ...]
+  /// in the order of experience_seeds}; null for a pack logged before serving modes existed.
+  nlohmann::json experience_pack;
   /// The doctor's results, if it ran.
   std::optional<tuning::noise_estimate> noise;
   tuning::loss_reference reference;
@@ -156,7 +160,7 @@ private:
 /// Format tag of the run_state snapshots this build writes and trusts. Any change to what the
 /// fold computes or to the JSON layout below bumps the number; snapshots of another format are
 /// ignored (the stream is folded from the start instead), never migrated or trusted.
-inline constexpr const char* run_state_format = "infrarsi-run-state/6";
+inline constexpr const char* run_state_format = "infrarsi-run-state/7";
 
 /// A run_state as canonical JSON text (compact, keys sorted, every field the fold fills).
 /// Doubles are written shortest round-trip and read back bit-exactly; non-finite doubles, which

@@ -18,7 +18,7 @@ using nlohmann::json;
 // state_from_json), bump run_state_format, then update the size here. (Sizes of x86-64
 // libstdc++; other platforms skip the check.)
 #if defined(__x86_64__) && defined(__GLIBCXX__)
-static_assert(sizeof(run_state) == 864, "run_state changed: update run_snapshot.cpp");
+static_assert(sizeof(run_state) == 880, "run_state changed: update run_snapshot.cpp");
 static_assert(sizeof(tuning::trial_record) == 392, "trial_record changed: update run_snapshot.cpp");
 static_assert(sizeof(reverification) == 224, "reverification changed: update run_snapshot.cpp");
 static_assert(sizeof(tuning::step_point) == 64, "step_point changed: update run_snapshot.cpp");
@@ -248,6 +248,8 @@ json state_json(const run_state& s) {
   for (const auto& c : s.experience_seeds)
     seeds.push_back(config(c));
   j["experience_seeds"] = seeds;
+  if (!s.experience_pack.is_null())
+    j["experience_pack"] = s.experience_pack;
   json trials = json::array();
   for (const auto& t : s.trials)
     trials.push_back(trial(t));
@@ -606,6 +608,8 @@ run_state state_from_json(const json& j) {
   s.experience_seeded = as_bool(f("experience_seeded"), "experience_seeded");
   s.experience_seeds_explained =
     as_bool(f("experience_seeds_explained"), "experience_seeds_explained");
+  if (auto it = j.find("experience_pack"); it != j.end())
+    s.experience_pack = *it;
   if (auto it = j.find("noise"); it != j.end()) {
     tuning::noise_estimate n;
     n.runs = static_cast<std::size_t>(as_u64(field(*it, "noise", "runs"), "noise.runs"));

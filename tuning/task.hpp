@@ -164,6 +164,47 @@ struct limits_spec {
   double launch_window_s = 3.0;
 };
 
+/// The hardware a task runs on, as declared in its `[hardware]` table (docs/experience.md,
+/// "Identity"). The experience bank files a run's findings under it and serves findings by the
+/// similarity rule over it (tuning/experience_identity.hpp). A simulator task declares the
+/// hardware it simulates; a task without the table is described from the node (the GPUs the
+/// driver lists, else the CPU).
+struct hardware_spec {
+  /// True when the task has a `[hardware]` table.
+  bool declared = false;
+  /// GPU model as the vendor names it, e.g. "H100-80GB", "A100-SXM4-80GB" (required).
+  std::string gpu;
+  /// Memory of one GPU, bytes; 0: limits.device_memory_bytes.
+  std::uint64_t gpu_memory_bytes = 0;
+  /// GPUs per node (>= 1) and nodes (>= 1).
+  std::uint32_t gpus_per_node = 1;
+  std::uint32_t nodes = 1;
+  /// Interconnect within and between nodes, free text ("nvlink", "nvlink+infiniband"); may be "".
+  std::string interconnect;
+  /// CPU model; may be "".
+  std::string cpu;
+  /// The hardware is simulated (infrarsi-sim): findings are filed under it all the same.
+  bool simulated = false;
+  /// Software versions the workload runs with, e.g. {"torch": "2.4", "cuda": "12.4", "nccl":
+  /// "2.21"}; recorded with each finding, not part of the similarity rule.
+  std::map<std::string, std::string> software;
+};
+
+/// The model a task trains, as declared in its `[model]` table: the workload signature the bank
+/// matches findings by (tuning/experience_identity.hpp). Without the table a task's findings
+/// match only runs of a task of the same name.
+struct model_spec {
+  /// True when the task has a `[model]` table.
+  bool declared = false;
+  /// Model name, e.g. "yi-9b" (required in the table).
+  std::string name;
+  /// "dense" or "moe" (default "dense").
+  std::string architecture = "dense";
+  /// Shape: integer keys among layers, hidden, heads, kv_heads, ffn, experts, experts_per_token,
+  /// vocab, seq_len, global_batch (each >= 1).
+  std::map<std::string, std::int64_t> shape;
+};
+
 /// A candidate code patch: a unified diff applied in the trial's copy of the workload.
 struct patch_spec {
   std::string name;
@@ -353,6 +394,8 @@ struct task_spec {
   scope_spec scope;
   budget_spec budget;
   llm_spec llm;
+  hardware_spec hardware;
+  model_spec model;
 
   /// The knob named `name`, or nullptr.
   [[nodiscard]] const knob_spec* find_knob(const std::string& knob_name) const;

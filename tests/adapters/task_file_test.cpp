@@ -420,5 +420,60 @@ TEST_F(TaskFileTest, TheSearchPolicyIsANamedPolicyOrAnErrorListingThem) {
   EXPECT_NE(e.find("budget.policy: expected a string, got integer 2"), std::string::npos) << e;
 }
 
+// Issue 16: [hardware] (what the findings are filed under) and [model] (the workload signature).
+TEST_F(TaskFileTest, HardwareAndModelTablesLoadAndTheirMistakesAreNamed) {
+  auto t = adapters::load_task_file(write(std::string{minimal} + R"([hardware]
+gpu = "H100-80GB"
+gpu_memory_bytes = "80GiB"
+gpus_per_node = 8
+nodes = 2
+interconnect = "nvlink+infiniband"
+simulated = true
+[hardware.software]
+torch = "2.4.0"
+nccl = "2.21.5"
+[model]
+name = "yi-9b"
+architecture = "dense"
+layers = 48
+seq_len = 4096
+)"));
+  ASSERT_TRUE(t) << describe(t.error());
+  EXPECT_TRUE(t->hardware.declared);
+  EXPECT_EQ(t->hardware.gpu, "H100-80GB");
+  EXPECT_EQ(t->hardware.gpu_memory_bytes, std::uint64_t{80} << 30);
+  EXPECT_EQ(t->hardware.gpus_per_node, 8u);
+  EXPECT_EQ(t->hardware.nodes, 2u);
+  EXPECT_TRUE(t->hardware.simulated);
+  EXPECT_EQ(t->hardware.software.at("nccl"), "2.21.5");
+  EXPECT_TRUE(t->model.declared);
+  EXPECT_EQ(t->model.name, "yi-9b");
+  EXPECT_EQ(t->model.shape.at("layers"), 48);
+  EXPECT_EQ(t->model.shape.at("seq_len"), 4096);
+  auto plain = adapters::load_task_file(write(minimal));
+  ASSERT_TRUE(plain);
+  EXPECT_FALSE(plain->hardware.declared);
+  EXPECT_FALSE(plain->model.declared);
+
+  auto e = error_of(std::string{minimal} + "[hardware]\ngpus_per_node = 8\n");
+  EXPECT_NE(e.find("hardware.gpu: missing (a string is required)"), std::string::npos) << e;
+  e = error_of(std::string{minimal} + "[hardware]\ngpu = \"H100\"\ngpus_per_node = 0\n");
+  EXPECT_NE(e.find("hardware.gpus_per_node: expected an integer in [1, 4096], got integer 0"),
+            std::string::npos)
+    << e;
+  e = error_of(std::string{minimal} + "[hardware]\ngpu = \"H100\"\ngpu_mem = 1\n");
+  EXPECT_NE(e.find("hardware.gpu_mem: unknown key (allowed here:"), std::string::npos) << e;
+  e = error_of(std::string{minimal} + "[hardware]\ngpu = \"H100\"\n[hardware.software]\ntorch = 2\n");
+  EXPECT_NE(e.find("hardware.software.torch: expected a version string"), std::string::npos) << e;
+  e = error_of(std::string{minimal} + "[model]\nname = \"m\"\narchitecture = \"rnn\"\n");
+  EXPECT_NE(e.find("model.architecture: expected \"dense\" or \"moe\", got string \"rnn\""),
+            std::string::npos)
+    << e;
+  e = error_of(std::string{minimal} + "[model]\nname = \"m\"\nlayers = -1\n");
+  EXPECT_NE(e.find("model.layers: expected an integer in [1, "), std::string::npos) << e;
+  e = error_of(std::string{minimal} + "[model]\nname = \"m\"\nlayer = 4\n");
+  EXPECT_NE(e.find("model.layer: unknown key (allowed here:"), std::string::npos) << e;
+}
+
 } // namespace
 } // namespace infrarsi::runtime

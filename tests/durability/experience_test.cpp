@@ -7,6 +7,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <algorithm>
+#include <set>
+#include <sstream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -223,12 +226,155 @@ TEST_F(ExperienceBank, ASecondTuneProposesThePreviousWinnerFirst) {
   EXPECT_EQ(report["experience_seeds"][0].value("trial", std::uint64_t{0}), seed_trial);
   EXPECT_EQ(report["experience_seeds"][0].value("outcome", ""), "ok");
   EXPECT_FALSE(report["experience_seeds"][0].contains("reason"));
+  // Where the seed came from: the same simulated GPU (the task declares H100-80GB).
+  EXPECT_EQ(report["experience_seeds"][0].value("origin_hardware", ""), "H100-80GB");
+  EXPECT_EQ(report["experience_seeds"][0].value("match", ""), "same GPU model");
+  EXPECT_EQ(report["experience_seeds"][0]["speedup_there"], promoted[0]->doc["speedup"]);
+  ASSERT_TRUE(report["experience"].is_object()) << report.dump();
+  EXPECT_EQ(report["experience"].value("mode", ""), "filtered");
+  EXPECT_EQ(report["experience"].value("served", 0), 1);
+  EXPECT_EQ(report["experience"].value("proposed", 0), 1);
   auto md = test::file_text(second_store + "/runs/" + id + "/report.md");
+  EXPECT_NE(md.find("## Experience\n\nServed `filtered`"), std::string::npos) << md;
+  EXPECT_NE(md.find("(from H100-80GB, same GPU model, "), std::string::npos) << md;
   EXPECT_NE(md.find("## Experience seeds"), std::string::npos);
   EXPECT_NE(md.find("proposed as trial " + std::to_string(seed_trial)), std::string::npos) << md;
   // And replay reproduces every decision of the seeded run.
   auto out = dir_->sub("replay-second");
   EXPECT_EQ(test::run_cli({"replay", id, "--store", second_store}, out), 0) << test::file_text(out);
+}
+
+// Issue 16, parts 2 and 3: findings are filed under the simulated hardware and model, and
+// `tune --experience filtered|all|none` decides what a run on other hardware is served. One
+// store holds a promoted run of the Yi-9B task on H200 and one on A100 (simulated); a run of the
+// same job on H100 is then started (init only) in each mode on a copy.
+class ExperienceServing : public ::testing::Test {
+protected:
+  static void SetUpTestSuite() {
+    dir_ = new test::temp_dir;
+    for (const char* name : {"sim-dense9b-h200", "sim-dense9b-a100", "sim-dense9b-h100"}) {
+      std::string text = test::sim_task_text(*dir_, name);
+      text += "\n[budget]\ntrials = 6\nbaseline_repeats = 3\nverify_top = 1\nverify_repeats = 3\n";
+      std::ofstream{task(name)} << text;
+    }
+    for (const char* name : {"sim-dense9b-h200", "sim-dense9b-a100"})
+      statuses_.push_back(test::run_cli({"tune", task(name), "--store", store(), "--quiet"},
+                                        dir_->sub(std::string{name} + ".tune-output")));
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static std::string store() { return dir_->sub("store"); }
+  static std::string task(const std::string& name) { return dir_->sub(name + ".toml"); }
+
+  /// The pack logged by `tune sim-dense9b-h100 --until init --experience MODE` on a copy of the
+  /// store, and that tune's output.
+  static std::pair<nlohmann::json, std::string> served(const std::string& mode) {
+    auto copy = dir_->sub("store-" + mode);
+    fs::copy(store(), copy, fs::copy_options::recursive);
+    auto before = runs(copy);
+    auto out = dir_->sub("h100-" + mode + ".output");
+    int rc = test::run_cli({"tune", task("sim-dense9b-h100"), "--store", copy, "--until", "init",
+                            "--experience", mode},
+                           out);
+    if (rc != 0)
+      return {nlohmann::json{{"rc", rc}}, test::file_text(out)};
+    for (const auto& id : runs(copy))
+      if (std::find(before.begin(), before.end(), id) == before.end()) {
+        auto r = test::read_logged_run(copy, id);
+        if (r && !r->of(wire::EventKind::ExperienceSeeded).empty())
+          return {r->of(wire::EventKind::ExperienceSeeded).front()->doc, test::file_text(out)};
+      }
+    return {nlohmann::json{}, test::file_text(out)};
+  }
+
+  static std::vector<std::string> runs(const std::string& store_dir) {
+    store::rocksdb_event_log_options o;
+    o.read_only = true;
+    std::vector<std::string> out;
+    if (auto log = store::rocksdb_event_log::open(store_dir + "/events", o))
+      if (auto list = (*log)->list_runs())
+        for (const auto& r : *list)
+          out.push_back(r.run_id);
+    return out;
+  }
+
+  /// The bank's records as `infrarsi experience list --json` prints them.
+  static std::vector<nlohmann::json> records() {
+    auto out = dir_->sub("list.json");
+    test::run_cli({"experience", "list", "--json", "--store", store()}, out);
+    std::vector<nlohmann::json> recs;
+    std::istringstream in{test::file_text(out)};
+    for (std::string line; std::getline(in, line);) {
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_object() && j.contains("config"))
+        recs.push_back(std::move(j));
+    }
+    return recs;
+  }
+
+  static test::temp_dir* dir_;
+  static std::vector<int> statuses_;
+};
+
+test::temp_dir* ExperienceServing::dir_ = nullptr;
+std::vector<int> ExperienceServing::statuses_;
+
+TEST_F(ExperienceServing, FindingsAreFiledUnderTheSimulatedHardwareAndTheModel) {
+  ASSERT_EQ(statuses_, (std::vector<int>{0, 0}))
+    << test::file_text(dir_->sub("sim-dense9b-h200.tune-output"))
+    << test::file_text(dir_->sub("sim-dense9b-a100.tune-output"));
+  auto recs = records();
+  ASSERT_EQ(recs.size(), 2u) << "both runs promote a configuration";
+  std::set<std::string> gpus;
+  for (const auto& r : recs) {
+    ASSERT_TRUE(r.contains("hardware_identity")) << r.dump();
+    gpus.insert(r["hardware_identity"].value("gpu", ""));
+    EXPECT_EQ(r["hardware_identity"].value("simulated", false), true);
+    EXPECT_EQ(r["hardware_identity"].value("gpus_per_node", 0), 8);
+    EXPECT_EQ(r["workload_identity"].value("model", ""), "yi-9b");
+  }
+  EXPECT_EQ(gpus, (std::set<std::string>{"A100-80GB", "H200-141GB"}));
+  EXPECT_EQ(recs[0]["workload_identity"]["class"], recs[1]["workload_identity"]["class"]);
+  EXPECT_NE(recs[0]["hardware"], recs[1]["hardware"]);
+}
+
+TEST_F(ExperienceServing, FilteredServesTheSameFamilyAllServesEverythingNoneNothing) {
+  ASSERT_EQ(statuses_, (std::vector<int>{0, 0}));
+  auto [filtered, filtered_out] = served("filtered");
+  ASSERT_TRUE(filtered.contains("seeds")) << filtered.dump() << filtered_out;
+  EXPECT_EQ(filtered["mode"], "filtered");
+  ASSERT_EQ(filtered["seeds"].size(), 1u) << filtered.dump();
+  EXPECT_EQ(filtered["seeds"][0]["origin_hardware"], "H200-141GB");
+  EXPECT_EQ(filtered["seeds"][0]["match"], "same family and memory class");
+  EXPECT_EQ(filtered["not_served"]["other_hardware"], 1u);
+  EXPECT_EQ(filtered["hardware_identity"]["gpu"], "H100-80GB");
+  EXPECT_NE(filtered_out.find("init: experience (filtered): 1 seed(s) served; not served: 1 on "
+                              "other hardware, 0 of other workloads"),
+            std::string::npos)
+    << filtered_out;
+  EXPECT_NE(filtered_out.find("hardware H100-80GB "), std::string::npos) << filtered_out;
+
+  auto [all, all_out] = served("all");
+  ASSERT_TRUE(all.contains("seeds")) << all.dump() << all_out;
+  ASSERT_EQ(all["seeds"].size(), 2u) << all.dump();
+  // Best verified speedup first, whatever the hardware.
+  EXPECT_GE(all["seeds"][0]["speedup"].get<double>(), all["seeds"][1]["speedup"].get<double>());
+  std::set<std::string> origins{all["seeds"][0]["origin_hardware"].get<std::string>(),
+                                all["seeds"][1]["origin_hardware"].get<std::string>()};
+  EXPECT_EQ(origins, (std::set<std::string>{"A100-80GB", "H200-141GB"}));
+
+  auto [none, none_out] = served("none");
+  ASSERT_TRUE(none.contains("seeds")) << none.dump() << none_out;
+  EXPECT_TRUE(none["seeds"].empty());
+  EXPECT_EQ(none["mode"], "none");
+
+  // A mode that does not exist is a usage error naming the choices.
+  auto out = dir_->sub("bad-mode.output");
+  EXPECT_EQ(test::run_cli({"tune", task("sim-dense9b-h100"), "--store", dir_->sub("unused"),
+                           "--experience", "some"},
+                          out),
+            2);
+  EXPECT_NE(test::file_text(out).find("--experience"), std::string::npos)
+    << test::file_text(out);
 }
 
 } // namespace

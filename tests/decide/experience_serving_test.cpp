@@ -1,0 +1,256 @@
+// Issue 16, parts 2 and 3: the structured hardware and workload identity of a run, the
+// similarity rule and what the curator serves in each mode (decide/experience_serving.hpp), on
+// the shipped simulator task files and on hand-made bank records.
+
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "adapters/task_file.hpp"
+#include "decide/decisions.hpp"
+#include "decide/experience_serving.hpp"
+#include "messages/errc.hpp"
+
+namespace infrarsi {
+namespace {
+
+using decide::experience_mode;
+using decide::hardware_match;
+using nlohmann::json;
+
+tuning::task_spec shipped(const std::string& name) {
+  auto t = adapters::load_task_file(std::string{INFRARSI_SOURCE_DIR} + "/config/tasks/" + name
+                                    + ".toml");
+  if (!t)
+    throw std::runtime_error{name + ": " + describe(t.error())};
+  return std::move(*t);
+}
+
+json gpu(const std::string& model, std::uint64_t gib, std::uint32_t per_node = 8,
+         std::uint32_t nodes = 1) {
+  return {{"gpu", model},
+          {"gpu_family", decide::gpu_family(model)},
+          {"gpu_memory_bytes", gib << 30},
+          {"gpus_per_node", per_node},
+          {"nodes", nodes}};
+}
+
+TEST(ExperienceIdentity, GpuFamiliesByArchitectureGeneration) {
+  EXPECT_EQ(decide::gpu_family("H100-80GB"), "hopper");
+  EXPECT_EQ(decide::gpu_family("NVIDIA H200"), "hopper");
+  EXPECT_EQ(decide::gpu_family("NVIDIA GH200 480GB"), "hopper");
+  EXPECT_EQ(decide::gpu_family("A100-SXM4-40GB"), "ampere");
+  EXPECT_EQ(decide::gpu_family("NVIDIA A10G"), "ampere");
+  EXPECT_EQ(decide::gpu_family("NVIDIA L40S"), "ada");
+  EXPECT_EQ(decide::gpu_family("NVIDIA B200"), "blackwell");
+  EXPECT_EQ(decide::gpu_family("GB200"), "blackwell");
+  EXPECT_EQ(decide::gpu_family("Tesla V100-SXM2-32GB"), "volta");
+  EXPECT_EQ(decide::gpu_family("AMD Instinct MI300X"), "cdna3");
+  // Unknown: a family of its own.
+  EXPECT_EQ(decide::gpu_family("Gaudi2"), "gaudi2");
+}
+
+TEST(ExperienceIdentity, TheSimilarityRuleRanksModelThenFamilyAndMemoryClass) {
+  auto h100 = gpu("H100-80GB", 80);
+  EXPECT_EQ(decide::match_hardware(gpu("H100-80GB", 80), h100), hardware_match::same_model);
+  // Same model at another scale: same family and memory, not the same hardware.
+  EXPECT_EQ(decide::match_hardware(gpu("H100-80GB", 80, 8, 4), h100),
+            hardware_match::same_family_memory);
+  // H200: Hopper with 141 GB, less than twice 80 GB.
+  EXPECT_EQ(decide::match_hardware(gpu("H200-141GB", 141), h100),
+            hardware_match::same_family_memory);
+  EXPECT_EQ(decide::match_hardware(h100, gpu("H200-141GB", 141)),
+            hardware_match::same_family_memory);
+  // A100-80GB: the same memory, another generation.
+  EXPECT_EQ(decide::match_hardware(gpu("A100-80GB", 80), h100), hardware_match::other);
+  // The same family, memories more than 2x apart.
+  EXPECT_EQ(decide::match_hardware(gpu("H100-80GB", 80), gpu("H20-24GB", 24)),
+            hardware_match::other);
+  EXPECT_EQ(decide::match_hardware(gpu("A100-SXM4-40GB", 40), gpu("A100-SXM4-80GB", 80)),
+            hardware_match::same_family_memory);
+  EXPECT_STREQ(decide::to_string(hardware_match::same_family_memory),
+               "same family and memory class");
+}
+
+TEST(ExperienceIdentity, SimulatorTasksFileTheirFindingsUnderTheSimulatedHardware) {
+  json node = {{"cpu", "Some CPU"}, {"gpus", json::array()}};
+  auto h100 = decide::hardware_identity(shipped("sim-dense9b-h100"), node);
+  EXPECT_EQ(h100["gpu"], "H100-80GB");
+  EXPECT_EQ(h100["gpu_family"], "hopper");
+  EXPECT_EQ(h100["gpu_memory_bytes"], std::uint64_t{81559} << 20);
+  EXPECT_EQ(h100["gpus_per_node"], 8u);
+  EXPECT_EQ(h100["nodes"], 1u);
+  EXPECT_EQ(h100["simulated"], true);
+  EXPECT_EQ(h100["declared"], true);
+  auto h200 = decide::hardware_identity(shipped("sim-dense9b-h200"), node);
+  auto a100 = decide::hardware_identity(shipped("sim-dense9b-a100"), node);
+  EXPECT_EQ(decide::match_hardware(h200, h100), hardware_match::same_family_memory);
+  EXPECT_EQ(decide::match_hardware(a100, h100), hardware_match::other);
+  auto multinode = decide::hardware_identity(shipped("sim-dense-multinode"), node);
+  EXPECT_EQ(multinode["nodes"], 4u);
+  // The fingerprint follows the declared hardware, not the machine running the simulator.
+  auto other_node = json{{"cpu", "Another CPU"}, {"gpus", json::array({" NVIDIA A10G"})}};
+  EXPECT_EQ(decide::run_hardware_fingerprint(shipped("sim-dense9b-h100"), node),
+            decide::run_hardware_fingerprint(shipped("sim-dense9b-h100"), other_node));
+  EXPECT_NE(decide::run_hardware_fingerprint(shipped("sim-dense9b-h100"), node),
+            decide::run_hardware_fingerprint(shipped("sim-dense9b-h200"), node));
+  EXPECT_EQ(decide::run_hardware_fingerprint(shipped("sim-dense9b-h100"), node).size(), 16u);
+}
+
+TEST(ExperienceIdentity, ATaskWithoutHardwareIsDescribedFromTheNode) {
+  auto task = shipped("torch_gpt");
+  ASSERT_FALSE(task.hardware.declared);
+  auto with_gpus = decide::hardware_identity(
+    task, json{{"cpu", "Xeon"}, {"gpus", json::array({" NVIDIA H100 80GB HBM3", " NVIDIA H100 "
+                                                                                  "80GB HBM3"})}});
+  EXPECT_EQ(with_gpus["gpu"], "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(with_gpus["gpu_family"], "hopper");
+  EXPECT_EQ(with_gpus["gpus_per_node"], 2u);
+  EXPECT_EQ(with_gpus["declared"], false);
+  auto cpu_only = decide::hardware_identity(task, json{{"cpu", "Xeon"}, {"gpus", json::array()}});
+  EXPECT_EQ(cpu_only["gpu"], "cpu:Xeon");
+  EXPECT_EQ(cpu_only["gpus_per_node"], 1u);
+}
+
+TEST(ExperienceIdentity, TheWorkloadClassIsTheModelShapeAndTheParallelLayout) {
+  auto h100 = decide::workload_identity(shipped("sim-dense9b-h100"));
+  auto h200 = decide::workload_identity(shipped("sim-dense9b-h200"));
+  auto a100 = decide::workload_identity(shipped("sim-dense9b-a100"));
+  auto moe = decide::workload_identity(shipped("sim-moe-1node-a100"));
+  auto llama = decide::workload_identity(shipped("sim-dense-1node"));
+  EXPECT_EQ(h100["model"], "yi-9b");
+  EXPECT_EQ(h100["architecture"], "dense");
+  EXPECT_EQ(h100["shape"]["layers"], 48);
+  EXPECT_EQ(h100["shape"]["seq_len"], 4096);
+  EXPECT_EQ(h100["layout"], json::array({"pp", "tp"}));
+  EXPECT_EQ(h100["class"], h200["class"]);
+  EXPECT_EQ(h100["class"], a100["class"]);
+  EXPECT_NE(h100["class"], moe["class"]);
+  EXPECT_NE(h100["class"], llama["class"]);
+  EXPECT_EQ(moe["architecture"], "moe");
+  // Without [model]: only the same task name matches.
+  auto plain = decide::workload_identity(shipped("torch_gpt"));
+  EXPECT_EQ(plain["model"], "task:torch_gpt");
+}
+
+/// A bank record as the projection stores it.
+json record(const json& hardware, const std::string& workload_class, double speedup,
+            std::uint64_t position, int tp) {
+  return {{"hardware", "fp-" + hardware["gpu"].get<std::string>()},
+          {"workload", "sig"},
+          {"hardware_identity", hardware},
+          {"workload_identity", {{"class", workload_class}}},
+          {"config", {{"knobs", {{"tp", tp}}}, {"patches", json::array()}}},
+          {"speedup", speedup},
+          {"ci_low", speedup - 0.1},
+          {"run", "run-" + std::to_string(position)},
+          {"position", position}};
+}
+
+decide::serving_request h100_request(experience_mode mode) {
+  decide::serving_request r;
+  r.hardware_identity = gpu("H100-80GB", 80);
+  r.workload_identity = {{"class", "dense9b"}};
+  r.hardware_fingerprint = "fp-H100-80GB";
+  r.workload_signature = "sig-h100";
+  r.mode = mode;
+  return r;
+}
+
+std::vector<json> bank() {
+  return {record(gpu("A100-80GB", 80), "dense9b", 1.9, 10, 1),  // other hardware, fastest
+          record(gpu("H200-141GB", 141), "dense9b", 1.5, 20, 2), // same family and memory
+          record(gpu("H100-80GB", 80), "dense9b", 1.2, 30, 4),   // the same model
+          record(gpu("H100-80GB", 80), "moe16b", 2.5, 40, 8),    // another workload
+          record(gpu("H200-141GB", 141), "dense9b", 1.4, 50, 2)}; // same configuration again
+}
+
+std::vector<int> tps(const json& pack) {
+  std::vector<int> out;
+  for (const auto& s : pack["seeds"])
+    out.push_back(s["config"]["knobs"]["tp"].get<int>());
+  return out;
+}
+
+TEST(ExperienceServing, FilteredServesTheSameWorkloadOnSimilarHardwareBestMatchFirst) {
+  auto pack = decide::experience_pack(bank(), h100_request(experience_mode::filtered));
+  EXPECT_EQ(pack["mode"], "filtered");
+  EXPECT_EQ(pack["serving"], "propose-or-explain/1");
+  // H100 (same model) first, then H200 (same family); the second H200 finding has the same
+  // configuration and is served once.
+  EXPECT_EQ(tps(pack), (std::vector<int>{4, 2}));
+  EXPECT_EQ(pack["seeds"][0]["match"], "same GPU model");
+  EXPECT_EQ(pack["seeds"][1]["match"], "same family and memory class");
+  EXPECT_EQ(pack["seeds"][1]["origin_hardware"], "H200-141GB");
+  EXPECT_EQ(pack["seeds"][1]["speedup"], 1.5);
+  EXPECT_EQ(pack["not_served"]["other_hardware"], 1u);
+  EXPECT_EQ(pack["not_served"]["other_workload"], 1u);
+}
+
+TEST(ExperienceServing, AllServesEveryFindingBySpeedupAndNoneServesNothing) {
+  auto all = decide::experience_pack(bank(), h100_request(experience_mode::all));
+  EXPECT_EQ(tps(all), (std::vector<int>{8, 1, 2, 4}));
+  EXPECT_EQ(all["seeds"][0]["same_workload"], false);
+  EXPECT_EQ(all["seeds"][1]["match"], "other hardware");
+  EXPECT_EQ(all["not_served"]["other_hardware"], 0u);
+  auto none = decide::experience_pack(bank(), h100_request(experience_mode::none));
+  EXPECT_TRUE(none["seeds"].empty());
+  EXPECT_EQ(none["mode"], "none");
+}
+
+TEST(ExperienceServing, FindingsWithoutIdentityMatchOnlyTheExactKeys) {
+  // A finding logged before the structured identity: its fingerprint and signature only.
+  json old = {{"hardware", "fp-H100-80GB"},
+              {"workload", "sig-h100"},
+              {"config", {{"knobs", {{"tp", 8}}}}},
+              {"speedup", 1.3},
+              {"position", 5}};
+  json elsewhere = old;
+  elsewhere["hardware"] = "fp-other";
+  auto pack =
+    decide::experience_pack({old, elsewhere}, h100_request(experience_mode::filtered));
+  ASSERT_EQ(pack["seeds"].size(), 1u);
+  EXPECT_EQ(pack["seeds"][0]["match"], "same GPU model");
+  EXPECT_EQ(pack["not_served"]["other_hardware"], 1u);
+}
+
+// A seed found on a GPU with more memory whose measured peak does not fit this run's GPU is not
+// proposed, and the reason names both; one that fits is proposed.
+TEST(ExperienceServing, ASeedWhosePeakMemoryExceedsThisGpuIsRefusedWithTheReason) {
+  auto task = shipped("sim-dense9b-h100");
+  store::run_state run;
+  run.run_id = "r";
+  run.contract_doc = json{{"memory_capacity_bytes", std::uint64_t{81559} << 20},
+                          {"policy", "bayes_ei/2"}};
+  run.experience_seeds_explained = true;
+  auto fits = tuning::baseline_configuration(task);
+  fits.knobs["micro_batch"] = std::int64_t{2};
+  auto hungry = tuning::baseline_configuration(task);
+  hungry.knobs["recompute"] = std::string{"none"};
+  run.experience_seeds = {hungry, fits};
+  run.experience_pack = {
+    {"mode", "filtered"},
+    {"seeds",
+     {{{"origin_hardware", "H200-141GB"}, {"peak_memory_bytes", std::uint64_t{120} << 30}},
+      {{"origin_hardware", "H200-141GB"}, {"peak_memory_bytes", std::uint64_t{60} << 30}}}}};
+  auto plan = decide::experience_seed_plan(task, run, "bayes_ei/2");
+  ASSERT_EQ(plan.size(), 2u);
+  EXPECT_FALSE(plan[0].propose);
+  EXPECT_EQ(plan[0].reason, "its peak memory where it was found (H200-141GB: 120.0 GiB) exceeds "
+                            "this run's memory capacity (79.6 GiB)");
+  EXPECT_TRUE(plan[1].propose) << plan[1].reason;
+  EXPECT_EQ(plan[1].reason, "");
+}
+
+TEST(ExperienceServing, ModesParseAndPrint) {
+  EXPECT_EQ(decide::parse_experience_mode("filtered"), experience_mode::filtered);
+  EXPECT_EQ(decide::parse_experience_mode("all"), experience_mode::all);
+  EXPECT_EQ(decide::parse_experience_mode("none"), experience_mode::none);
+  EXPECT_FALSE(decide::parse_experience_mode("Filtered"));
+  EXPECT_FALSE(decide::parse_experience_mode(""));
+}
+
+} // namespace
+} // namespace infrarsi
