@@ -466,19 +466,9 @@ void seed_experience(self_ptr self) {
                              << gpu << locked2.value("hardware_fingerprint", "") << ", seed "
                              << self->state.o.seed << '\n';
               auto served = nlohmann::json::parse(pack, nullptr, false);
-              if (served.is_object() && served.contains("seeds")) {
-                const auto& skipped = served["not_served"];
+              if (served.is_object() && served.contains("seeds"))
                 progress(self) << "init: experience (" << served.value("mode", "") << "): "
-                               << served["seeds"].size() << " seed(s) served"
-                               << (skipped.is_object()
-                                     ? "; not served: "
-                                         + std::to_string(skipped.value("other_hardware", 0))
-                                         + " on other hardware, "
-                                         + std::to_string(skipped.value("other_workload", 0))
-                                         + " of other workloads"
-                                     : std::string{})
-                               << '\n';
-              }
+                               << decide::experience_pack_text(served) << '\n';
               self->state.busy.exclusive = false;
               advance(self);
             },

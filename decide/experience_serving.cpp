@@ -200,7 +200,7 @@ nlohmann::json experience_pack(const std::vector<nlohmann::json>& records,
     std::uint64_t position;
   };
   std::vector<candidate> served;
-  std::uint64_t other_hardware = 0, other_workload = 0;
+  std::uint64_t other_workload = 0;
   const auto run_class = str(request.workload_identity, "class");
   if (request.mode != experience_mode::none)
     for (const auto& r : records) {
@@ -214,15 +214,9 @@ nlohmann::json experience_pack(const std::vector<nlohmann::json>& records,
         c.same_workload = str(r["workload_identity"], "class") == run_class;
       else
         c.same_workload = str(r, "workload") == request.workload_signature;
-      if (request.mode == experience_mode::filtered) {
-        if (!c.same_workload) {
-          ++other_workload;
-          continue;
-        }
-        if (c.match == hardware_match::other) {
-          ++other_hardware;
-          continue;
-        }
+      if (request.mode == experience_mode::filtered && !c.same_workload) {
+        ++other_workload;
+        continue;
       }
       served.push_back(c);
     }
@@ -235,6 +229,9 @@ nlohmann::json experience_pack(const std::vector<nlohmann::json>& records,
     return a.position < b.position;
   });
   nlohmann::json seeds = nlohmann::json::array();
+  nlohmann::json by_rank = {{to_string(hardware_match::same_model), 0},
+                            {to_string(hardware_match::same_family_memory), 0},
+                            {to_string(hardware_match::other), 0}};
   std::set<std::string> configs;
   for (const auto& c : served) {
     const auto& r = *c.record;
@@ -253,6 +250,7 @@ nlohmann::json experience_pack(const std::vector<nlohmann::json>& records,
                      {"same_workload", c.same_workload}});
     if (r.contains("peak_memory_bytes"))
       seeds.back()["peak_memory_bytes"] = r["peak_memory_bytes"];
+    by_rank[to_string(c.match)] = by_rank[to_string(c.match)].get<std::uint64_t>() + 1;
   }
   return {{"hardware", request.hardware_fingerprint},
           {"workload", request.workload_signature},
@@ -260,8 +258,33 @@ nlohmann::json experience_pack(const std::vector<nlohmann::json>& records,
           {"workload_identity", request.workload_identity},
           {"mode", to_string(request.mode)},
           {"seeds", seeds},
-          {"not_served", {{"other_hardware", other_hardware}, {"other_workload", other_workload}}},
+          {"served_by_match", by_rank},
+          {"not_served", {{"other_workload", other_workload}}},
           {"serving", "propose-or-explain/1"}};
+}
+
+std::string experience_pack_text(const nlohmann::json& pack) {
+  // A pack lists its seeds; the report's summary counts them ("served").
+  std::size_t served = pack.contains("seeds") && pack["seeds"].is_array()
+                         ? pack["seeds"].size()
+                         : pack.value("served", std::size_t{0});
+  std::string out = std::to_string(served) + " seed(s) served";
+  std::string ranks;
+  if (pack.contains("served_by_match") && pack["served_by_match"].is_object())
+    for (auto m : {hardware_match::same_model, hardware_match::same_family_memory,
+                   hardware_match::other}) {
+      auto n = pack["served_by_match"].value(to_string(m), std::uint64_t{0});
+      if (n > 0)
+        ranks += (ranks.empty() ? "" : ", ") + std::to_string(n) + " " + to_string(m);
+    }
+  if (!ranks.empty())
+    out += " (" + ranks + ")";
+  std::uint64_t other = 0;
+  if (pack.contains("not_served") && pack["not_served"].is_object())
+    other = pack["not_served"].value("other_workload", std::uint64_t{0});
+  if (other > 0)
+    out += "; " + std::to_string(other) + " finding(s) of other workloads not served";
+  return out;
 }
 
 } // namespace infrarsi::decide

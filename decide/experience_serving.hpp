@@ -39,8 +39,11 @@ enum class hardware_match : std::uint8_t { same_model = 0, same_family_memory = 
 const char* to_string(hardware_match m);
 
 /// What the curator serves (`infrarsi tune --experience`):
-///   filtered  findings for the same workload class on hardware ranked same_model or
-///             same_family_memory, best rank first, then best verified speedup (the default);
+///   filtered  findings for the same workload class, best hardware rank first (same_model,
+///             then same_family_memory, then other), then best verified speedup (the default).
+///             Findings on other hardware are served after every similar one, not dropped: the
+///             transfer experiment (bench/README.md "Transfer") measured that a run with no
+///             similar hardware in the bank gains from them as much as from similar hardware;
 ///   all       every finding of the bank, whatever its hardware and workload, best verified
 ///             speedup first (the naive bank: seeds outside the task's space are refused, with
 ///             the reason, like any other);
@@ -95,11 +98,18 @@ struct serving_request {
 ///    "seeds": [{"config", "speedup", "ci_low", "run", "position", "origin_hardware" (its GPU or
 ///               fingerprint), "match" (to_string(hardware_match)), "same_workload",
 ///               "peak_memory_bytes" (when the finding has it)}],
-///    "not_served": {"other_hardware": N, "other_workload": N}}
+///    "served_by_match": {to_string(hardware_match): N, ...},
+///    "not_served": {"other_workload": N}}
 /// from `records` (experience_bank::records() documents). Order: filtered by match rank, then
 /// speedup (highest first), then position; all by speedup, then position. Findings with the same
 /// configuration are served once (the first in that order).
 nlohmann::json experience_pack(const std::vector<nlohmann::json>& records,
                                const serving_request& request);
+
+/// One line about a pack (experience_pack's document, or the report's "experience" summary with
+/// its "served" count): "2 seed(s) served (1 same GPU model, 1
+/// other hardware); 3 finding(s) of other workloads not served". For the progress line and the
+/// report.
+std::string experience_pack_text(const nlohmann::json& pack);
 
 } // namespace infrarsi::decide

@@ -1,4 +1,5 @@
 #include "decide/report.hpp"
+#include "decide/experience_serving.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -418,6 +419,7 @@ nlohmann::json experience_summary(const store::run_state& run, double base_time)
   nlohmann::json out{{"mode", pack.value("mode", "")},
                      {"served", run.experience_seeds.size()},
                      {"proposed", proposed},
+                     {"served_by_match", pack.value("served_by_match", nlohmann::json::object())},
                      {"not_served", pack.value("not_served", nlohmann::json::object())},
                      {"search_trials", index}};
   if (best_index > 0)
@@ -1103,13 +1105,9 @@ std::string render_markdown(const nlohmann::json& r) {
   }
   if (r.contains("experience") && r["experience"].is_object()) {
     const auto& e = r["experience"];
-    const auto& skipped = e["not_served"];
     md << "\n## Experience\n\nServed `" << e.value("mode", "") << "` (docs/experience.md): "
-       << e.value("served", 0) << " seed(s) served, " << e.value("proposed", 0)
+       << experience_pack_text(e) << "; " << e.value("proposed", 0)
        << " proposed in the initial design";
-    if (skipped.is_object() && (skipped.value("other_hardware", 0) + skipped.value("other_workload", 0)) > 0)
-      md << "; not served: " << skipped.value("other_hardware", 0) << " finding(s) on other "
-         << "hardware, " << skipped.value("other_workload", 0) << " of other workloads";
     md << ".";
     if (e.contains("best_search_trial")) {
       const auto& best = e["best_search_trial"];

@@ -365,9 +365,11 @@ void run_projection::apply(const recorded_event& ev) {
               origins.push_back(std::move(o));
             }
         if (j->contains("mode"))
-          s.experience_pack = {{"mode", (*j)["mode"]},
-                               {"not_served", j->value("not_served", nlohmann::json::object())},
-                               {"seeds", origins}};
+          s.experience_pack = {
+            {"mode", (*j)["mode"]},
+            {"not_served", j->value("not_served", nlohmann::json::object())},
+            {"served_by_match", j->value("served_by_match", nlohmann::json::object())},
+            {"seeds", origins}};
       }
       break;
     case wire::EventKind::BaselineCalibrated:

@@ -174,19 +174,25 @@ std::vector<int> tps(const json& pack) {
   return out;
 }
 
-TEST(ExperienceServing, FilteredServesTheSameWorkloadOnSimilarHardwareBestMatchFirst) {
+TEST(ExperienceServing, FilteredServesTheSameWorkloadSimilarHardwareFirst) {
   auto pack = decide::experience_pack(bank(), h100_request(experience_mode::filtered));
   EXPECT_EQ(pack["mode"], "filtered");
   EXPECT_EQ(pack["serving"], "propose-or-explain/1");
-  // H100 (same model) first, then H200 (same family); the second H200 finding has the same
-  // configuration and is served once.
-  EXPECT_EQ(tps(pack), (std::vector<int>{4, 2}));
+  // H100 (same model) first, then H200 (same family), then A100 (other hardware, though its
+  // verified speedup is the highest); the second H200 finding has the same configuration and is
+  // served once; the MoE finding is another workload.
+  EXPECT_EQ(tps(pack), (std::vector<int>{4, 2, 1}));
   EXPECT_EQ(pack["seeds"][0]["match"], "same GPU model");
   EXPECT_EQ(pack["seeds"][1]["match"], "same family and memory class");
   EXPECT_EQ(pack["seeds"][1]["origin_hardware"], "H200-141GB");
   EXPECT_EQ(pack["seeds"][1]["speedup"], 1.5);
-  EXPECT_EQ(pack["not_served"]["other_hardware"], 1u);
+  EXPECT_EQ(pack["seeds"][2]["match"], "other hardware");
   EXPECT_EQ(pack["not_served"]["other_workload"], 1u);
+  EXPECT_EQ(pack["served_by_match"]["same GPU model"], 1u);
+  EXPECT_EQ(pack["served_by_match"]["other hardware"], 1u);
+  EXPECT_EQ(decide::experience_pack_text(pack),
+            "3 seed(s) served (1 same GPU model, 1 same family and memory class, 1 other "
+            "hardware); 1 finding(s) of other workloads not served");
 }
 
 TEST(ExperienceServing, AllServesEveryFindingBySpeedupAndNoneServesNothing) {
@@ -194,7 +200,7 @@ TEST(ExperienceServing, AllServesEveryFindingBySpeedupAndNoneServesNothing) {
   EXPECT_EQ(tps(all), (std::vector<int>{8, 1, 2, 4}));
   EXPECT_EQ(all["seeds"][0]["same_workload"], false);
   EXPECT_EQ(all["seeds"][1]["match"], "other hardware");
-  EXPECT_EQ(all["not_served"]["other_hardware"], 0u);
+  EXPECT_EQ(all["not_served"]["other_workload"], 0u);
   auto none = decide::experience_pack(bank(), h100_request(experience_mode::none));
   EXPECT_TRUE(none["seeds"].empty());
   EXPECT_EQ(none["mode"], "none");
@@ -209,11 +215,14 @@ TEST(ExperienceServing, FindingsWithoutIdentityMatchOnlyTheExactKeys) {
               {"position", 5}};
   json elsewhere = old;
   elsewhere["hardware"] = "fp-other";
-  auto pack =
-    decide::experience_pack({old, elsewhere}, h100_request(experience_mode::filtered));
-  ASSERT_EQ(pack["seeds"].size(), 1u);
+  json other_workload = old;
+  other_workload["workload"] = "sig-other";
+  auto pack = decide::experience_pack({elsewhere, old, other_workload},
+                                      h100_request(experience_mode::filtered));
+  ASSERT_EQ(pack["seeds"].size(), 1u); // `elsewhere` has old's configuration: served once
   EXPECT_EQ(pack["seeds"][0]["match"], "same GPU model");
-  EXPECT_EQ(pack["not_served"]["other_hardware"], 1u);
+  EXPECT_EQ(pack["seeds"][0]["position"], 5u);
+  EXPECT_EQ(pack["not_served"]["other_workload"], 1u);
 }
 
 // A seed found on a GPU with more memory whose measured peak does not fit this run's GPU is not

@@ -337,18 +337,20 @@ TEST_F(ExperienceServing, FindingsAreFiledUnderTheSimulatedHardwareAndTheModel) 
   EXPECT_NE(recs[0]["hardware"], recs[1]["hardware"]);
 }
 
-TEST_F(ExperienceServing, FilteredServesTheSameFamilyAllServesEverythingNoneNothing) {
+TEST_F(ExperienceServing, FilteredServesSimilarHardwareFirstAllEverythingNoneNothing) {
   ASSERT_EQ(statuses_, (std::vector<int>{0, 0}));
   auto [filtered, filtered_out] = served("filtered");
   ASSERT_TRUE(filtered.contains("seeds")) << filtered.dump() << filtered_out;
   EXPECT_EQ(filtered["mode"], "filtered");
-  ASSERT_EQ(filtered["seeds"].size(), 1u) << filtered.dump();
+  // The H200 finding (same family and memory class) first, then the A100 one (other hardware).
+  ASSERT_EQ(filtered["seeds"].size(), 2u) << filtered.dump();
   EXPECT_EQ(filtered["seeds"][0]["origin_hardware"], "H200-141GB");
   EXPECT_EQ(filtered["seeds"][0]["match"], "same family and memory class");
-  EXPECT_EQ(filtered["not_served"]["other_hardware"], 1u);
+  EXPECT_EQ(filtered["seeds"][1]["origin_hardware"], "A100-80GB");
+  EXPECT_EQ(filtered["seeds"][1]["match"], "other hardware");
   EXPECT_EQ(filtered["hardware_identity"]["gpu"], "H100-80GB");
-  EXPECT_NE(filtered_out.find("init: experience (filtered): 1 seed(s) served; not served: 1 on "
-                              "other hardware, 0 of other workloads"),
+  EXPECT_NE(filtered_out.find("init: experience (filtered): 2 seed(s) served (1 same family and "
+                              "memory class, 1 other hardware)\n"),
             std::string::npos)
     << filtered_out;
   EXPECT_NE(filtered_out.find("hardware H100-80GB "), std::string::npos) << filtered_out;
