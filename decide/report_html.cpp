@@ -405,6 +405,34 @@ constexpr const char* page_script = R"JS(
     sec.appendChild(ul);
   })();
 
+  (function () {
+    // Only in a report whose run was served experience seeds (render_html adds the section).
+    var S = R.experience_seeds || [];
+    var sec = section('experience');
+    if (!sec) return;
+    var table = el('table', { id: 'experience-table' });
+    var head = el('tr');
+    ['seed', 'from', 'match', 'speedup there', 'configuration (change from the baseline)',
+     'here'].forEach(function (h) { head.appendChild(el('th', {}, h)); });
+    table.appendChild(head);
+    S.forEach(function (s, i) {
+      var tr = el('tr', { 'class': 'seed' });
+      var here = s.trial !== undefined
+        ? 'trial ' + s.trial + ', ' + s.outcome +
+          (typeof s.speedup === 'number' ? ' ' + s.speedup.toFixed(3) + 'x' : '')
+        : 'not proposed: ' + (s.reason || '');
+      [String(i + 1), s.origin_hardware || '\u2013', s.match || '\u2013',
+       typeof s.speedup_there === 'number' ? s.speedup_there.toFixed(3) + 'x' : '\u2013',
+       s.change || 'baseline', here].forEach(function (v) { tr.appendChild(el('td', {}, v)); });
+      table.appendChild(tr);
+    });
+    sec.appendChild(table);
+    var e = R.experience || {};
+    if (e.mode)
+      sec.appendChild(el('p', { 'class': 'note' }, 'Served mode: ' + e.mode + '; ' +
+        (e.proposed || 0) + ' of ' + (e.served || 0) + ' seed(s) proposed in the initial design.'));
+  })();
+
   status.done = true;
   flush();
   document.body.setAttribute('data-rendered', 'true');
@@ -468,6 +496,9 @@ std::string render_html(const nlohmann::json& r, const std::string& chart_js) {
     << "<h2>Memory price of each setting</h2><div id=\"sec-memory-prices\"></div>\n"
     << "<h2>Peak memory and the OOM boundary</h2><div id=\"sec-memory-boundary\"></div>\n"
     << "<h2>Cost of failed trials</h2><div id=\"sec-failed-cost\"></div>\n"
+    << (r.contains("experience_seeds") && r["experience_seeds"].is_array()
+          ? "<h2>Experience seeds</h2><div id=\"sec-experience\"></div>\n"
+          : "")
     << "<p class=\"note\">report.json and report.md beside this file hold every trial, the "
        "re-verifications and every rejection with its evidence.</p>\n"
     << "<pre id=\"render-status\">{\"done\":false}</pre>\n"

@@ -584,9 +584,11 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   tune_cmd
     ->add_option("--experience", tune.experience,
                  "What the store's experience bank serves a new run as seeds: filtered (findings "
-                 "for the same workload on the same GPU model, or the same GPU family and memory "
-                 "class), all (every finding; those that do not fit the task are listed as "
-                 "refused) or none (a cold start). Default filtered (docs/experience.md)")
+                 "for the same model and parallel layout, the same GPU model first, then the same "
+                 "GPU family and memory class, then other hardware), all (every finding, by "
+                 "verified speedup; those that do not fit the task are listed as refused) or none "
+                 "(a cold start). Decided at init: a resumed run keeps its seeds. Default "
+                 "filtered (docs/experience.md)")
     ->check(CLI::IsMember({"filtered", "all", "none"}))
     ->capture_default_str();
   tune_cmd->add_option("--run", tune.run_id, "Continue this run id instead of starting a new one");

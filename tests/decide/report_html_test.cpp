@@ -177,5 +177,50 @@ TEST_F(ReportHtmlInChromium, ARunWithoutDataSaysSoInEverySection) {
   EXPECT_NE(r.out.find("Nothing promoted"), std::string::npos);
 }
 
+// Issue 16: a run served experience seeds shows them in a table: where each was found, its
+// rank, its speedup there, and what became of it here.
+TEST_F(ReportHtmlInChromium, ExperienceSeedsAreATableWithTheirOrigin) {
+  tuning::task_spec task;
+  task.name = "seeded";
+  tuning::knob_spec k;
+  k.name = "tp";
+  k.values = {std::int64_t{1}, std::int64_t{2}};
+  k.default_value = std::int64_t{1};
+  task.knobs.push_back(k);
+  store::run_state run;
+  run.run_id = "seeded-run";
+  tuning::configuration seed;
+  seed.knobs["tp"] = std::int64_t{2};
+  run.experience_seeds = {seed};
+  run.experience_seeds_explained = true;
+  run.experience_pack = {{"mode", "filtered"},
+                         {"served_by_match", {{"same family and memory class", 1}}},
+                         {"seeds",
+                          {{{"origin_hardware", "H200-141GB"},
+                            {"match", "same family and memory class"},
+                            {"speedup", 1.8}}}}};
+  auto report = make_report(task, run);
+  ASSERT_EQ(report["experience_seeds"].size(), 1u) << report.dump();
+  EXPECT_EQ(report["experience_seeds"][0]["origin_hardware"], "H200-141GB");
+  EXPECT_EQ(report["experience"]["mode"], "filtered");
+  auto chart_js = adapters::load_chart_js();
+  ASSERT_TRUE(chart_js) << describe(chart_js.error());
+  test::temp_dir dir;
+  std::ofstream{dir.sub("report.html")} << render_html(report, *chart_js);
+  auto r = test::chromium_dump_dom(test::file_url(dir.sub("report.html")));
+  ASSERT_FALSE(r.timed_out) << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto status = render_status(r.out);
+  ASSERT_TRUE(status.is_object()) << r.out.substr(0, 2000);
+  EXPECT_EQ(status["errors"], nlohmann::json::array()) << status.dump(2);
+  EXPECT_EQ(attribute_of(r.out, "experience-table", "id"), "experience-table");
+  EXPECT_EQ(count_of(r.out, "<tr class=\"seed\">"), 1u);
+  EXPECT_NE(r.out.find("<td>H200-141GB</td><td>same family and memory class</td><td>1.800x</td>"
+                       "<td>tp 1-&gt;2</td>"),
+            std::string::npos)
+    << r.out;
+  EXPECT_NE(r.out.find("Served mode: filtered; 0 of 1 seed(s) proposed"), std::string::npos);
+}
+
 } // namespace
 } // namespace infrarsi::decide
