@@ -214,9 +214,17 @@ int refuse(const experience_options& o, const std::string& why, std::ostream& er
   return 1;
 }
 
-int run_import(const experience_options& o, const store_layout& where,
-               const adapters::cluster_identity& me, std::ostream& out, std::ostream& err) {
+int run_import(const experience_options& o, const store_layout& where, std::ostream& out,
+               std::ostream& err) {
   const std::string cmd = "infrarsi experience import";
+  // The store's own cluster id, when it has one already (a refused pack creates nothing).
+  std::string own_id;
+  if (auto existing = adapters::load_cluster_identity(where.key_file, false))
+    own_id = existing->cluster_id;
+  else if (code_of(existing.error()) != errc::not_found) {
+    err << cmd << ": " << describe(existing.error()) << '\n';
+    return 1;
+  }
   // 1. The pack: structure, signature, signer, findings. Nothing is opened for writing before
   //    the pack is accepted.
   const messages::verify_limits limits;
@@ -239,7 +247,7 @@ int run_import(const experience_options& o, const store_layout& where,
                        + "' but its public key's cluster id is " + signer,
                   err);
   std::string signer_name;
-  if (signer == me.cluster_id) {
+  if (signer == own_id) {
     signer_name = "this cluster";
   } else {
     std::string trust_path = o.trust_file;
@@ -297,9 +305,19 @@ int run_import(const experience_options& o, const store_layout& where,
                     err);
     findings.push_back({f.origin, f.origin_position, store::experience_finding_of(doc)});
   }
-  // 2. The store: its log (written: the writer lock) and its bank.
+  // 2. The store: its identity (created on first use), its log (written: the writer lock) and
+  //    its bank.
   std::error_code ec;
+  if (fs::exists(where.root, ec) && !fs::is_directory(where.root, ec)) {
+    err << cmd << ": store '" << where.root << "' is not a directory\n";
+    return 1;
+  }
   fs::create_directories(where.root, ec);
+  auto me = adapters::load_cluster_identity(where.key_file, true);
+  if (!me) {
+    err << cmd << ": " << describe(me.error()) << '\n';
+    return 1;
+  }
   store::rocksdb_event_log_options opts;
   opts.sync_writes = true;
   auto log = store::rocksdb_event_log::open(where.events, opts);
@@ -307,7 +325,7 @@ int run_import(const experience_options& o, const store_layout& where,
     err << cmd << ": " << describe(log.error()) << locked_hint(log.error()) << '\n';
     return 1;
   }
-  auto bank = store::experience_bank::open(where.bank, **log, me.cluster_id);
+  auto bank = store::experience_bank::open(where.bank, **log, me->cluster_id);
   if (!bank) {
     err << cmd << ": " << describe(bank.error()) << locked_hint(bank.error()) << '\n';
     return 1;
@@ -318,7 +336,7 @@ int run_import(const experience_options& o, const store_layout& where,
   std::size_t own = 0;
   std::size_t conflicting = 0;
   for (auto& f : findings) {
-    if (f.origin == me.cluster_id) {
+    if (f.origin == me->cluster_id) {
       ++own;
       continue;
     }
@@ -392,7 +410,9 @@ int run_experience(const experience_options& o, std::ostream& out, std::ostream&
       err << cmd << ": " << why << '\n';
       return 1;
     }
-  if (o.action == "identity" || o.action == "import") {
+  if (o.action == "import")
+    return run_import(o, where, out, err);
+  if (o.action == "identity") {
     std::error_code ec;
     if (fs::exists(where.root, ec) && !fs::is_directory(where.root, ec)) {
       err << cmd << ": store '" << where.root << "' is not a directory\n";
@@ -417,8 +437,6 @@ int run_experience(const experience_options& o, std::ostream& out, std::ostream&
         << "\"\n";
     return 0;
   }
-  if (o.action == "import")
-    return run_import(o, where, *me, out, err);
   store::rocksdb_event_log_options opts;
   opts.read_only = true;
   auto log = store::rocksdb_event_log::open(where.events, opts);
