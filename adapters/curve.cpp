@@ -78,58 +78,6 @@ std::string mode_text(mode_t mode) {
   return buf;
 }
 
-/// Writes `text` to `path` with exactly `mode`, through a temporary file in the same directory:
-/// renamed over `path` when `overwrite`, else linked to it (fails with errc::not_permitted if
-/// `path` appeared meanwhile). The temporary is created with `mode` before anything is written.
-caf::error write_file_atomically(const std::string& path, const std::string& text, mode_t mode,
-                                 bool overwrite) {
-  auto tmp = path + ".tmp-" + std::to_string(::getpid());
-  ::unlink(tmp.c_str());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
-  if (fd < 0)
-    return make_error(errc::io_error, "cannot create '" + tmp + "': " + std::strerror(errno));
-  auto fail = [&](const std::string& what) {
-    auto why = std::string{std::strerror(errno)};
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return make_error(errc::io_error, "cannot write '" + path + "': " + what + ": " + why);
-  };
-  if (::fchmod(fd, mode) != 0) // the umask may have removed bits of a public file's mode
-    return fail("fchmod");
-  std::size_t done = 0;
-  while (done < text.size()) {
-    auto n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      return fail("write");
-    done += static_cast<std::size_t>(n);
-  }
-  if (::fsync(fd) != 0)
-    return fail("fsync");
-  if (::close(fd) != 0) {
-    auto why = std::string{std::strerror(errno)};
-    ::unlink(tmp.c_str());
-    return make_error(errc::io_error, "cannot write '" + path + "': close: " + why);
-  }
-  if (overwrite) {
-    if (::rename(tmp.c_str(), path.c_str()) != 0) {
-      auto why = std::string{std::strerror(errno)};
-      ::unlink(tmp.c_str());
-      return make_error(errc::io_error, "cannot rename '" + tmp + "' to '" + path + "': " + why);
-    }
-    return caf::none;
-  }
-  int rc = ::link(tmp.c_str(), path.c_str());
-  int link_errno = errno;
-  ::unlink(tmp.c_str());
-  if (rc != 0 && link_errno == EEXIST)
-    return make_error(errc::not_permitted, "'" + path + "' already exists (not overwritten)");
-  if (rc != 0)
-    return make_error(errc::io_error,
-                      "cannot create '" + path + "': " + std::strerror(link_errno));
-  return caf::none;
-}
 
 /// Which kind of key file is read.
 enum class key_file_kind { secret, public_only };
@@ -342,6 +290,60 @@ std::string metadata_property(const std::string& name, const std::string& value)
 }
 
 } // namespace
+
+// Declared in curve.hpp.
+/// Writes `text` to `path` with exactly `mode`, through a temporary file in the same directory:
+/// renamed over `path` when `overwrite`, else linked to it (fails with errc::not_permitted if
+/// `path` appeared meanwhile). The temporary is created with `mode` before anything is written.
+caf::error write_file_atomically(const std::string& path, const std::string& text, mode_t mode,
+                                 bool overwrite) {
+  auto tmp = path + ".tmp-" + std::to_string(::getpid());
+  ::unlink(tmp.c_str());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
+  if (fd < 0)
+    return make_error(errc::io_error, "cannot create '" + tmp + "': " + std::strerror(errno));
+  auto fail = [&](const std::string& what) {
+    auto why = std::string{std::strerror(errno)};
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return make_error(errc::io_error, "cannot write '" + path + "': " + what + ": " + why);
+  };
+  if (::fchmod(fd, mode) != 0) // the umask may have removed bits of a public file's mode
+    return fail("fchmod");
+  std::size_t done = 0;
+  while (done < text.size()) {
+    auto n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return fail("write");
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0)
+    return fail("fsync");
+  if (::close(fd) != 0) {
+    auto why = std::string{std::strerror(errno)};
+    ::unlink(tmp.c_str());
+    return make_error(errc::io_error, "cannot write '" + path + "': close: " + why);
+  }
+  if (overwrite) {
+    if (::rename(tmp.c_str(), path.c_str()) != 0) {
+      auto why = std::string{std::strerror(errno)};
+      ::unlink(tmp.c_str());
+      return make_error(errc::io_error, "cannot rename '" + tmp + "' to '" + path + "': " + why);
+    }
+    return caf::none;
+  }
+  int rc = ::link(tmp.c_str(), path.c_str());
+  int link_errno = errno;
+  ::unlink(tmp.c_str());
+  if (rc != 0 && link_errno == EEXIST)
+    return make_error(errc::not_permitted, "'" + path + "' already exists (not overwritten)");
+  if (rc != 0)
+    return make_error(errc::io_error,
+                      "cannot create '" + path + "': " + std::strerror(link_errno));
+  return caf::none;
+}
 
 std::string curve_key_problem(const std::string& key) {
   if (key.size() != curve_key_chars)

@@ -19,6 +19,8 @@
 #include <string>
 #include <thread>
 
+#include <sys/types.h>
+
 #include <caf/error.hpp>
 #include <caf/expected.hpp>
 #include <zmq.hpp>
@@ -61,6 +63,14 @@ struct curve_keypair {
 /// and `overwrite` is false; nothing is written then), errc::io_error (naming the file).
 [[nodiscard]] caf::error write_key_files(const std::string& dir, const std::string& name,
                                          const curve_keypair& keys, bool overwrite);
+
+/// Writes `text` to `path` with exactly `mode` (e.g. 0600 for a secret), through a temporary
+/// file in the same directory created with `mode` before anything is written, fsynced, then
+/// renamed over `path` when `overwrite`, else linked to it. Also used for the cluster identity
+/// files (adapters/cluster_identity.hpp). Errors: errc::not_permitted (`path` exists and
+/// `overwrite` is false; nothing is written), errc::io_error naming the file.
+[[nodiscard]] caf::error write_file_atomically(const std::string& path, const std::string& text,
+                                               mode_t mode, bool overwrite);
 
 /// Reads a NAME.key file. Errors name the file and what was expected: errc::not_found (no such
 /// file), errc::not_permitted (the file is accessible to group or others: any mode bit in 0077;

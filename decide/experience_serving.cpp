@@ -204,7 +204,9 @@ nlohmann::json experience_pack(const std::vector<nlohmann::json>& records,
   const auto run_class = str(request.workload_identity, "class");
   if (request.mode != experience_mode::none)
     for (const auto& r : records) {
-      candidate c{&r, hardware_match::other, false, num(r, "speedup", 1.0), u64(r, "position")};
+      // A local finding's global position; an imported one has its origin's position instead.
+      auto position = r.contains("position") ? u64(r, "position") : u64(r, "origin_position");
+      candidate c{&r, hardware_match::other, false, num(r, "speedup", 1.0), position};
       if (r.contains("hardware_identity") && request.hardware_identity.is_object()
           && !request.hardware_identity.empty())
         c.match = match_hardware(r["hardware_identity"], request.hardware_identity);
@@ -250,6 +252,8 @@ nlohmann::json experience_pack(const std::vector<nlohmann::json>& records,
                      {"same_workload", c.same_workload}});
     if (r.contains("peak_memory_bytes"))
       seeds.back()["peak_memory_bytes"] = r["peak_memory_bytes"];
+    if (r.contains("origin")) // the cluster that found it (docs/experience.md, "Federation")
+      seeds.back()["origin"] = r["origin"];
     by_rank[to_string(c.match)] = by_rank[to_string(c.match)].get<std::uint64_t>() + 1;
   }
   return {{"hardware", request.hardware_fingerprint},

@@ -97,7 +97,9 @@ struct serving_request {
 ///    "mode", "serving": "propose-or-explain/1",
 ///    "seeds": [{"config", "speedup", "ci_low", "run", "position", "origin_hardware" (its GPU or
 ///               fingerprint), "match" (to_string(hardware_match)), "same_workload",
-///               "peak_memory_bytes" (when the finding has it)}],
+///               "peak_memory_bytes" (when the finding has it), "origin" (the cluster that
+///               found it, for banks that record it; "position" is then its origin position
+///               when it was imported)}],
 ///    "served_by_match": {to_string(hardware_match): N, ...},
 ///    "not_served": {"other_workload": N}}
 /// from `records` (experience_bank::records() documents). Order: filtered by match rank, then

@@ -381,6 +381,7 @@ event_payload event_payload_of(std::uint16_t kind) noexcept {
     case wire::EventKind::PriorsLoaded:
     case wire::EventKind::ExperienceSeeded:
     case wire::EventKind::ExperienceRecorded:
+    case wire::EventKind::ExperienceImported:
     case wire::EventKind::BaselineCalibrated:
     case wire::EventKind::TrialVerified:
     case wire::EventKind::CandidateReverified:

@@ -874,31 +874,79 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   auto* experience_cmd = app.add_subcommand(
     "experience",
     "The store's experience bank: verified findings (the promoted configuration, its verified "
-    "speedup and 95% interval, hardware fingerprint, workload signature, run and log position). "
-    "Each finding is an ExperienceRecorded event of the event log; the bank (STORE/experience) "
-    "is an index derived from the log that catches up on every open, so deleting it loses "
-    "nothing (docs/experience.md)");
+    "speedup and 95% interval, hardware fingerprint, workload signature, and provenance: the "
+    "origin cluster and its log position). Each finding is an ExperienceRecorded event of the "
+    "event log, or an ExperienceImported event of a signed pack from another cluster; the bank "
+    "(STORE/experience) is an index derived from the log that catches up on every open, so "
+    "deleting it loses nothing. The store's cluster identity (Ed25519 key STORE/cluster.key, "
+    "mode 0600) is created on first use (docs/experience.md)");
   experience_cmd->require_subcommand(1);
   experience_options experience;
   experience.store_dir = default_store_dir;
   std::vector<CLI::App*> experience_cmds;
+  const std::string experience_exit =
+    ".\nExit status: 0 done, 1 it could not be (no event log; the bank held by a running tune "
+    "or daemon; an I/O error), 2 bad command line.";
   for (const auto& [name, what] : std::vector<std::pair<std::string, std::string>>{
          {"list", "Print every record: hardware, workload, speedup and its 95% interval, "
-                  "provenance (run and global log position) and the change from the baseline; "
-                  "then the record count, the log position read and the bank's hash"},
+                  "provenance (local: run and global log position; imported: origin cluster "
+                  "and its log position) and the change from the baseline; then the record "
+                  "count per hardware and workload (local, imported), this store's cluster id, "
+                  "the record count, the log position read and the bank's hash"},
          {"rebuild", "Delete the bank's index and fold it again from the event log; print the "
                      "record count, the log position read and the hash (identical to the "
                      "hash before when the log is the same)"},
          {"hash", "Print the bank's content hash: SHA-256 (hex) of its records in key order "
-                  "(hardware, workload, log position)"}}) {
+                  "(hardware, workload, origin cluster, origin position). Imported records hold "
+                  "no local position, so the order and repetition of imports do not change it"},
+         {"identity", "Print this store's cluster id, Ed25519 public key (hex) and key files "
+                      "(STORE/cluster.key, mode 0600, and STORE/cluster.pub; created when "
+                      "missing), and the trust entry other stores add to accept its packs. The "
+                      "secret is never printed"},
+         {"export", "Write a signed experience pack (FlatBuffers, file identifier IRXP, "
+                    "store/FORMAT.md): the bank's findings, this store's own from --since on and "
+                    "every imported one, each with its origin cluster and origin log position, "
+                    "signed with this store's Ed25519 key (STORE/cluster.key)"},
+         {"import", "Verify the signed experience pack PACK (file identifier, FlatBuffers "
+                    "verifier, Ed25519 signature, signer in the trust list or this store's own "
+                    "cluster) and append the findings this store lacks (by origin cluster and "
+                    "origin position) to the event log's stream experience-imported, in one "
+                    "atomic batch; then the bank folds them. Idempotent and commutative: the "
+                    "bank hash after importing A and B is the same in any order and with "
+                    "repeats. A refused pack (not a pack, truncated, unsigned, signature does "
+                    "not verify, signer not trusted) appends nothing and exits 1 naming the "
+                    "file and the reason. Needs the store's writer lock (not beside a running "
+                    "tune or daemon)"}}) {
     auto* sub = experience_cmd->add_subcommand(
-      name, what + ".\nExit status: 0 done, 1 it could not be (no event log; the bank held by "
-                   "a running tune or daemon; an I/O error), 2 bad command line.");
+      name, what
+              + (name == "import"
+                   ? ".\nExit status: 0 imported (or nothing new), 1 the pack was refused (the "
+                     "message names the file and why) or it could not be (the store held by a "
+                     "running tune or daemon; a bad trust list; an I/O error), 2 bad command "
+                     "line."
+                   : experience_exit));
     sub->add_option("--store", experience.store_dir,
-                    "Store directory (the one infrarsi tune used: events/ and experience/)")
+                    "Store directory (the one infrarsi tune used: events/, experience/, "
+                    "cluster.key)")
       ->capture_default_str();
     if (name == "list")
       sub->add_flag("--json", experience.json, "One JSON object per record instead of the table");
+    if (name == "export") {
+      sub->add_option("--since", experience.since,
+                      "Lowest global log position of this store's own findings to include "
+                      "(default 0: all); imported findings are always included");
+      sub->add_option("--out", experience.out_file,
+                      "Pack file to write (mode 0644, replaced whole); default: standard "
+                      "output (the summary then goes to standard error)");
+    }
+    if (name == "import") {
+      sub->add_option("PACK", experience.pack_file, "The experience pack file to import")
+        ->required();
+      sub->add_option("--trust", experience.trust_file,
+                      "Trust list (TOML: [[trusted]] tables of name and public_key, 64 hex "
+                      "digits); default STORE/trust.toml when it exists, else only this "
+                      "store's own cluster is trusted");
+    }
     experience_cmds.push_back(sub);
   }
 

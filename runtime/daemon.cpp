@@ -32,6 +32,7 @@
 
 #include "actors/actors.hpp"
 #include "actors/node_pool.hpp"
+#include "adapters/cluster_identity.hpp"
 #include "adapters/curve.hpp"
 #include "adapters/environment.hpp"
 #include "adapters/node_agent.hpp"
@@ -434,6 +435,8 @@ void resume_unfinished(controller_ptr self) {
     return;
   }
   for (const auto& info : *runs) {
+    if (info.run_id == store::imported_experience_stream)
+      continue; // imported findings (`infrarsi experience import`), not a run
     auto loaded = store::load_run_with_snapshot(*st.log, info.run_id);
     if (!loaded) {
       say(self, "run " + info.run_id + " not resumed: " + describe(loaded.error()));
@@ -487,7 +490,8 @@ void with_status(controller_ptr self, Done done_once) {
         std::vector<std::string> ids;
         if (auto listed = s.log->list_runs())
           for (const auto& info : *listed)
-            ids.push_back(info.run_id);
+            if (info.run_id != store::imported_experience_stream) // not a run
+              ids.push_back(info.run_id);
         for (const auto& id : ids) {
           auto here = s.runs.find(id);
           bool active = here != s.runs.end() && here->second.active;
@@ -770,7 +774,15 @@ int run_daemon(const daemon_config& config, std::ostream& out, std::ostream& err
   if (const auto& rec = (*log)->recovery(); rec.tail_dropped)
     err << "infrarsi daemon: recovered the event log: a torn tail was dropped ("
         << rec.dropped_bytes << " bytes); " << rec.head << " events survived\n";
-  auto bank = store::experience_bank::open(config.store_dir + "/experience", **log);
+  // The store's cluster identity (created on first use): the origin of its findings.
+  auto identity =
+    adapters::load_cluster_identity(adapters::cluster_key_path(config.store_dir), true);
+  if (!identity) {
+    err << "infrarsi daemon: " << describe(identity.error()) << '\n';
+    return 1;
+  }
+  auto bank = store::experience_bank::open(config.store_dir + "/experience", **log,
+                                           identity->cluster_id);
   if (!bank) {
     err << "infrarsi daemon: " << describe(bank.error()) << '\n';
     return 1;

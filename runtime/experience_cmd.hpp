@@ -1,29 +1,54 @@
 #pragma once
 /// @file experience_cmd.hpp
-/// `infrarsi experience list|rebuild|hash --store DIR`: the experience bank of a store, a
-/// projection of its event log (store/experience_bank.hpp, docs/experience.md).
+/// `infrarsi experience list|rebuild|hash|identity|export|import`: the experience bank of a
+/// store, a projection of its event log (store/experience_bank.hpp), and its federation with
+/// other clusters through signed experience packs (docs/experience.md, "Federation").
 
+#include <cstdint>
 #include <ostream>
 #include <string>
 
 namespace infrarsi::runtime {
 
 struct experience_options {
-  /// "list", "rebuild" or "hash".
+  /// "list", "rebuild", "hash", "identity", "export" or "import".
   std::string action;
-  /// Store directory (the one `infrarsi tune` used: events/ and experience/). The event log is
-  /// opened read-only; the bank's index (experience/) is written (caught up, or rebuilt).
+  /// Store directory (the one `infrarsi tune` used: events/, experience/, cluster.key). The
+  /// event log is opened read-only, except by `import`, which appends to it; the bank's index
+  /// (experience/) is written (caught up, or rebuilt); the cluster identity STORE/cluster.key is
+  /// created on first use.
   std::string store_dir;
   /// list: print one JSON object per record instead of the table. Default false.
   bool json = false;
+  /// export: the lowest origin (= global log) position of the store's own findings to include.
+  /// Default 0 (all). Findings the store imported are always included.
+  std::uint64_t since = 0;
+  /// export: the pack file to write (mode 0644, written whole or not at all); "" (default): the
+  /// pack goes to `out` and the summary to `err`.
+  std::string out_file;
+  /// import: the pack file to read.
+  std::string pack_file;
+  /// import: the trust list (adapters::load_trust_list); "" (default): STORE/trust.toml when
+  /// it exists, else only the store's own cluster is trusted.
+  std::string trust_file;
 };
 
-/// Runs the action: `list` prints each record (hardware, workload, speedup and its 95 %
-/// interval, provenance run and log position) and the bank's hash; `rebuild` deletes the index
-/// and folds it again from the log, then prints the record count, the position read and the
-/// hash; `hash` prints the hash alone: SHA-256 (hex) of experience_bank::content(), the records
-/// in key order. Exit status: 0 done, 1 it could not be (no log, the index held by a running
-/// tune or daemon, an I/O error; the message names which), 2 a bad action.
+/// Runs the action:
+/// - `list` prints each record (hardware, workload, speedup and its 95 % interval, provenance:
+///   local with run and log position, or imported with its origin cluster and position), the
+///   count per hardware and workload (local, imported), and the bank's hash;
+/// - `rebuild` deletes the index and folds it again from the log, then prints the record count,
+///   the position read and the hash;
+/// - `hash` prints the hash alone: SHA-256 (hex) of experience_bank::content();
+/// - `identity` prints the store's cluster id, public key (hex) and key file paths;
+/// - `export` writes a signed pack of the bank's findings (messages/experience_pack.fbs);
+/// - `import` verifies a pack (pack structure, Ed25519 signature, signer in the trust list) and
+///   appends the findings the store lacks, by (origin, origin position), to the stream
+///   store::imported_experience_stream in one atomic batch; nothing when it lacks none.
+/// Exit status: 0 done, 1 it could not be or the pack was refused (the message names the file
+/// and why: not a pack, truncated, unsigned, signature does not verify, signer not trusted, a
+/// bad trust list; no event log; the store or bank held by a running tune or daemon; an I/O
+/// error), 2 a bad action.
 int run_experience(const experience_options& options, std::ostream& out, std::ostream& err);
 
 } // namespace infrarsi::runtime

@@ -27,6 +27,7 @@
 #include "actors/actors.hpp"
 #include "decide/decisions.hpp"
 #include "decide/experience_serving.hpp"
+#include "adapters/cluster_identity.hpp"
 #include "adapters/environment.hpp"
 #include "adapters/node_bridge.hpp"
 #include "adapters/preflight.hpp"
@@ -262,7 +263,13 @@ int run_tune(const tune_options& o, std::ostream& out, std::ostream& err) {
         << " bytes; RocksDB: " << rec.message << "); " << rec.head
         << " events survived, the last at global position "
         << (rec.head > 0 ? std::to_string(rec.head - 1) : std::string{"(none)"}) << '\n';
-  auto bank = store::experience_bank::open(store_dir + "/experience", **log);
+  // The store's cluster identity (created on first use): the origin of its findings.
+  auto identity = adapters::load_cluster_identity(adapters::cluster_key_path(store_dir), true);
+  if (!identity) {
+    err << "infrarsi tune: " << describe(identity.error()) << '\n';
+    return 1;
+  }
+  auto bank = store::experience_bank::open(store_dir + "/experience", **log, identity->cluster_id);
   if (!bank) {
     err << "infrarsi tune: " << describe(bank.error()) << '\n';
     return 1;
@@ -512,6 +519,11 @@ int run_status(const std::string& store_dir, std::ostream& out, std::ostream& er
       out << '\n';
     first = false;
     out << r.run_id << '\n';
+    if (r.run_id == store::imported_experience_stream) { // not a run
+      out << "  imported experience findings: " << r.event_count
+          << " events (infrarsi experience list)\n";
+      continue;
+    }
     auto loaded = store::load_run_with_snapshot(**log, r.run_id); // snapshot + tail
     if (!loaded) {
       out << "  state:    unreadable: " << describe(loaded.error()) << '\n';

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 
 #include <rocksdb/db.h>
 #include <rocksdb/write_batch.h>
@@ -15,19 +16,38 @@ namespace {
 
 // Key layout (store/FORMAT.md, "Experience bank"):
 //   "m\0format"   -> experience_index_format
+//   "m\0cluster"  -> the store's own cluster id the index was folded under
 //   "m\0position" -> next global log position to fold, decimal
-//   "m\0skipped"  -> ExperienceRecorded events whose document was unreadable, decimal
-//   "r\0" hardware "\0" workload "\0" global position (20 decimal digits) -> record JSON
+//   "m\0skipped"  -> ExperienceRecorded/ExperienceImported events whose document was unreadable
+//   "r\0" hardware "\0" workload "\0" origin "\0" origin position (20 decimal digits) -> record
+//   "o\0" origin "\0" origin position (20 decimal digits) -> the "r" key of that finding
 const std::string format_key{"m\0format", 8};
+const std::string cluster_key{"m\0cluster", 9};
 const std::string position_key{"m\0position", 10};
 const std::string skipped_key{"m\0skipped", 9};
 const std::string record_prefix{"r\0", 2};
+const std::string origin_prefix{"o\0", 2};
 
 std::string record_key(const std::string& hardware, const std::string& workload,
-                       std::uint64_t position) {
+                       const std::string& origin, std::uint64_t position) {
   char digits[24];
   std::snprintf(digits, sizeof digits, "%020llu", static_cast<unsigned long long>(position));
-  return record_prefix + hardware + '\0' + workload + '\0' + digits;
+  return record_prefix + hardware + '\0' + workload + '\0' + origin + '\0' + digits;
+}
+
+/// The origin index: "o\0" origin "\0" origin position (20 digits) -> the record's key.
+std::string origin_key(const std::string& origin, std::uint64_t position) {
+  char digits[24];
+  std::snprintf(digits, sizeof digits, "%020llu", static_cast<unsigned long long>(position));
+  return origin_prefix + origin + '\0' + digits;
+}
+
+/// A key part: a non-empty string without NUL (the key separator).
+bool key_part(const nlohmann::json& j, const char* field) {
+  if (!j.contains(field) || !j[field].is_string())
+    return false;
+  const auto& s = j[field].get_ref<const std::string&>();
+  return !s.empty() && s.find('\0') == std::string::npos;
 }
 
 caf::error io(const std::string& dir, const rocksdb::Status& st) {
@@ -43,16 +63,21 @@ std::uint64_t read_number(rocksdb::DB& db, const std::string& key) {
 
 } // namespace
 
-experience_bank::experience_bank(std::string dir, rocksdb::DB* db, const event_log& log)
-  : dir_(std::move(dir)), db_(db), log_(log) {}
+experience_bank::experience_bank(std::string dir, rocksdb::DB* db, const event_log& log,
+                                 std::string cluster_id)
+  : dir_(std::move(dir)), cluster_id_(std::move(cluster_id)), db_(db), log_(log) {}
 
 experience_bank::~experience_bank() {
   if (db_)
     static_cast<void>(db_->Close()); // swallowed: writes are synced, and the index is derived
 }
 
-caf::expected<std::unique_ptr<experience_bank>> experience_bank::open(const std::string& dir,
-                                                                      const event_log& log) {
+caf::expected<std::unique_ptr<experience_bank>>
+experience_bank::open(const std::string& dir, const event_log& log, const std::string& cluster_id) {
+  if (cluster_id.empty() || cluster_id.find('\0') != std::string::npos)
+    return make_error(errc::invalid_argument,
+                      "experience bank '" + dir + "': the cluster id must be a non-empty string "
+                                                  "without NUL bytes");
   auto open_db = [&](rocksdb::DB** raw) {
     rocksdb::Options o;
     o.create_if_missing = true;
@@ -65,10 +90,14 @@ caf::expected<std::unique_ptr<experience_bank>> experience_bank::open(const std:
                                                                       : errc::io_error,
                       "experience bank '" + dir + "': " + st.ToString());
   std::string format;
+  std::string folded_for;
   auto got = raw->Get(rocksdb::ReadOptions{}, format_key, &format);
-  if (!got.ok() || format != experience_index_format) {
-    // Not an index of this format (a bank of direct puts from before issue 16, or a newer
-    // format): derived data, rebuilt from the log.
+  auto got_cluster = raw->Get(rocksdb::ReadOptions{}, cluster_key, &folded_for);
+  if (!got.ok() || format != experience_index_format || !got_cluster.ok()
+      || folded_for != cluster_id) {
+    // Not an index of this format (a bank of direct puts from before issue 16, one keyed by
+    // local positions, or a newer format) or one folded under another cluster id: derived
+    // data, rebuilt from the log.
     bool empty = true;
     {
       std::unique_ptr<rocksdb::Iterator> it{raw->NewIterator(rocksdb::ReadOptions{})};
@@ -86,12 +115,15 @@ caf::expected<std::unique_ptr<experience_bank>> experience_bank::open(const std:
     }
     rocksdb::WriteOptions wo;
     wo.sync = true;
-    if (auto p = raw->Put(wo, format_key, experience_index_format); !p.ok()) {
+    rocksdb::WriteBatch meta;
+    meta.Put(format_key, experience_index_format);
+    meta.Put(cluster_key, cluster_id);
+    if (auto p = raw->Write(wo, &meta); !p.ok()) {
       delete raw;
       return io(dir, p);
     }
   }
-  std::unique_ptr<experience_bank> bank{new experience_bank(dir, raw, log)};
+  std::unique_ptr<experience_bank> bank{new experience_bank(dir, raw, log, cluster_id)};
   if (auto err = bank->catch_up())
     return err;
   return bank;
@@ -103,25 +135,64 @@ caf::error experience_bank::catch_up() {
   std::uint64_t skipped = read_number(*db_, skipped_key);
   std::uint64_t next = from;
   rocksdb::WriteBatch batch;
+  std::set<std::string> in_batch; // imported keys put by this catch-up (not yet in the index)
+  auto finding_of = [](const recorded_event& ev) {
+    nlohmann::json j;
+    if (auto doc = messages::document_msg::decode(ev.payload); doc && (*doc)->json() != nullptr)
+      j = nlohmann::json::parse((*doc)->json()->str(), nullptr, false);
+    return j;
+  };
   auto err = log_.for_each(from, [&](const recorded_event& ev) {
     next = ev.global_position + 1;
-    if (ev.kind != static_cast<event_kind_t>(wire::EventKind::ExperienceRecorded))
+    if (ev.kind == static_cast<event_kind_t>(wire::EventKind::ExperienceRecorded)) {
+      auto rec = finding_of(ev);
+      if (!rec.is_object() || !key_part(rec, "hardware") || !key_part(rec, "workload")) {
+        ++skipped;
+        return true;
+      }
+      rec["position"] = ev.global_position;
+      rec["sequence"] = ev.sequence;
+      rec["origin"] = cluster_id_;
+      rec["origin_position"] = ev.global_position;
+      rec["imported"] = false;
+      if (!rec.contains("run"))
+        rec["run"] = ev.run_id;
+      auto key = record_key(rec["hardware"].get<std::string>(),
+                            rec["workload"].get<std::string>(), cluster_id_, ev.global_position);
+      batch.Put(key, rec.dump());
+      batch.Put(origin_key(cluster_id_, ev.global_position), key);
       return true;
-    nlohmann::json rec;
-    if (auto doc = messages::document_msg::decode(ev.payload); doc && (*doc)->json() != nullptr)
-      rec = nlohmann::json::parse((*doc)->json()->str(), nullptr, false);
-    if (!rec.is_object() || !rec.contains("hardware") || !rec["hardware"].is_string() ||
-        !rec.contains("workload") || !rec["workload"].is_string()) {
+    }
+    if (ev.kind != static_cast<event_kind_t>(wire::EventKind::ExperienceImported))
+      return true;
+    auto doc = finding_of(ev);
+    if (!doc.is_object() || !key_part(doc, "origin") || !doc.contains("origin_position")
+        || !doc["origin_position"].is_number_unsigned() || !doc.contains("finding")
+        || !doc["finding"].is_object() || !key_part(doc["finding"], "hardware")
+        || !key_part(doc["finding"], "workload")) {
       ++skipped;
       return true;
     }
-    rec["position"] = ev.global_position;
-    rec["sequence"] = ev.sequence;
-    if (!rec.contains("run"))
-      rec["run"] = ev.run_id;
-    batch.Put(record_key(rec["hardware"].get<std::string>(), rec["workload"].get<std::string>(),
-                         ev.global_position),
-              rec.dump());
+    auto origin = doc["origin"].get<std::string>();
+    if (origin == cluster_id_)
+      return true; // this store's own finding came back through a peer: it has it already
+    auto origin_position = doc["origin_position"].get<std::uint64_t>();
+    auto rec = std::move(doc["finding"]);
+    auto key = record_key(rec["hardware"].get<std::string>(), rec["workload"].get<std::string>(),
+                          origin, origin_position);
+    auto by_origin = origin_key(origin, origin_position);
+    std::string existing;
+    if (in_batch.count(by_origin) > 0
+        || db_->Get(rocksdb::ReadOptions{}, by_origin, &existing).ok())
+      return true; // one record per (origin, origin position): the first in log order wins
+    rec["origin"] = origin;
+    rec["origin_position"] = origin_position;
+    rec["imported"] = true;
+    for (const char* local : {"position", "sequence"})
+      rec.erase(local); // a peer's local fields are not part of a finding
+    batch.Put(key, rec.dump());
+    batch.Put(by_origin, key);
+    in_batch.insert(by_origin);
     return true;
   });
   if (err)
@@ -162,6 +233,25 @@ experience_bank::find(const std::string& hardware, const std::string& workload) 
   return out;
 }
 
+caf::expected<std::optional<nlohmann::json>>
+experience_bank::lookup(const std::string& origin, std::uint64_t origin_position) const {
+  std::string key;
+  auto st = db_->Get(rocksdb::ReadOptions{}, origin_key(origin, origin_position), &key);
+  if (st.IsNotFound())
+    return std::optional<nlohmann::json>{};
+  std::string value;
+  if (st.ok())
+    st = db_->Get(rocksdb::ReadOptions{}, key, &value);
+  if (!st.ok())
+    return io(dir_, st);
+  auto j = nlohmann::json::parse(value, nullptr, false);
+  if (j.is_discarded())
+    return make_error(errc::corrupt_data,
+                      "experience bank '" + dir_ + "': the record of origin " + origin
+                        + " position " + std::to_string(origin_position) + " is not JSON");
+  return std::optional<nlohmann::json>{std::move(j)};
+}
+
 caf::expected<std::vector<nlohmann::json>> experience_bank::records() const {
   std::vector<nlohmann::json> out;
   std::unique_ptr<rocksdb::Iterator> it{db_->NewIterator(rocksdb::ReadOptions{})};
@@ -187,13 +277,22 @@ caf::expected<std::string> experience_bank::content() const {
   return out;
 }
 
-caf::expected<std::unique_ptr<experience_bank>> rebuild_experience_bank(const std::string& dir,
-                                                                        const event_log& log) {
+caf::expected<std::unique_ptr<experience_bank>>
+rebuild_experience_bank(const std::string& dir, const event_log& log,
+                        const std::string& cluster_id) {
   std::error_code ec;
   if (std::filesystem::exists(dir, ec))
     if (auto d = rocksdb::DestroyDB(dir, rocksdb::Options{}); !d.ok())
       return io(dir, d);
-  return experience_bank::open(dir, log);
+  return experience_bank::open(dir, log, cluster_id);
+}
+
+nlohmann::json experience_finding_of(const nlohmann::json& record) {
+  auto out = record;
+  if (out.is_object())
+    for (const char* field : experience_provenance_fields)
+      out.erase(field);
+  return out;
 }
 
 } // namespace infrarsi::store

@@ -685,9 +685,11 @@ TEST(CliErrors, ExperienceWithoutAStoreSaysWhereToLook) {
   EXPECT_EQ(r.err.rfind("infrarsi experience list: no store at '" + dir.sub("nowhere") + "'", 0),
             0u)
     << r.err;
-  auto sub = run({"experience", "export"});
+  auto sub = run({"experience", "sync"});
   EXPECT_EQ(sub.status, exit_usage);
-  EXPECT_NE(sub.err.find("valid: list, rebuild, hash"), std::string::npos) << sub.err;
+  EXPECT_NE(sub.err.find("valid: list, rebuild, hash, identity, export, import"),
+            std::string::npos)
+    << sub.err;
 }
 
 TEST(CliErrors, AnUnknownSubcommandIsNamedWithTheValidOnes) {

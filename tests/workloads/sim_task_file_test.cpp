@@ -80,7 +80,7 @@ TEST(SimTaskFile, ReadsWhatTheHarnessReadsOfEveryShippedTask) {
       EXPECT_EQ(own->patches.size(), harness->name.find("moe") != std::string::npos ? 7u : 6u);
     }
   }
-  EXPECT_EQ(sim_tasks, 7);
+  EXPECT_EQ(sim_tasks, 8);
   // A byte size in the file is read as the harness reads it.
   std::string why;
   auto fake_tune = read_task_file(source_dir + "/tests/data/tasks/fake_tune.toml", why);
