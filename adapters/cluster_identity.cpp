@@ -38,12 +38,6 @@ caf::error sodium_ready() {
   return caf::none;
 }
 
-std::string mode_text(mode_t mode) {
-  char buf[8];
-  std::snprintf(buf, sizeof buf, "%04o", static_cast<unsigned>(mode & 07777));
-  return buf;
-}
-
 /// Decodes `digits` hex digits into bytes; empty on any other input.
 std::string from_hex(std::string_view text, std::size_t digits) {
   if (text.size() != digits || digits % 2 != 0)
@@ -84,55 +78,6 @@ std::string name_problem(const std::string& name) {
   return {};
 }
 
-/// Reads a regular file of at most `limit` bytes; for a secret file, refuses a mode that lets
-/// group or others in. Errors name the file.
-caf::expected<std::string> read_small_file(const std::string& path, const char* what,
-                                           std::size_t limit, bool secret) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) {
-    if (errno == ENOENT || errno == ENOTDIR)
-      return make_error(errc::not_found, std::string{what} + " '" + path + "': no such file");
-    return make_error(errc::io_error,
-                      std::string{what} + " '" + path + "': " + std::strerror(errno));
-  }
-  struct closer {
-    int fd;
-    ~closer() { ::close(fd); }
-  } close_fd{fd};
-  struct ::stat st {};
-  if (::fstat(fd, &st) != 0)
-    return make_error(errc::io_error,
-                      std::string{what} + " '" + path + "': " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode))
-    return make_error(errc::invalid_argument,
-                      std::string{what} + " '" + path + "': not a regular file");
-  if (secret && (st.st_mode & 077) != 0)
-    return make_error(errc::not_permitted,
-                      path + ": mode " + mode_text(st.st_mode) +
-                          ": a secret key file must not be accessible to group or others "
-                          "(expected mode 0600: chmod 600 '" +
-                          path + "')");
-  std::string text;
-  std::array<char, 1024> buf{};
-  for (;;) {
-    auto n = ::read(fd, buf.data(), buf.size());
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0)
-      return make_error(errc::io_error,
-                        std::string{what} + " '" + path + "': " + std::strerror(errno));
-    if (n == 0)
-      break;
-    text.append(buf.data(), static_cast<std::size_t>(n));
-    if (text.size() > limit) {
-      ::sodium_memzero(text.data(), text.size());
-      return make_error(errc::invalid_argument, path + ": more than the limit of " +
-                                                    std::to_string(limit) + " bytes for a " + what);
-    }
-  }
-  ::sodium_memzero(buf.data(), buf.size());
-  return text;
-}
 
 std::string at(const std::string& path, const toml::node& n) {
   return path + ":" + std::to_string(n.source().begin.line) + ":" +

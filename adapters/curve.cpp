@@ -82,9 +82,10 @@ std::string mode_text(mode_t mode) {
 /// Which kind of key file is read.
 enum class key_file_kind { secret, public_only };
 
-/// Reads and checks a key file; `keys.secret_key` stays empty for a public-only file.
-caf::expected<curve_keypair> read_key_file(const std::string& path, key_file_kind kind) {
-  const char* what = kind == key_file_kind::secret ? "secret key file" : "public key file";
+} // namespace
+
+caf::expected<std::string> read_small_file(const std::string& path, const char* what,
+                                           std::size_t limit, bool secret) {
   // Opened once; the checks and the read are of that one open file (no swap in between).
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
@@ -104,16 +105,16 @@ caf::expected<curve_keypair> read_key_file(const std::string& path, key_file_kin
   if (!S_ISREG(st.st_mode))
     return make_error(errc::invalid_argument,
                       std::string{what} + " '" + path + "': not a regular file");
-  if (kind == key_file_kind::secret && (st.st_mode & 077) != 0)
+  if (secret && (st.st_mode & 077) != 0)
     return make_error(errc::not_permitted,
                       path + ": mode " + mode_text(st.st_mode)
                         + ": a secret key file must not be accessible to group or others "
                           "(expected mode 0600: chmod 600 '"
                         + path + "')");
-  if (static_cast<std::uintmax_t>(st.st_size) > max_key_file_bytes)
+  if (static_cast<std::uintmax_t>(st.st_size) > limit)
     return make_error(errc::invalid_argument,
                       path + ": " + std::to_string(st.st_size) + " bytes, more than the limit of "
-                        + std::to_string(max_key_file_bytes) + " bytes for a " + what);
+                        + std::to_string(limit) + " bytes for a " + what);
   std::string text;
   std::array<char, 1024> buf{};
   for (;;) {
@@ -126,12 +127,27 @@ caf::expected<curve_keypair> read_key_file(const std::string& path, key_file_kin
     if (n == 0)
       break;
     text.append(buf.data(), static_cast<std::size_t>(n));
-    if (text.size() > max_key_file_bytes)
+    if (text.size() > limit) {
+      ::explicit_bzero(text.data(), text.size());
+      ::explicit_bzero(buf.data(), buf.size());
       return make_error(errc::invalid_argument, path + ": more than the limit of "
-                                                  + std::to_string(max_key_file_bytes)
-                                                  + " bytes for a " + what);
+                                                  + std::to_string(limit) + " bytes for a "
+                                                  + what);
+    }
   }
   ::explicit_bzero(buf.data(), buf.size());
+  return text;
+}
+
+namespace {
+
+/// Reads and checks a key file; `keys.secret_key` stays empty for a public-only file.
+caf::expected<curve_keypair> read_key_file(const std::string& path, key_file_kind kind) {
+  const char* what = kind == key_file_kind::secret ? "secret key file" : "public key file";
+  auto read = read_small_file(path, what, max_key_file_bytes, kind == key_file_kind::secret);
+  if (!read)
+    return std::move(read.error());
+  std::string text = std::move(*read);
   toml::table root;
   try {
     root = toml::parse(text, path);

@@ -72,6 +72,15 @@ struct curve_keypair {
 [[nodiscard]] caf::error write_file_atomically(const std::string& path, const std::string& text,
                                                mode_t mode, bool overwrite);
 
+/// Reads a small file (a key file, a trust list) of at most `limit` bytes, opened once: a
+/// regular file; with `secret`, one that group or others may not access (any mode bit in 0077
+/// is refused: expected 0600). Buffers that held the bytes are wiped. Errors name `what` and the
+/// file: errc::not_found, errc::not_permitted (the mode), errc::invalid_argument (not a regular
+/// file, over the limit), errc::io_error.
+[[nodiscard]] caf::expected<std::string> read_small_file(const std::string& path,
+                                                         const char* what, std::size_t limit,
+                                                         bool secret);
+
 /// Reads a NAME.key file. Errors name the file and what was expected: errc::not_found (no such
 /// file), errc::not_permitted (the file is accessible to group or others: any mode bit in 0077;
 /// expected 0600), errc::invalid_argument (not TOML, FILE:LINE:COLUMN; a missing or extra key;

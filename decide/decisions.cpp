@@ -998,6 +998,29 @@ std::optional<nlohmann::json> experience_record_doc(const store::run_state& run,
           peak = std::max(peak, t.peak_memory_bytes);
     if (peak > 0)
       doc["peak_memory_bytes"] = peak;
+    // The settings that failed in the search, with their failure class: what the next run on
+    // this hardware need not try again (at most max_failed_settings, in trial order).
+    constexpr std::size_t max_failed_settings = 64;
+    nlohmann::json failed = nlohmann::json::array();
+    for (const auto* t : run.latest_attempts()) {
+      if (t->purpose != "explore" || !t->finished || failed.size() >= max_failed_settings)
+        continue;
+      using tuning::trial_outcome;
+      switch (t->outcome) {
+      case trial_outcome::oom:
+      case trial_outcome::crash:
+      case trial_outcome::timeout:
+      case trial_outcome::launch_error:
+      case trial_outcome::contract_violation:
+        failed.push_back({{"trial", t->trial_id},
+                          {"outcome", tuning::to_string(t->outcome)},
+                          {"config", store::to_json(t->config)}});
+        break;
+      default:
+        break;
+      }
+    }
+    doc["failed_settings"] = failed;
   }
   return doc;
 }

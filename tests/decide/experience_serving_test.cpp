@@ -12,6 +12,7 @@
 #include "decide/decisions.hpp"
 #include "decide/experience_serving.hpp"
 #include "messages/errc.hpp"
+#include "store/run_projection.hpp"
 
 namespace infrarsi {
 namespace {
@@ -251,6 +252,57 @@ TEST(ExperienceServing, ASeedWhosePeakMemoryExceedsThisGpuIsRefusedWithTheReason
                             "this run's memory capacity (79.6 GiB)");
   EXPECT_TRUE(plan[1].propose) << plan[1].reason;
   EXPECT_EQ(plan[1].reason, "");
+}
+
+// A finding of a run locked with identities carries them, the promoted configuration's peak
+// memory and the search's failed settings with their class; one locked without them does not.
+TEST(ExperienceRecord, CarriesIdentityPeakMemoryAndFailedSettings) {
+  auto task = shipped("sim-dense9b-h100");
+  store::run_state run;
+  run.run_id = "r";
+  auto winner = tuning::baseline_configuration(task);
+  winner.knobs["micro_batch"] = std::int64_t{2};
+  auto hungry = tuning::baseline_configuration(task);
+  hungry.knobs["recompute"] = std::string{"none"};
+  auto trial = [](std::uint64_t id, const tuning::configuration& c, tuning::trial_outcome o,
+                  std::uint64_t peak) {
+    tuning::trial_record t;
+    t.trial_id = id;
+    t.purpose = "explore";
+    t.kind = tuning::purpose_kind::explore;
+    t.config = c;
+    t.finished = true;
+    t.outcome = o;
+    t.peak_memory_bytes = peak;
+    return t;
+  };
+  run.trials = {trial(3, hungry, tuning::trial_outcome::oom, 0),
+                trial(4, winner, tuning::trial_outcome::ok, std::uint64_t{70} << 30)};
+  json promotion = {{"promoted", true},
+                    {"config", store::to_json(winner)},
+                    {"speedup", 1.2},
+                    {"ci_low", 1.1},
+                    {"ci_high", 1.3},
+                    {"pairs", 3}};
+  run.contract_doc = json{{"hardware_fingerprint", "fp"},
+                          {"workload_signature", "sig"},
+                          {"hardware_identity", gpu("H100-80GB", 80)},
+                          {"workload_identity", {{"class", "c"}}}};
+  auto doc = decide::experience_record_doc(run, promotion, 9);
+  ASSERT_TRUE(doc);
+  EXPECT_EQ((*doc)["hardware_identity"]["gpu"], "H100-80GB");
+  EXPECT_EQ((*doc)["peak_memory_bytes"], std::uint64_t{70} << 30);
+  ASSERT_EQ((*doc)["failed_settings"].size(), 1u) << doc->dump();
+  EXPECT_EQ((*doc)["failed_settings"][0]["trial"], 3u);
+  EXPECT_EQ((*doc)["failed_settings"][0]["outcome"], "oom");
+  EXPECT_EQ((*doc)["failed_settings"][0]["config"], store::to_json(hungry));
+  // Locked by a build before the identities: the record as it was (old logs replay unchanged).
+  run.contract_doc = json{{"hardware_fingerprint", "fp"}, {"workload_signature", "sig"}};
+  auto old = decide::experience_record_doc(run, promotion, 9);
+  ASSERT_TRUE(old);
+  EXPECT_FALSE(old->contains("hardware_identity"));
+  EXPECT_FALSE(old->contains("peak_memory_bytes"));
+  EXPECT_FALSE(old->contains("failed_settings"));
 }
 
 TEST(ExperienceServing, ModesParseAndPrint) {
