@@ -38,6 +38,13 @@ inline void replace_first(std::string& text, const std::string& from, const std:
   text.replace(at, from.size(), to);
 }
 
+/// Replaces every occurrence of `from` in `text` (throws when there is none).
+inline void replace_all(std::string& text, const std::string& from, const std::string& to) {
+  replace_first(text, from, to);
+  for (auto at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
+    text.replace(at, from.size(), to);
+}
+
 /// sim-dense-1node reduced to a small search space whose optimum every search of 16 trials
 /// finds, so that runs whose trials arrive in different orders promote the same configuration:
 /// one node of H200-141GB (no configuration runs out of memory), no patches, five knobs (tp 2/4/8,
@@ -63,8 +70,10 @@ inline std::string small_sim_task_text(const temp_dir& dir, const std::string& s
     {"{overlap_param_gather}", "false"}};
   for (const auto& [from, to] : fixed)
     replace_first(text, from, to);
-  replace_first(text, "\"H100-80GB\"", "\"H200-141GB\"");
-  replace_first(text, "\"81559MiB\"", "\"143771MiB\"");
+  // The simulator's --gpu, the declared [hardware] and the memory the planner models: all of
+  // them (a memory model of 80 GB on a 141 GB GPU would steer the search elsewhere).
+  replace_all(text, "\"H100-80GB\"", "\"H200-141GB\"");
+  replace_all(text, "\"81559MiB\"", "\"143771MiB\"");
   replace_first(text, "\"--attempt\", \"{attempt}\"", "\"--attempt\", \"0\"");
   replace_first(text, "argv = [\".bin/infrarsi-sim\",",
                 "argv = [\"/bin/sh\", \"-c\", '" + script + "', \"" + INFRARSI_SOURCE_DIR
