@@ -215,6 +215,28 @@ int run_export(const experience_options& o, const store::experience_bank& bank,
   return 0;
 }
 
+/// The store's cluster identity, created on first use; with `make_store`, the store directory
+/// is created first (a path that exists and is not a directory is an error). Errors are printed
+/// after `cmd` and give nullopt.
+std::optional<adapters::cluster_identity> store_identity(const store_layout& where,
+                                                         bool make_store, const std::string& cmd,
+                                                         std::ostream& err) {
+  if (make_store) {
+    std::error_code ec;
+    if (fs::exists(where.root, ec) && !fs::is_directory(where.root, ec)) {
+      err << cmd << ": store '" << where.root << "' is not a directory\n";
+      return std::nullopt;
+    }
+    fs::create_directories(where.root, ec);
+  }
+  auto me = adapters::load_cluster_identity(where.key_file, true);
+  if (!me) {
+    err << cmd << ": " << describe(me.error()) << '\n';
+    return std::nullopt;
+  }
+  return std::move(*me);
+}
+
 /// A refusal of `import`, naming the pack file.
 int refuse(const experience_options& o, const std::string& why, std::ostream& err) {
   err << "infrarsi experience import: " << o.pack_file << ": refused: " << why
@@ -315,17 +337,9 @@ int run_import(const experience_options& o, const store_layout& where, std::ostr
   }
   // 2. The store: its identity (created on first use), its log (written: the writer lock) and
   //    its bank.
-  std::error_code ec;
-  if (fs::exists(where.root, ec) && !fs::is_directory(where.root, ec)) {
-    err << cmd << ": store '" << where.root << "' is not a directory\n";
+  auto me = store_identity(where, true, cmd, err);
+  if (!me)
     return 1;
-  }
-  fs::create_directories(where.root, ec);
-  auto me = adapters::load_cluster_identity(where.key_file, true);
-  if (!me) {
-    err << cmd << ": " << describe(me.error()) << '\n';
-    return 1;
-  }
   store::rocksdb_event_log_options opts;
   opts.sync_writes = true;
   auto log = store::rocksdb_event_log::open(where.events, opts);
@@ -420,20 +434,10 @@ int run_experience(const experience_options& o, std::ostream& out, std::ostream&
     }
   if (o.action == "import")
     return run_import(o, where, out, err);
-  if (o.action == "identity") {
-    std::error_code ec;
-    if (fs::exists(where.root, ec) && !fs::is_directory(where.root, ec)) {
-      err << cmd << ": store '" << where.root << "' is not a directory\n";
-      return 1;
-    }
-    fs::create_directories(where.root, ec);
-  }
   // The store's cluster identity, created on first use: the origin of its own findings.
-  auto me = adapters::load_cluster_identity(where.key_file, true);
-  if (!me) {
-    err << cmd << ": " << describe(me.error()) << '\n';
+  auto me = store_identity(where, o.action == "identity", cmd, err);
+  if (!me)
     return 1;
-  }
   if (o.action == "identity") {
     out << "cluster id: " << me->cluster_id << '\n'
         << "public key: " << adapters::to_hex(me->public_key) << '\n'
