@@ -720,6 +720,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   std::uint64_t submit_seed = 0;
   std::uint32_t submit_trials = 0;
   std::uint32_t submit_max_slots = 0;
+  std::string submit_experience = "filtered";
   auto* submit_cmd = app.add_subcommand(
     "submit", "Send TASK to a running daemon, which starts a run of it over its node pool. The "
               "task is loaded here first (errors name FILE:LINE:COLUMN before anything is sent) "
@@ -737,6 +738,13 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     submit_cmd->add_option("--trials", submit_trials, "Search trials (default: budget.trials)");
   submit_cmd->add_option("--max-slots", submit_max_slots,
                          "Most trials of this run in flight (default 0: its fair share)");
+  submit_cmd
+    ->add_option("--experience", submit_experience,
+                 "What the daemon's experience bank serves the run as seeds, as `tune "
+                 "--experience`: filtered (same model and parallel layout, similar hardware "
+                 "first), all or none (docs/experience.md)")
+    ->check(CLI::IsMember({"filtered", "all", "none"}))
+    ->capture_default_str();
   submit_cmd->add_option("--server-key", submit_client.server_key,
                          "The daemon's public key file (NAME.pub), for CURVE");
   submit_cmd->add_option("--key", submit_client.key, "This client's key file (NAME.key), for CURVE");
@@ -916,10 +924,23 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
                     "repeats. A refused pack (not a pack, truncated, unsigned, signature does "
                     "not verify, signer not trusted) appends nothing and exits 1 naming the "
                     "file and the reason. Needs the store's writer lock (not beside a running "
-                    "tune or daemon)"}}) {
+                    "tune or daemon)"},
+         {"sync", "Pull the findings this side lacks from a peer daemon over ZeroMQ (its client "
+                  "socket; CURVE with --server-key and --key): the peer answers a pack signed "
+                  "by its cluster key of every finding (its own and those it imported) whose "
+                  "origin and position were not listed; it is verified and imported as by "
+                  "`import` (the signer must be in the trust list). Two forms: --daemon EP "
+                  "asks a running daemon to pull now from its configured [[experience.peers]] "
+                  "(all, or the one --peer names); --store DIR --peer EP pulls into a store no "
+                  "daemon or tune holds. Prints per peer what was pulled, offered and already "
+                  "present, and the bank's record count and hash; a repeated sync pulls 0"}}) {
     auto* sub = experience_cmd->add_subcommand(
       name, what
-              + (name == "import"
+              + (name == "sync"
+                   ? ".\nExit status: 0 synced (or nothing new), 1 a peer could not be reached "
+                     "or its pack was refused (the message names the peer and why), 2 bad "
+                     "command line."
+                 : name == "import"
                    ? ".\nExit status: 0 imported (or nothing new), 1 the pack was refused (the "
                      "message names the file and why) or it could not be (the store held by a "
                      "running tune or daemon; a bad trust list; an I/O error), 2 bad command "
@@ -939,13 +960,32 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
                       "Pack file to write (mode 0644, replaced whole); default: standard "
                       "output (the summary then goes to standard error)");
     }
-    if (name == "import") {
-      sub->add_option("PACK", experience.pack_file, "The experience pack file to import")
-        ->required();
+    if (name == "sync") {
+      sub->add_option("--daemon", experience.daemon.endpoint,
+                      "A running daemon's client endpoint: it pulls from its configured peers "
+                      "(docs/experience.md, \"Sync between daemons\")");
+      sub->add_option("--peer", experience.peer,
+                      "With --daemon: the name (or endpoint) of one configured peer (default: "
+                      "every peer). With --store: the peer daemon's client endpoint, e.g. "
+                      "tcp://lab-b:5556");
+      sub->add_option("--server-key", experience.daemon.server_key,
+                      "The public key file (NAME.pub) of the daemon this command connects to, "
+                      "for CURVE");
+      sub->add_option("--key", experience.daemon.key,
+                      "This side's key file (NAME.key), for CURVE");
+      sub->add_option("--timeout", experience.daemon.timeout_s,
+                      "Seconds to wait for each answer")
+        ->capture_default_str();
+      sub->add_flag("--json", experience.json, "Print the sync's result document as JSON");
+    }
+    if (name == "sync" || name == "import")
       sub->add_option("--trust", experience.trust_file,
                       "Trust list (TOML: [[trusted]] tables of name and public_key, 64 hex "
                       "digits); default STORE/trust.toml when it exists, else only this "
-                      "store's own cluster is trusted");
+                      "store's own cluster is trusted" + std::string{name == "sync" ? " (--store form only; a daemon uses its own)" : ""});
+    if (name == "import") {
+      sub->add_option("PACK", experience.pack_file, "The experience pack file to import")
+        ->required();
     }
     experience_cmds.push_back(sub);
   }
@@ -1007,7 +1047,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       std::optional<std::uint32_t> trials;
       if (submit_trials_opt->count() > 0)
         trials = submit_trials;
-      return run_submit(submit_client, submit_task, seed, trials, submit_max_slots, out, err);
+      return run_submit(submit_client, submit_task, seed, trials, submit_max_slots,
+                        submit_experience, out, err);
     }
     if (node_cmd->parsed()) {
       if (!node_reserve.empty() && !parse_byte_size(node_reserve, node.disk_reserve_bytes)) {

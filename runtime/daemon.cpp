@@ -18,8 +18,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <cstdlib>
+#include <ctime>
 #include <iterator>
 #include <type_traits>
 
@@ -42,6 +44,7 @@
 #include "decide/decisions.hpp"
 #include "decide/run_progress.hpp"
 #include "messages/node_protocol.hpp"
+#include "runtime/experience_sync.hpp"
 #include "runtime/signals.hpp"
 #include "runtime/store_paths.hpp"
 #include "runtime/tune.hpp"
@@ -108,14 +111,16 @@ caf::expected<daemon_config> load_daemon_config(const std::string& path) {
       "heartbeat_ms", "liveness", "drain_grace_s", "max_slots_per_run", "send_hwm",
       "knowledge_dir"}},
     {"security", {"secret_key", "allow", "allow_clients"}},
-    {"dashboard", {"enabled", "bind", "port", "token_file", "token_env"}}};
+    {"dashboard", {"enabled", "bind", "port", "token_file", "token_env"}},
+    {"experience", {"trust", "sync_interval_s", "peers"}}};
   for (const auto& [table, node] : doc) {
     auto t = std::string{table.str()};
     if (t == "llm")
       continue; // checked below, as a task's [llm] (adapters::load_llm_table)
     auto k = known.find(t);
     if (k == known.end())
-      return bad(t, "unknown table (expected [daemon], [security], [dashboard] or [llm])");
+      return bad(t, "unknown table (expected [daemon], [security], [dashboard], [experience] or "
+                    "[llm])");
     if (!node.is_table())
       return bad(t, "expected a table");
     for (const auto& [key, value] : *node.as_table()) {
@@ -179,9 +184,61 @@ caf::expected<daemon_config> load_daemon_config(const std::string& path) {
                    text("dashboard", "bind", c.dashboard.bind),
                    number("dashboard", "port", 0.0, 65535.0, c.dashboard.port),
                    text("dashboard", "token_file", c.dashboard.token_file),
-                   text("dashboard", "token_env", c.dashboard.token_env)})
+                   text("dashboard", "token_env", c.dashboard.token_env),
+                   text("experience", "trust", c.experience_trust),
+                   number("experience", "sync_interval_s", 0.0, 7.0 * 86400.0,
+                          c.experience_sync_interval_s)})
     if (err)
       return err;
+  if (auto peers = doc["experience"]["peers"]) {
+    const auto* list = peers.as_array();
+    if (list == nullptr)
+      return bad("experience.peers", "expected an array of tables ([[experience.peers]])");
+    std::set<std::string> names;
+    for (std::size_t i = 0; i < list->size(); ++i) {
+      const auto at = "experience.peers[" + std::to_string(i + 1) + "]";
+      const auto* t = list->get(i)->as_table();
+      if (t == nullptr)
+        return bad(at, "expected a table with name and endpoint");
+      daemon_config::experience_peer_config p;
+      for (const auto& [key, value] : *t) {
+        const std::string k{key.str()};
+        if (k == "timeout_s") {
+          if (!value.is_number())
+            return bad(at + ".timeout_s", "expected a number");
+          p.timeout_s = value.value<double>().value_or(0.0);
+          if (!(p.timeout_s >= 0.1 && p.timeout_s <= 3600.0))
+            return bad(at + ".timeout_s", "expected a value in [0.1, 3600]");
+          continue;
+        }
+        std::string* field = k == "name"         ? &p.name
+                             : k == "endpoint"   ? &p.endpoint
+                             : k == "server_key" ? &p.server_key
+                             : k == "key"        ? &p.key
+                                                 : nullptr;
+        if (field == nullptr)
+          return bad(at + "." + k,
+                     "unknown key (expected name, endpoint, server_key, key or timeout_s)");
+        if (!value.is_string())
+          return bad(at + "." + k, "expected a string");
+        *field = value.value<std::string>().value_or("");
+      }
+      bool name_ok = !p.name.empty() && p.name.size() <= 64;
+      for (char ch : p.name)
+        name_ok = name_ok && (std::isalnum(static_cast<unsigned char>(ch)) || ch == '.'
+                              || ch == '_' || ch == '-');
+      if (!name_ok)
+        return bad(at + ".name", "'" + p.name
+                                   + "': expected 1 to 64 letters, digits, '.', '_' or '-'");
+      if (!names.insert(p.name).second)
+        return bad(at + ".name", "'" + p.name + "' names an earlier peer too");
+      if (p.endpoint.rfind("tcp://", 0) != 0 && p.endpoint.rfind("ipc://", 0) != 0)
+        return bad(at + ".endpoint", "'" + p.endpoint + "' is not a tcp:// or ipc:// endpoint");
+      p.server_key = resolve(base, p.server_key);
+      p.key = resolve(base, p.key);
+      c.experience_peers.push_back(std::move(p));
+    }
+  }
   {
     const auto& d = c.dashboard;
     if (d.bind.empty())
@@ -218,6 +275,19 @@ caf::expected<daemon_config> load_daemon_config(const std::string& path) {
   c.allow = resolve(base, c.allow);
   c.allow_clients = resolve(base, c.allow_clients);
   c.dashboard.token_file = resolve(base, c.dashboard.token_file);
+  c.experience_trust = resolve(base, c.experience_trust);
+  for (std::size_t i = 0; i < c.experience_peers.size(); ++i) {
+    auto& p = c.experience_peers[i];
+    if (p.key.empty() && !p.server_key.empty())
+      p.key = c.secret_key;
+    if (p.server_key.empty() != p.key.empty())
+      return bad("experience.peers[" + std::to_string(i + 1) + "]."
+                   + (p.server_key.empty() ? "server_key" : "key"),
+                 p.server_key.empty()
+                   ? "a client key without the peer's server_key: CURVE needs both"
+                   : "the peer's server_key needs this daemon's CURVE key: set "
+                     "security.secret_key or this peer's key");
+  }
   if (!c.allow_clients.empty() && c.secret_key.empty())
     return bad("security.allow_clients", "needs security.secret_key and security.allow");
   if (const auto* llm = doc.get("llm")) {
@@ -245,6 +315,9 @@ using ended_atom = caf::atom_constant<caf::atom("ended")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using grace_atom = caf::atom_constant<caf::atom("grace")>;
 using done_atom = caf::atom_constant<caf::atom("done")>;
+/// Experience sync: the worker's request ("" or a peer name) and the controller's timer.
+using xsync_atom = caf::atom_constant<caf::atom("xsync")>;
+using xsynctick_atom = caf::atom_constant<caf::atom("xsynctick")>;
 
 /// Lines written whole, under one lock, each prefixed (progress of several runs in one log).
 class line_log {
@@ -317,6 +390,12 @@ struct controller_state {
   const daemon_config* config = nullptr;
   store::event_log* log = nullptr;
   store::experience_bank* bank = nullptr;
+  /// The store's cluster identity: signs the packs this daemon serves to its peers.
+  const adapters::cluster_identity* identity = nullptr;
+  /// The experience sync worker (sync_worker): pulls from the configured peers.
+  caf::actor syncer;
+  /// The last sync with each peer, by name (the status document's experience.peers).
+  nlohmann::json peer_status = nlohmann::json::object();
   actors::node_pool_actor pool;
   adapters::node_broker* broker = nullptr;
   line_log* out = nullptr;
@@ -352,7 +431,9 @@ caf::expected<std::string> start_run(controller_ptr self, const std::string& tas
                                      const std::string& task_path,
                                      std::optional<std::uint64_t> seed,
                                      std::optional<std::uint32_t> trials, std::uint32_t max_slots,
-                                     const std::string& resume_id) {
+                                     const std::string& resume_id,
+                                     decide::experience_mode experience =
+                                       decide::experience_mode::filtered) {
   auto& st = self->state;
   if (st.draining)
     return make_error(errc::interrupted, "the daemon is draining; it accepts no new runs");
@@ -398,6 +479,7 @@ caf::expected<std::string> start_run(controller_ptr self, const std::string& tas
   so.task = r.task.get();
   so.log = st.log;
   so.bank = st.bank;
+  so.experience = experience;
   so.run_id = run_id;
   so.run_dir = run_dir;
   so.knowledge_dir = st.config->knowledge_dir.empty()
@@ -519,6 +601,15 @@ void with_status(controller_ptr self, Done done_once) {
         }
         doc["daemon_runs"] = runs;
         doc["draining"] = s.draining;
+        // The experience bank (docs/experience.md): records, the sync with each peer.
+        if (auto caught = s.bank->catch_up(); !caught)
+          if (auto bank = summarize(*s.bank))
+            doc["experience"] = {{"cluster_id", s.identity->cluster_id},
+                                 {"records", bank->records},
+                                 {"imported", bank->imported},
+                                 {"position", bank->position},
+                                 {"hash", bank->hash},
+                                 {"peers", s.peer_status}};
         doc["store"] = s.config->store_dir;
         auto stats = s.broker->stats();
         doc["broker"] = {{"frames_in", stats.frames_in},
@@ -530,6 +621,171 @@ void with_status(controller_ptr self, Done done_once) {
           doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)});
       },
       [done](caf::error& err) { (*done)(caf::expected<std::string>{std::move(err)}); });
+}
+
+// -- experience sync (docs/experience.md, "Sync between daemons") ------------------------------
+
+/// A peer asks for the findings it lacks: a pack signed by this store's cluster key of every
+/// finding of the bank (own and imported) whose (origin, position) it did not list, at most
+/// max_bytes of findings per answer ("complete": false when more remain).
+void serve_pull(controller_ptr self, const std::string& identity, const std::string& argument) {
+  auto& st = self->state;
+  auto request = parse_pull_request(argument);
+  if (!request)
+    return reply_error(self, identity, describe(request.error()));
+  if (auto e = st.bank->catch_up())
+    return reply_error(self, identity, "the experience bank: " + describe(e));
+  auto pack = make_pack(*st.bank, *st.identity, 0, request->have, request->max_bytes);
+  if (!pack)
+    return reply_error(self, identity, "the experience bank: " + describe(pack.error()));
+  wire::ClientReplyT r;
+  r.ok = true;
+  r.json = nlohmann::json{{"cluster_id", st.identity->cluster_id},
+                          {"findings", pack->local + pack->imported},
+                          {"local", pack->local},
+                          {"imported", pack->imported},
+                          {"complete", pack->complete}}
+             .dump();
+  r.data.assign(pack->bytes.begin(), pack->bytes.end());
+  if (pack->local + pack->imported > 0)
+    say(self, "experience: served " + std::to_string(pack->local + pack->imported)
+                + " finding(s) to a peer's pull (" + std::to_string(pack->local) + " own, "
+                + std::to_string(pack->imported) + " imported)");
+  reply(self, identity, messages::client_reply_msg::pack(r));
+}
+
+/// One sync's answer: a line per peer for the daemon's log, and the peers' status entries.
+void note_sync(controller_ptr self, const std::string& result_text) {
+  auto result = nlohmann::json::parse(result_text, nullptr, false);
+  if (!result.is_object() || !result.contains("peers"))
+    return;
+  for (const auto& p : result["peers"]) {
+    auto name = p.value("name", "");
+    self->state.peer_status[name] = p;
+    if (p.value("ok", false))
+      say(self, "experience sync with peer " + name + ": pulled "
+                  + std::to_string(p.value("pulled", 0)) + " new finding(s) of "
+                  + std::to_string(p.value("offered", 0)) + " offered ("
+                  + std::to_string(p.value("present", 0)) + " already here), signed by cluster "
+                  + p.value("signer", "") + " (" + p.value("signer_name", "") + ")");
+    else
+      say(self, "experience sync with peer " + name + " failed: " + p.value("error", ""));
+  }
+}
+
+/// A client asks for a sync now: with every configured peer, or the one named
+/// ({"peer": NAME}); the answer is the sync's result document.
+void request_sync(controller_ptr self, const std::string& identity, const std::string& argument) {
+  auto& st = self->state;
+  if (st.config->experience_peers.empty())
+    return reply_error(self, identity, "this daemon has no peers: add [[experience.peers]] "
+                                       "tables (name, endpoint, server_key) to its config "
+                                         + st.config->source);
+  std::string only;
+  if (!argument.empty()) {
+    auto doc = nlohmann::json::parse(argument, nullptr, false);
+    if (!doc.is_object() || (doc.contains("peer") && !doc["peer"].is_string()))
+      return reply_error(self, identity, "experience-sync: expected {\"peer\": NAME} or {}");
+    only = doc.value("peer", "");
+  }
+  if (!only.empty()) {
+    bool known = false;
+    std::string names;
+    for (const auto& p : st.config->experience_peers) {
+      known = known || p.name == only || p.endpoint == only;
+      names += (names.empty() ? "" : ", ") + p.name;
+    }
+    if (!known)
+      return reply_error(self, identity, "no peer '" + only + "' in " + st.config->source
+                                           + " (its peers: " + names + ")");
+  }
+  double budget = 10.0;
+  for (const auto& p : st.config->experience_peers)
+    budget += p.timeout_s * 4;
+  self
+    ->request(st.syncer, std::chrono::milliseconds(static_cast<long>(budget * 1000)),
+              xsync_atom::value, only)
+    .then(
+      [self, identity](std::string& result) {
+        note_sync(self, result);
+        wire::ClientReplyT r;
+        r.ok = true;
+        r.json = std::move(result);
+        reply(self, identity, messages::client_reply_msg::pack(r));
+      },
+      [self, identity](caf::error& e) { reply_error(self, identity, describe(e)); });
+}
+
+/// The wall-clock time as YYYY-MM-DDTHH:MM:SSZ (UTC): when a sync ran (status only; no decision
+/// reads it).
+std::string utc_now() {
+  auto t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  std::ostringstream os;
+  os << std::put_time(&tm, "%Y-%m-%dT%H:%M:%SZ");
+  return os.str();
+}
+
+/// Pulls from the configured peers (all, or the one named or at the endpoint `only`), one after
+/// the other; the result document {"peers": [...], "bank": {...}}. Runs on the sync worker's
+/// own thread: a slow peer delays neither the runs nor the clients.
+std::string sync_with_peers(const daemon_config& config, store::event_log& log,
+                            store::experience_bank& bank, const std::string& only) {
+  nlohmann::json peers = nlohmann::json::array();
+  auto trust_file = config.experience_trust.empty() ? config.store_dir + "/trust.toml"
+                                                    : config.experience_trust;
+  auto trust = load_trust(trust_file, !config.experience_trust.empty());
+  for (const auto& p : config.experience_peers) {
+    if (!only.empty() && p.name != only && p.endpoint != only)
+      continue;
+    nlohmann::json entry = {{"name", p.name},
+                            {"endpoint", p.endpoint},
+                            {"at", utc_now()}};
+    if (!trust) {
+      entry["ok"] = false;
+      entry["error"] = "trust list: " + describe(trust.error());
+      peers.push_back(std::move(entry));
+      continue;
+    }
+    experience_peer peer;
+    peer.name = p.name;
+    peer.endpoint = p.endpoint;
+    peer.server_key = p.server_key;
+    peer.key = p.key;
+    peer.timeout_s = p.timeout_s;
+    auto pulled = pull_from_peer(peer, log, bank, *trust);
+    entry["ok"] = static_cast<bool>(pulled);
+    if (pulled) {
+      entry["pulled"] = pulled->counts.imported;
+      entry["offered"] = pulled->counts.offered;
+      entry["present"] = pulled->counts.present;
+      entry["conflicting"] = pulled->counts.conflicting;
+      entry["own"] = pulled->counts.own;
+      entry["rounds"] = pulled->rounds;
+      entry["signer"] = pulled->signer;
+      entry["signer_name"] = pulled->signer_name;
+    } else {
+      entry["error"] = describe(pulled.error());
+    }
+    peers.push_back(std::move(entry));
+  }
+  nlohmann::json result = {{"peers", peers}};
+  if (auto summary = summarize(bank))
+    result["bank"] = {{"records", summary->records},
+                      {"imported", summary->imported},
+                      {"position", summary->position},
+                      {"hash", summary->hash}};
+  return result.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+/// The sync worker: one sync at a time (its mailbox orders them), so two never append to the
+/// imported stream at once.
+caf::behavior sync_worker(caf::event_based_actor*, const daemon_config* config,
+                          store::event_log* log, store::experience_bank* bank) {
+  return {[=](xsync_atom, const std::string& only) -> std::string {
+    return sync_with_peers(*config, *log, *bank, only);
+  }};
 }
 
 void on_client(controller_ptr self, const std::string& identity,
@@ -556,7 +812,15 @@ void on_client(controller_ptr self, const std::string& identity,
     std::optional<std::uint32_t> trials;
     if (s.trials())
       trials = *s.trials();
-    auto run = start_run(self, text, path, seed, trials, s.max_slots(), {});
+    auto experience = decide::experience_mode::filtered;
+    if (s.experience() != nullptr && s.experience()->size() > 0) {
+      auto mode = decide::parse_experience_mode(s.experience()->str());
+      if (!mode)
+        return reply_error(self, identity, "experience: '" + s.experience()->str()
+                                             + "': expected filtered, all or none");
+      experience = *mode;
+    }
+    auto run = start_run(self, text, path, seed, trials, s.max_slots(), {}, experience);
     if (!run)
       return reply_error(self, identity, describe(run.error()));
     ++st.submitted;
@@ -571,8 +835,15 @@ void on_client(controller_ptr self, const std::string& identity,
   if (!req)
     return reply_error(self, identity, describe(req.error()));
   auto command = (*req)->command()->str();
+  auto argument = (*req)->argument() != nullptr ? (*req)->argument()->str() : std::string{};
+  if (command == "experience-pull")
+    return serve_pull(self, identity, argument);
+  if (command == "experience-sync")
+    return request_sync(self, identity, argument);
   if (command != "status")
-    return reply_error(self, identity, "unknown command '" + command + "' (expected status)");
+    return reply_error(self, identity, "unknown command '" + command
+                                         + "' (expected status, experience-pull or "
+                                           "experience-sync)");
   with_status(self, [self, identity](caf::expected<std::string> doc) {
     if (!doc)
       return reply_error(self, identity, describe(doc.error()));
@@ -623,6 +894,9 @@ caf::behavior controller(caf::stateful_actor<controller_state>* self) {
   resume_unfinished(self);
   if (!self->state.config->watch_dir.empty())
     self->send(self, tick_atom::value);
+  if (!self->state.config->experience_peers.empty()
+      && self->state.config->experience_sync_interval_s > 0)
+    self->send(self, xsynctick_atom::value);
   return {
     [self](client_atom, const std::string& identity, const messages::envelope_msg& env) {
       on_client(self, identity, env);
@@ -647,6 +921,18 @@ caf::behavior controller(caf::stateful_actor<controller_state>* self) {
       caf::anon_send(st.pool, actors::leave_atom_v, run_id);
       say(self, "run " + run_id + " ended (status " + std::to_string(status) + "): " + summary);
       maybe_finish(self);
+    },
+    [self](xsynctick_atom) {
+      auto& st = self->state;
+      if (st.draining)
+        return;
+      self->request(st.syncer, caf::infinite, xsync_atom::value, std::string{})
+        .then([self](std::string& result) { note_sync(self, result); },
+              [self](caf::error& e) { say(self, "experience sync: " + describe(e)); });
+      self->delayed_send(self,
+                         std::chrono::milliseconds(
+                           static_cast<long>(st.config->experience_sync_interval_s * 1000)),
+                         xsynctick_atom::value);
     },
     [self](tick_atom) {
       if (self->state.draining)
@@ -686,9 +972,10 @@ caf::behavior controller(caf::stateful_actor<controller_state>* self) {
     }};
 }
 
-/// A client's DEALER: one request, one reply. Errors name the endpoint.
-caf::expected<messages::client_reply_msg> ask(const client_options& c,
-                                              const messages::envelope_msg& request) {
+} // namespace
+
+caf::expected<messages::client_reply_msg> ask_daemon(const client_options& c,
+                                                     const messages::envelope_msg& request) {
   zmq::context_t ctx;
   zmq::socket_t s{ctx, zmq::socket_type::dealer};
   s.set(zmq::sockopt::linger, 0);
@@ -727,6 +1014,8 @@ caf::expected<messages::client_reply_msg> ask(const client_options& c,
   }
 }
 
+namespace {
+
 /// Sends `request` and returns the JSON text of an ok answer. Errors: those of ask(), or
 /// errc::invalid_argument "`refused`: the daemon's reason" for an answer that is not ok.
 template <class Table>
@@ -735,7 +1024,7 @@ caf::expected<std::string> ask_json(const client_options& c, const messages::mes
   auto env = messages::seal(request, "", "client", 0);
   if (!env)
     return std::move(env.error());
-  auto answer = ask(c, *env);
+  auto answer = ask_daemon(c, *env);
   if (!answer)
     return std::move(answer.error());
   if (!(*answer)->ok())
@@ -787,6 +1076,14 @@ int run_daemon(const daemon_config& config, std::ostream& out, std::ostream& err
     err << "infrarsi daemon: " << describe(bank.error()) << '\n';
     return 1;
   }
+  // An explicit trust list must be readable now; STORE/trust.toml is read at each sync (a
+  // missing one trusts only this store's own cluster).
+  if (!config.experience_trust.empty())
+    if (auto trust = load_trust(config.experience_trust, true); !trust) {
+      err << "infrarsi daemon: " << config.source << ": experience.trust: "
+          << describe(trust.error()) << '\n';
+      return 1;
+    }
   zmq::context_t zctx;
   adapters::node_broker_options bo;
   bo.node_endpoint = config.node_endpoint;
@@ -903,10 +1200,13 @@ int run_daemon(const daemon_config& config, std::ostream& out, std::ostream& err
           << std::endl;
       out << "dashboard " << dashboard->url() << std::endl;
     }
+    auto syncer = sys.spawn<caf::detached>(sync_worker, &config, log->get(), bank->get());
     ctl = sys.spawn([&](caf::stateful_actor<controller_state>* self) {
       self->state.config = &config;
       self->state.log = log->get();
       self->state.bank = bank->get();
+      self->state.identity = &*identity;
+      self->state.syncer = syncer;
       self->state.pool = pool;
       self->state.broker = &broker;
       self->state.out = &log_out;
@@ -933,6 +1233,7 @@ int run_daemon(const daemon_config& config, std::ostream& out, std::ostream& err
       dashboard->stop();
     err << "infrarsi daemon: drained; every run resumes where it stopped at the next start"
         << std::endl;
+    caf::anon_send_exit(syncer, caf::exit_reason::user_shutdown);
   }
   broker.stop();
   caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);
@@ -945,7 +1246,13 @@ int run_daemon(const daemon_config& config, std::ostream& out, std::ostream& err
 
 int run_submit(const client_options& client, const std::string& task_path,
                std::optional<std::uint64_t> seed, std::optional<std::uint32_t> trials,
-               std::uint32_t max_slots, std::ostream& out, std::ostream& err) {
+               std::uint32_t max_slots, const std::string& experience, std::ostream& out,
+               std::ostream& err) {
+  if (!experience.empty() && !decide::parse_experience_mode(experience)) {
+    err << "infrarsi submit: --experience: '" << experience
+        << "': expected filtered, all or none\n";
+    return 2;
+  }
   auto task = adapters::load_task_file(task_path);
   if (!task) {
     err << "infrarsi submit: " << describe(task.error()) << '\n';
@@ -983,6 +1290,7 @@ int run_submit(const client_options& client, const std::string& task_path,
   s.seed = seed ? flatbuffers::Optional<std::uint64_t>{*seed} : flatbuffers::nullopt;
   s.trials = trials ? flatbuffers::Optional<std::uint32_t>{*trials} : flatbuffers::nullopt;
   s.max_slots = max_slots;
+  s.experience = experience;
   auto answer = ask_json(client, messages::submit_task_msg::pack(s), "the daemon refused " + task_path);
   if (!answer) {
     err << "infrarsi submit: " << describe(answer.error()) << '\n';

@@ -14,6 +14,7 @@
 
 #include <caf/expected.hpp>
 
+#include "messages/codec.hpp"
 #include "runtime/dashboard.hpp"
 #include "tuning/task.hpp"
 
@@ -70,6 +71,31 @@ struct daemon_config {
   std::string llm_toml;
   /// [dashboard]: the live dashboard over HTTP (runtime/dashboard.hpp). Default: off.
   dashboard_config dashboard;
+  /// One [[experience.peers]] table: a daemon whose experience this one pulls
+  /// (docs/experience.md, "Sync between daemons").
+  struct experience_peer_config {
+    /// name: letters, digits, '.', '_', '-' (at most 64); unique. Required.
+    std::string name;
+    /// endpoint: the peer daemon's client endpoint (tcp:// or ipc://). Required.
+    std::string endpoint;
+    /// server_key: the peer daemon's CURVE public key file (NAME.pub). Set: the connection
+    /// uses CURVE with this daemon's security.secret_key (or `key`) as the client key, which
+    /// the peer must allow on its client socket. Default "": plain (loopback only).
+    std::string server_key;
+    /// key: this side's CURVE key file for this peer. Default: security.secret_key.
+    std::string key;
+    /// timeout_s: seconds to wait for each answer. Default 30.
+    double timeout_s = 30.0;
+  };
+  /// [experience] trust: the trust list of clusters whose signed packs are accepted
+  /// (adapters::load_trust_list). Default "": STORE/trust.toml when it exists, else only this
+  /// store's own cluster.
+  std::string experience_trust;
+  /// [experience] sync_interval_s: pull from every peer at start and then every this many
+  /// seconds; 0: only on request (`infrarsi experience sync --daemon`). Default 300.
+  double experience_sync_interval_s = 300.0;
+  /// [[experience.peers]]: the daemons to pull from. Default: none.
+  std::vector<experience_peer_config> experience_peers;
   /// The file this was read from.
   std::string source;
 };
@@ -95,11 +121,22 @@ struct client_options {
   double timeout_s = 10.0;
 };
 
+/// One request to a daemon's client socket and its reply: a DEALER that connects to
+/// `client.endpoint` (CURVE when both key files are given), sends `request` and waits
+/// `client.timeout_s` for one answer. Errors name the endpoint: errc::not_found (no answer in
+/// time), errc::invalid_argument (one key file without the other), the key files' errors,
+/// errc::io_error, and the reply's decoding errors.
+[[nodiscard]] caf::expected<messages::client_reply_msg>
+ask_daemon(const client_options& client, const messages::envelope_msg& request);
+
 /// `infrarsi submit TASK --daemon EP`: loads TASK here (errors before anything is sent), sends it
 /// with its scope hashes, prints the run id. Exit 0 accepted, 1 refused or no answer.
+/// `experience` ("filtered", "all", "none"; "" = the daemon's default, filtered) chooses what the
+/// daemon's experience bank serves the run.
 int run_submit(const client_options& client, const std::string& task_path,
                std::optional<std::uint64_t> seed, std::optional<std::uint32_t> trials,
-               std::uint32_t max_slots, std::ostream& out, std::ostream& err);
+               std::uint32_t max_slots, const std::string& experience, std::ostream& out,
+               std::ostream& err);
 
 /// `infrarsi daemon status --daemon EP`: runs, nodes, trials in flight. `json`: the raw document.
 /// Exit 0, or 1 when the daemon does not answer.

@@ -7,6 +7,7 @@
 #include <iomanip>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -19,6 +20,7 @@
 #include "adapters/environment.hpp"
 #include "messages/errc.hpp"
 #include "messages/experience_pack.hpp"
+#include "runtime/experience_sync.hpp"
 #include "runtime/store_paths.hpp"
 #include "store/experience_bank.hpp"
 #include "store/rocksdb_event_log.hpp"
@@ -59,23 +61,6 @@ std::string locked_hint(const caf::error& e) {
 
 std::string short_id(const std::string& id) {
   return id.substr(0, 12);
-}
-
-/// The bank's hash line and counts, as `list`, `rebuild` and `import` end.
-struct bank_summary {
-  std::size_t records = 0;
-  std::uint64_t position = 0;
-  std::string hash;
-};
-
-caf::expected<bank_summary> summary_of(const store::experience_bank& bank) {
-  auto records = bank.records();
-  if (!records)
-    return std::move(records.error());
-  auto content = bank.content();
-  if (!content)
-    return std::move(content.error());
-  return bank_summary{records->size(), bank.position(), adapters::sha256_hex(*content)};
 }
 
 void print_table(const std::vector<nlohmann::json>& records, const std::string& own,
@@ -172,46 +157,26 @@ caf::expected<std::string> read_file(const std::string& path, std::size_t limit)
 int run_export(const experience_options& o, const store::experience_bank& bank,
                const adapters::cluster_identity& me, std::ostream& out, std::ostream& err) {
   const std::string cmd = "infrarsi experience export";
-  auto records = bank.records();
-  if (!records) {
-    err << cmd << ": " << describe(records.error()) << '\n';
+  auto pack = make_pack(bank, me, o.since);
+  if (!pack) {
+    err << cmd << ": " << describe(pack.error()) << '\n';
     return 1;
   }
-  messages::experience_pack_body body;
-  body.cluster_id = me.cluster_id;
-  body.public_key = me.public_key;
-  body.since = o.since;
-  std::size_t local = 0;
-  std::size_t imported = 0;
-  for (const auto& r : *records) {
-    bool is_imported = r.value("imported", false);
-    auto origin = r.value("origin", "");
-    auto position = r.value("origin_position", std::uint64_t{0});
-    if (!is_imported && position < o.since)
-      continue;
-    ++(is_imported ? imported : local);
-    body.findings.push_back({origin, position, store::experience_finding_of(r).dump()});
-  }
-  std::sort(body.findings.begin(), body.findings.end(), [](const auto& a, const auto& b) {
-    return std::tie(a.origin, a.origin_position) < std::tie(b.origin, b.origin_position);
-  });
-  auto signed_bytes = messages::encode_pack_body(body);
-  auto pack = messages::encode_pack(signed_bytes, me.sign(signed_bytes));
   std::ostringstream what;
-  what << "exported " << body.findings.size() << " findings (" << local
-       << " of this cluster from position " << o.since << ", " << imported
+  what << "exported " << pack->local + pack->imported << " findings (" << pack->local
+       << " of this cluster from position " << o.since << ", " << pack->imported
        << " imported) signed by cluster " << me.cluster_id << " to ";
   if (o.out_file.empty()) {
-    out.write(pack.data(), static_cast<std::streamsize>(pack.size()));
+    out.write(pack->bytes.data(), static_cast<std::streamsize>(pack->bytes.size()));
     out.flush();
-    err << what.str() << "stdout (" << pack.size() << " bytes)\n";
+    err << what.str() << "stdout (" << pack->bytes.size() << " bytes)\n";
     return out ? 0 : 1;
   }
-  if (auto bad = adapters::write_file_atomically(o.out_file, pack, 0644, true)) {
+  if (auto bad = adapters::write_file_atomically(o.out_file, pack->bytes, 0644, true)) {
     err << cmd << ": " << describe(bad) << '\n';
     return 1;
   }
-  out << what.str() << o.out_file << " (" << pack.size() << " bytes)\n";
+  out << what.str() << o.out_file << " (" << pack->bytes.size() << " bytes)\n";
   return 0;
 }
 
@@ -244,196 +209,254 @@ int refuse(const experience_options& o, const std::string& why, std::ostream& er
   return 1;
 }
 
+/// The store's own cluster id when it has one already ("" when not: a refused pack creates
+/// nothing), or nullopt after printing why the key file cannot be read.
+std::optional<std::string> existing_cluster_id(const store_layout& where, const std::string& cmd,
+                                               std::ostream& err) {
+  auto existing = adapters::load_cluster_identity(where.key_file, false);
+  if (existing)
+    return existing->cluster_id;
+  if (code_of(existing.error()) == errc::not_found)
+    return std::string{};
+  err << cmd << ": " << describe(existing.error()) << '\n';
+  return std::nullopt;
+}
+
+/// The trust list of `import` and `sync --store`: --trust, else STORE/trust.toml when it exists.
+std::optional<trust_set> trust_of(const experience_options& o, const store_layout& where,
+                                  const std::string& cmd, std::ostream& err) {
+  auto trust = load_trust(o.trust_file.empty() ? where.trust_file : o.trust_file,
+                          !o.trust_file.empty());
+  if (!trust) {
+    err << cmd << ": trust list: " << describe(trust.error()) << '\n';
+    return std::nullopt;
+  }
+  return std::move(*trust);
+}
+
+/// The store opened for writing: its identity (created on first use), its event log (the
+/// writer lock) and its bank. Errors are printed after `cmd`.
+struct writable_store {
+  adapters::cluster_identity me;
+  std::unique_ptr<store::rocksdb_event_log> log;
+  std::unique_ptr<store::experience_bank> bank;
+};
+std::optional<writable_store> open_writable(const store_layout& where, const std::string& cmd,
+                                            std::ostream& err) {
+  auto me = store_identity(where, true, cmd, err);
+  if (!me)
+    return std::nullopt;
+  store::rocksdb_event_log_options opts;
+  opts.sync_writes = true;
+  auto log = store::rocksdb_event_log::open(where.events, opts);
+  if (!log) {
+    err << cmd << ": " << describe(log.error()) << locked_hint(log.error()) << '\n';
+    return std::nullopt;
+  }
+  auto bank = store::experience_bank::open(where.bank, **log, me->cluster_id);
+  if (!bank) {
+    err << cmd << ": " << describe(bank.error()) << locked_hint(bank.error()) << '\n';
+    return std::nullopt;
+  }
+  return writable_store{std::move(*me), std::move(*log), std::move(*bank)};
+}
+
+void print_summary(const bank_summary& s, std::ostream& out) {
+  out << s.records << " records, log read up to position " << s.position << ", hash " << s.hash
+      << '\n';
+}
+
 int run_import(const experience_options& o, const store_layout& where, std::ostream& out,
                std::ostream& err) {
   const std::string cmd = "infrarsi experience import";
-  // The store's own cluster id, when it has one already (a refused pack creates nothing).
-  std::string own_id;
-  if (auto existing = adapters::load_cluster_identity(where.key_file, false))
-    own_id = existing->cluster_id;
-  else if (code_of(existing.error()) != errc::not_found) {
-    err << cmd << ": " << describe(existing.error()) << '\n';
+  auto own_id = existing_cluster_id(where, cmd, err);
+  if (!own_id)
     return 1;
-  }
   // 1. The pack: structure, signature, signer, findings. Nothing is opened for writing before
   //    the pack is accepted.
   const messages::verify_limits limits;
   auto file = read_file(o.pack_file, limits.max_bytes);
   if (!file)
     return refuse(o, describe(file.error()), err);
-  auto pack = messages::open_pack(*file, limits);
-  if (!pack)
-    return refuse(o, describe(pack.error()), err);
-  const auto& body = pack->decoded;
-  if (!adapters::verify_signature(body.public_key, pack->body, pack->signature))
-    return refuse(o,
-                  "the signature does not verify: the pack was changed after it was signed "
-                  "(tampered or damaged), or was not signed by the key it names (public key "
-                    + adapters::to_hex(body.public_key) + ")",
-                  err);
-  const auto signer = adapters::cluster_id_of(body.public_key);
-  if (body.cluster_id != signer)
-    return refuse(o, "the pack names cluster id '" + body.cluster_id
-                       + "' but its public key's cluster id is " + signer,
-                  err);
-  std::string signer_name;
-  if (signer == own_id) {
-    signer_name = "this cluster";
-  } else {
-    std::string trust_path = o.trust_file;
-    bool explicit_trust = !trust_path.empty();
-    std::error_code ec;
-    if (!explicit_trust)
-      trust_path = where.trust_file;
-    std::vector<adapters::trusted_cluster> trusted;
-    if (explicit_trust || fs::exists(trust_path, ec)) {
-      auto list = adapters::load_trust_list(trust_path);
-      if (!list) {
-        err << cmd << ": trust list: " << describe(list.error()) << '\n';
-        return 1;
-      }
-      trusted = std::move(*list);
-    }
-    for (const auto& t : trusted)
-      if (t.public_key == body.public_key)
-        signer_name = t.name;
-    if (signer_name.empty())
-      return refuse(o, "signer not trusted: cluster " + signer + " (public key "
-                         + adapters::to_hex(body.public_key) + ") is not in the trust list "
-                         + (explicit_trust || fs::exists(trust_path, ec)
-                              ? "'" + trust_path + "'"
-                              : "(no '" + trust_path
-                                  + "': only this store's own cluster is trusted)")
-                         + "; add it as [[trusted]] name = \"...\" public_key = \"...\"",
-                    err);
-  }
-  struct incoming {
-    std::string origin;
-    std::uint64_t position;
-    nlohmann::json finding;
-  };
-  std::vector<incoming> findings;
-  std::set<std::pair<std::string, std::uint64_t>> seen;
-  for (std::size_t i = 0; i < body.findings.size(); ++i) {
-    const auto& f = body.findings[i];
-    const auto label = "finding " + std::to_string(i + 1) + " (origin '" + f.origin
-                       + "', origin position " + std::to_string(f.origin_position) + ")";
-    if (f.origin.size() != adapters::cluster_id_hex_digits
-        || f.origin.find_first_not_of("0123456789abcdef") != std::string::npos)
-      return refuse(o, label + ": the origin is not a cluster id (32 lower-case hex digits)",
-                    err);
-    if (!seen.insert({f.origin, f.origin_position}).second)
-      return refuse(o, label + ": the same origin and position as an earlier finding", err);
-    auto doc = nlohmann::json::parse(f.document, nullptr, false);
-    auto text_field = [&](const char* k) {
-      return doc.contains(k) && doc[k].is_string() && !doc[k].get<std::string>().empty()
-             && doc[k].get<std::string>().find('\0') == std::string::npos;
-    };
-    if (!doc.is_object() || !text_field("hardware") || !text_field("workload"))
-      return refuse(o, label + ": the document is not an experience/1 JSON object with "
-                               "non-empty hardware and workload strings",
-                    err);
-    findings.push_back({f.origin, f.origin_position, store::experience_finding_of(doc)});
-  }
-  // 2. The store: its identity (created on first use), its log (written: the writer lock) and
-  //    its bank.
-  auto me = store_identity(where, true, cmd, err);
-  if (!me)
+  // Structure and signature first: a damaged pack is refused whatever the trust list says.
+  if (auto opened = messages::open_pack(*file, limits); !opened)
+    return refuse(o, describe(opened.error()), err);
+  auto trust = trust_of(o, where, cmd, err);
+  if (!trust)
     return 1;
-  store::rocksdb_event_log_options opts;
-  opts.sync_writes = true;
-  auto log = store::rocksdb_event_log::open(where.events, opts);
-  if (!log) {
-    err << cmd << ": " << describe(log.error()) << locked_hint(log.error()) << '\n';
+  auto verified = verify_pack(*file, *own_id, *trust);
+  if (!verified)
+    return refuse(o, describe(verified.error()), err);
+  const auto signer = verified->signer;
+  const auto signer_name = verified->signer_name;
+  // 2. The store: its identity, its log (the writer lock) and its bank.
+  auto store = open_writable(where, cmd, err);
+  if (!store)
+    return 1;
+  auto counts = append_pack(std::move(*verified), *store->log, *store->bank);
+  if (!counts) {
+    err << cmd << ": " << describe(counts.error()) << '\n';
     return 1;
   }
-  auto bank = store::experience_bank::open(where.bank, **log, me->cluster_id);
-  if (!bank) {
-    err << cmd << ": " << describe(bank.error()) << locked_hint(bank.error()) << '\n';
-    return 1;
-  }
-  const auto pack_sha256 = adapters::sha256_hex(*file);
-  std::vector<store::new_event> events;
-  std::size_t present = 0;
-  std::size_t own = 0;
-  std::size_t conflicting = 0;
-  for (auto& f : findings) {
-    if (f.origin == me->cluster_id) {
-      ++own;
-      continue;
-    }
-    auto have = (*bank)->lookup(f.origin, f.position);
-    if (!have) {
-      err << cmd << ": " << describe(have.error()) << '\n';
-      return 1;
-    }
-    if (*have) {
-      ++present;
-      if (store::experience_finding_of(**have) != f.finding)
-        ++conflicting;
-      continue;
-    }
-    nlohmann::json doc = {{"origin", f.origin},
-                          {"origin_position", f.position},
-                          {"finding", std::move(f.finding)},
-                          {"via", signer},
-                          {"pack_sha256", pack_sha256}};
-    events.push_back(store::new_event::of(
-      wire::EventKind::ExperienceImported,
-      messages::make_document("experience_import/1", doc.dump())));
-  }
-  if (!events.empty()) {
-    auto version = (*log)->version(store::imported_experience_stream);
-    if (!version) {
-      err << cmd << ": " << describe(version.error()) << '\n';
-      return 1;
-    }
-    // One atomic batch: all the pack's new findings, or none.
-    auto appended = (*log)->append(store::imported_experience_stream, *version, events);
-    if (!appended) {
-      err << cmd << ": " << describe(appended.error()) << '\n';
-      return 1;
-    }
-    if (auto caught = (*bank)->catch_up()) {
-      err << cmd << ": " << describe(caught) << '\n';
-      return 1;
-    }
-  }
-  auto summary = summary_of(**bank);
+  auto summary = summarize(*store->bank);
   if (!summary) {
     err << cmd << ": " << describe(summary.error()) << '\n';
     return 1;
   }
-  out << "imported " << events.size() << " of " << findings.size() << " findings from "
+  out << "imported " << counts->imported << " of " << counts->offered << " findings from "
       << o.pack_file << " (signed by cluster " << signer << ", " << signer_name << "): "
-      << present << " already present";
-  if (conflicting > 0)
-    out << " (" << conflicting << " of them with other content: kept the first)";
-  out << ", " << own << " of this cluster\n"
-      << summary->records << " records, log read up to position " << summary->position
-      << ", hash " << summary->hash << '\n';
+      << counts->present << " already present";
+  if (counts->conflicting > 0)
+    out << " (" << counts->conflicting << " of them with other content: kept the first)";
+  out << ", " << counts->own << " of this cluster\n";
+  print_summary(*summary, out);
   return 0;
+}
+
+/// One peer's line of `sync`.
+void print_pull(const nlohmann::json& p, std::ostream& out) {
+  out << "peer " << p.value("name", "") << " (" << p.value("endpoint", "") << "): ";
+  if (!p.value("ok", false)) {
+    out << "failed: " << p.value("error", "") << '\n';
+    return;
+  }
+  out << "pulled " << p.value("pulled", 0) << " new finding(s) of " << p.value("offered", 0)
+      << " offered, " << p.value("present", 0) << " already present";
+  if (p.value("conflicting", 0) > 0)
+    out << " (" << p.value("conflicting", 0) << " with other content: kept the first)";
+  out << ", " << p.value("own", 0) << " of this cluster; signed by cluster "
+      << p.value("signer", "") << " (" << p.value("signer_name", "") << ")\n";
+}
+
+/// `sync --daemon EP`: the daemon pulls from its peers; its result document printed.
+int run_sync_daemon(const experience_options& o, std::ostream& out, std::ostream& err) {
+  const std::string cmd = "infrarsi experience sync";
+  wire::ClientRequestT request;
+  request.command = "experience-sync";
+  request.argument = o.peer.empty() ? "{}" : nlohmann::json{{"peer", o.peer}}.dump();
+  auto env = messages::seal(messages::client_request_msg::pack(request), "", "client", 0);
+  if (!env) {
+    err << cmd << ": " << describe(env.error()) << '\n';
+    return 1;
+  }
+  auto answer = ask_daemon(o.daemon, *env);
+  if (!answer) {
+    err << cmd << ": " << describe(answer.error()) << '\n';
+    return 1;
+  }
+  if (!(**answer).ok()) {
+    err << cmd << ": the daemon at " << o.daemon.endpoint << " said: "
+        << ((**answer).error() != nullptr ? (**answer).error()->str() : std::string{}) << '\n';
+    return 1;
+  }
+  auto doc = nlohmann::json::parse((**answer).json()->str(), nullptr, false);
+  if (!doc.is_object() || !doc.contains("peers") || !doc["peers"].is_array()) {
+    err << cmd << ": the daemon at " << o.daemon.endpoint << " answered no sync result\n";
+    return 1;
+  }
+  bool all_ok = true;
+  for (const auto& p : doc["peers"])
+    all_ok = all_ok && p.value("ok", false);
+  if (o.json) {
+    out << doc.dump() << '\n';
+    return all_ok ? 0 : 1;
+  }
+  for (const auto& p : doc["peers"])
+    print_pull(p, out);
+  if (doc.contains("bank")) {
+    const auto& b = doc["bank"];
+    out << "daemon " << o.daemon.endpoint << ": " << b.value("records", 0) << " records ("
+        << b.value("imported", 0) << " imported), log read up to position "
+        << b.value("position", 0) << ", hash " << b.value("hash", "") << '\n';
+  }
+  return all_ok ? 0 : 1;
+}
+
+/// `sync --store DIR --peer EP`: this store pulls from the peer daemon itself.
+int run_sync_store(const experience_options& o, const store_layout& where, std::ostream& out,
+                   std::ostream& err) {
+  const std::string cmd = "infrarsi experience sync";
+  auto trust = trust_of(o, where, cmd, err);
+  if (!trust)
+    return 1;
+  auto store = open_writable(where, cmd, err);
+  if (!store)
+    return 1;
+  experience_peer peer;
+  peer.name = o.peer;
+  peer.endpoint = o.peer;
+  peer.server_key = o.daemon.server_key;
+  peer.key = o.daemon.key;
+  peer.timeout_s = o.daemon.timeout_s;
+  auto pulled = pull_from_peer(peer, *store->log, *store->bank, *trust);
+  nlohmann::json entry = {{"name", o.peer}, {"endpoint", o.peer}, {"ok", bool{pulled}}};
+  if (pulled) {
+    entry["pulled"] = pulled->counts.imported;
+    entry["offered"] = pulled->counts.offered;
+    entry["present"] = pulled->counts.present;
+    entry["conflicting"] = pulled->counts.conflicting;
+    entry["own"] = pulled->counts.own;
+    entry["rounds"] = pulled->rounds;
+    entry["signer"] = pulled->signer;
+    entry["signer_name"] = pulled->signer_name;
+  } else {
+    entry["error"] = describe(pulled.error());
+  }
+  auto summary = summarize(*store->bank);
+  if (o.json) {
+    nlohmann::json doc = {{"peers", nlohmann::json::array({entry})}};
+    if (summary)
+      doc["bank"] = {{"records", summary->records},
+                     {"imported", summary->imported},
+                     {"position", summary->position},
+                     {"hash", summary->hash}};
+    out << doc.dump() << '\n';
+  } else {
+    print_pull(entry, out);
+    if (summary)
+      print_summary(*summary, out);
+  }
+  if (!summary)
+    err << cmd << ": " << describe(summary.error()) << '\n';
+  return pulled && summary ? 0 : 1;
 }
 
 } // namespace
 
 int run_experience(const experience_options& o, std::ostream& out, std::ostream& err) {
   const std::string cmd = "infrarsi experience " + o.action;
-  static const std::set<std::string> actions = {"list",     "rebuild", "hash",
-                                                "identity", "export",  "import"};
+  static const std::set<std::string> actions = {"list",   "rebuild", "hash", "identity",
+                                                "export", "import",  "sync"};
   if (actions.count(o.action) == 0) {
     err << "infrarsi experience: '" << o.action
-        << "': expected list, rebuild, hash, identity, export or import\n";
+        << "': expected list, rebuild, hash, identity, export, import or sync\n";
     return 2;
   }
+  if (o.action == "sync") {
+    if (!o.daemon.endpoint.empty())
+      return run_sync_daemon(o, out, err);
+    if (o.peer.empty()) {
+      err << cmd << ": give --daemon EP (a running daemon pulls from its configured peers) or "
+                    "--peer EP (this store pulls from that daemon)\n";
+      return 2;
+    }
+    if (o.peer.rfind("tcp://", 0) != 0 && o.peer.rfind("ipc://", 0) != 0) {
+      err << cmd << ": --peer '" << o.peer
+          << "': without --daemon, expected the peer daemon's client endpoint (tcp:// or "
+             "ipc://)\n";
+      return 2;
+    }
+  }
   const auto where = layout_of(o.store_dir);
-  if (o.action != "import" && o.action != "identity")
+  if (o.action != "import" && o.action != "identity" && o.action != "sync")
     if (auto why = missing_store(o.store_dir); !why.empty()) {
       err << cmd << ": " << why << '\n';
       return 1;
     }
   if (o.action == "import")
     return run_import(o, where, out, err);
+  if (o.action == "sync")
+    return run_sync_store(o, where, out, err);
   // The store's cluster identity, created on first use: the origin of its own findings.
   auto me = store_identity(where, o.action == "identity", cmd, err);
   if (!me)
@@ -479,7 +502,7 @@ int run_experience(const experience_options& o, std::ostream& out, std::ostream&
   if (o.action == "export")
     return run_export(o, **bank, *me, out, err);
   auto records = (*bank)->records();
-  auto summary = summary_of(**bank);
+  auto summary = summarize(**bank);
   if (!records || !summary) {
     err << cmd << ": " << describe(!records ? records.error() : summary.error()) << '\n';
     return 1;
@@ -500,8 +523,7 @@ int run_experience(const experience_options& o, std::ostream& out, std::ostream&
     return 0;
   }
   print_table(*records, me->cluster_id, out);
-  out << summary->records << " records, log read up to position " << summary->position
-      << ", hash " << summary->hash << '\n';
+  print_summary(*summary, out);
   return 0;
 }
 

@@ -1,6 +1,6 @@
 #pragma once
 /// @file experience_cmd.hpp
-/// `infrarsi experience list|rebuild|hash|identity|export|import`: the experience bank of a
+/// `infrarsi experience list|rebuild|hash|identity|export|import|sync`: the experience bank of a
 /// store, a projection of its event log (store/experience_bank.hpp), and its federation with
 /// other clusters through signed experience packs (docs/experience.md, "Federation").
 
@@ -8,10 +8,12 @@
 #include <ostream>
 #include <string>
 
+#include "runtime/daemon.hpp"
+
 namespace infrarsi::runtime {
 
 struct experience_options {
-  /// "list", "rebuild", "hash", "identity", "export" or "import".
+  /// "list", "rebuild", "hash", "identity", "export", "import" or "sync".
   std::string action;
   /// Store directory (the one `infrarsi tune` used: events/, experience/, cluster.key). The
   /// event log is opened read-only, except by `import`, which appends to it; the bank's index
@@ -28,9 +30,15 @@ struct experience_options {
   std::string out_file;
   /// import: the pack file to read.
   std::string pack_file;
-  /// import: the trust list (adapters::load_trust_list); "" (default): STORE/trust.toml when
-  /// it exists, else only the store's own cluster is trusted.
+  /// import, sync --store: the trust list (adapters::load_trust_list); "" (default):
+  /// STORE/trust.toml when it exists, else only the store's own cluster is trusted.
   std::string trust_file;
+  /// sync: with daemon.endpoint set, a running daemon is asked to pull from its configured
+  /// peers (`peer`: only the one of that name or endpoint); otherwise the store pulls from the
+  /// daemon at endpoint `peer` itself. daemon.server_key / daemon.key: CURVE key files for the
+  /// connection this command makes. Default timeout 120 s.
+  client_options daemon = {"", "", "", 120.0};
+  std::string peer;
 };
 
 /// Runs the action:
@@ -44,11 +52,14 @@ struct experience_options {
 /// - `export` writes a signed pack of the bank's findings (messages/experience_pack.fbs);
 /// - `import` verifies a pack (pack structure, Ed25519 signature, signer in the trust list) and
 ///   appends the findings the store lacks, by (origin, origin position), to the stream
-///   store::imported_experience_stream in one atomic batch; nothing when it lacks none.
+///   store::imported_experience_stream in one atomic batch; nothing when it lacks none;
+/// - `sync` pulls from a peer daemon what the store lacks (runtime/experience_sync.hpp), or
+///   asks a running daemon to pull from its configured peers, and prints per peer what came.
 /// Exit status: 0 done, 1 it could not be or the pack was refused (the message names the file
 /// and why: not a pack, truncated, unsigned, signature does not verify, signer not trusted, a
 /// bad trust list; no event log; the store or bank held by a running tune or daemon; an I/O
-/// error), 2 a bad action.
+/// error; sync: a peer not reached or its pack refused), 2 a bad action or a bad combination of
+/// sync's options.
 int run_experience(const experience_options& options, std::ostream& out, std::ostream& err);
 
 } // namespace infrarsi::runtime

@@ -15,6 +15,7 @@
 #include "durability/daemon_cluster.hpp"
 #include "durability/sim_task.hpp"
 #include "durability/tune_process.hpp"
+#include "store/run_projection.hpp"
 #include "test_util.hpp"
 
 namespace infrarsi {
@@ -507,6 +508,202 @@ TEST(Daemon, ANodeWhoseKeyIsNotAllowedIsRefusedAndAPlainClientGetsNothing) {
   ASSERT_EQ(doc["nodes"].size(), 1u) << ok;
   EXPECT_EQ(doc["nodes"][0].value("name", ""), "good-node");
   EXPECT_EQ(c.drain(), 0);
+}
+
+/// The JSON document on the first line of `text` (a `--json` command's output).
+nlohmann::json first_json_line(const std::string& text) {
+  return nlohmann::json::parse(text.substr(0, text.find('\n')), nullptr, false);
+}
+
+/// The public key line of `infrarsi experience identity` (made on first use).
+std::pair<std::string, std::string> cluster_of(const test::temp_dir& dir, const std::string& store) {
+  auto [rc, out] = test::run_capture({}, {"experience", "identity", "--store", store},
+                                     dir.sub("identity.out"));
+  EXPECT_EQ(rc, 0) << out;
+  auto id = out.find("cluster id: ");
+  auto key = out.find("public key: ");
+  if (rc != 0 || id == std::string::npos || key == std::string::npos)
+    return {};
+  return {out.substr(id + 12, 32), out.substr(key + 12, 64)};
+}
+
+TEST(Daemon, TwoDaemonsOnOtherHardwareSyncOverCurveServeEachOthersFindingsAndASecondSyncPullsNothing) {
+  // Issue 16, "Must show": daemon A (H100, dense) and daemon B (A100, MoE), each in its own
+  // network namespace joined by a veth pair, each with its node-runner, CURVE on every socket;
+  // each trusts the other's cluster key. `experience sync --daemon` makes A pull from B and B
+  // from A; a repeated sync pulls nothing; A then serves B's finding to a run of B's task.
+  ASSERT_TRUE(test::netns_set::available())
+    << "needs root and iproute2 (ip netns) to make its own network namespaces";
+  test::temp_dir dir;
+  test::netns_set ns;
+  auto ns_a = ns.add("xa");
+  auto ns_b = ns.add("xb");
+  ASSERT_FALSE(ns_a.empty() || ns_b.empty()) << "ip netns add failed";
+  ASSERT_FALSE(ns.link(ns_a, ns_b, 3).first.empty()) << "veth failed";
+  const std::vector<std::string> in_a{"ip", "netns", "exec", ns_a};
+  const std::vector<std::string> in_b{"ip", "netns", "exec", ns_b};
+  test::process_set procs;
+  auto keys = dir.sub("keys");
+  for (const auto& name : {"daemon-a", "daemon-b", "node", "client"}) {
+    auto [rc, text] = test::run_capture({}, {"keys", "generate", "--out", keys, "--name", name},
+                                        dir.sub("keys.out"));
+    ASSERT_EQ(rc, 0) << text;
+  }
+  // Node keys on the node sockets; the client and the other daemon on each client socket.
+  std::filesystem::create_directories(dir.sub("nodes"));
+  std::filesystem::copy_file(keys + "/node.pub", dir.sub("nodes/node.pub"));
+  for (const auto& [self, peer] : {std::pair{"a", "b"}, std::pair{"b", "a"}}) {
+    auto clients = dir.sub(std::string{"clients-"} + self);
+    std::filesystem::create_directories(clients);
+    std::filesystem::copy_file(keys + "/client.pub", clients + "/client.pub");
+    std::filesystem::copy_file(keys + "/daemon-" + peer + ".pub", clients + "/daemon-" + peer + ".pub");
+  }
+  // Cluster identities (Ed25519, made on first use) and trust lists: each trusts the other.
+  auto store_a = dir.sub("a-store");
+  auto store_b = dir.sub("b-store");
+  auto [id_a, pub_a] = cluster_of(dir, store_a);
+  auto [id_b, pub_b] = cluster_of(dir, store_b);
+  ASSERT_FALSE(id_a.empty() || id_b.empty());
+  std::ofstream{store_a + "/trust.toml"} << "[[trusted]]\nname = \"lab-b\"\npublic_key = \""
+                                         << pub_b << "\"\n";
+  std::ofstream{store_b + "/trust.toml"} << "[[trusted]]\nname = \"lab-a\"\npublic_key = \""
+                                         << pub_a << "\"\n";
+  auto config_of = [&](const std::string& self, const std::string& peer,
+                       const std::string& peer_address) {
+    return test::write_daemon_config(
+      dir, self, "tcp://127.0.0.1:5555", "tcp://*:5556",
+      "[security]\nsecret_key = \"" + keys + "/daemon-" + self + ".key\"\nallow = \""
+        + dir.sub("nodes") + "\"\nallow_clients = \"" + dir.sub("clients-" + self)
+        + "\"\n[experience]\nsync_interval_s = 0\n[[experience.peers]]\nname = \"lab-" + peer
+        + "\"\nendpoint = \"tcp://" + peer_address + ":5556\"\nserver_key = \"" + keys
+        + "/daemon-" + peer + ".pub\"\ntimeout_s = 20\n");
+  };
+  cluster a{dir, procs, config_of("a", "b", "10.231.3.2")};
+  cluster b{dir, procs, config_of("b", "a", "10.231.3.1")};
+  a.daemon_out = dir.sub("daemon-a.out");
+  b.daemon_out = dir.sub("daemon-b.out");
+  a.daemon_prefix = in_a;
+  b.daemon_prefix = in_b;
+  for (auto* c : {&a, &b}) {
+    c->start_daemon();
+    ASSERT_FALSE(c->clients.empty()) << file_text(c->daemon_out);
+  }
+  a.start_node("node-a", "tcp://127.0.0.1:5555", in_a,
+               {"--server-key", keys + "/daemon-a.pub", "--key", keys + "/node.key"});
+  b.start_node("node-b", "tcp://127.0.0.1:5555", in_b,
+               {"--server-key", keys + "/daemon-b.pub", "--key", keys + "/node.key"});
+  ASSERT_TRUE(a.joined({"node-a"})) << file_text(a.daemon_out);
+  ASSERT_TRUE(b.joined({"node-b"})) << file_text(b.daemon_out);
+  auto client_of = [&](const std::string& self) {
+    return std::vector<std::string>{"--daemon", "tcp://127.0.0.1:5556", "--server-key",
+                                    keys + "/daemon-" + self + ".pub", "--key",
+                                    keys + "/client.key"};
+  };
+  auto task_of = [&](const std::string& name, int trials) {
+    auto text = test::sim_task_text(dir, name)
+                + "\n[budget]\ntrials = " + std::to_string(trials)
+                + "\nbaseline_repeats = 3\nverify_top = 1\nverify_repeats = 3\n";
+    auto path = dir.sub(name + ".toml");
+    std::ofstream{path} << text;
+    return path;
+  };
+  auto submit_to = [&](const std::string& self, const std::string& task,
+                       const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args{"submit", task};
+    for (const auto& arg : client_of(self))
+      args.push_back(arg);
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto [rc, text] = test::run_capture(self == "a" ? in_a : in_b, args, dir.sub("submit.out"));
+    EXPECT_EQ(rc, 0) << text;
+    return text.substr(0, text.find('\n'));
+  };
+  auto run_a = submit_to("a", task_of("sim-dense-1node", 8));
+  auto moe_a100 = task_of("sim-moe-1node-a100", 8);
+  auto run_b = submit_to("b", moe_a100);
+  ASSERT_FALSE(run_a.empty() || run_b.empty());
+  ASSERT_TRUE(eventually(300s, [&] {
+    return test::run_applied(store_a, run_a) && test::run_applied(store_b, run_b);
+  })) << file_text(a.daemon_out) << file_text(b.daemon_out);
+  auto finding_of = [](const std::string& store, const std::string& run) {
+    auto r = test::read_logged_run(store, run);
+    EXPECT_TRUE(r);
+    auto recorded = r ? r->of(wire::EventKind::ExperienceRecorded)
+                      : std::vector<const test::logged_event*>{};
+    EXPECT_EQ(recorded.size(), 1u) << run << " promoted nothing: no finding to share";
+    return recorded.empty() ? nlohmann::json{} : recorded[0]->doc;
+  };
+  auto finding_a = finding_of(store_a, run_a);
+  auto finding_b = finding_of(store_b, run_b);
+  ASSERT_TRUE(finding_a.is_object() && finding_b.is_object());
+  auto sync = [&](const std::string& self) {
+    std::vector<std::string> args{"experience", "sync", "--json"};
+    for (const auto& arg : client_of(self))
+      args.push_back(arg);
+    auto [rc, text] = test::run_capture(self == "a" ? in_a : in_b, args, dir.sub("sync.out"));
+    EXPECT_EQ(rc, 0) << text << file_text(self == "a" ? a.daemon_out : b.daemon_out);
+    auto doc = first_json_line(text);
+    EXPECT_TRUE(doc.is_object() && doc["peers"].size() == 1u) << text;
+    return doc.is_object() && doc["peers"].size() == 1u ? doc : nlohmann::json{};
+  };
+  // A pulls B's finding: signed by B's cluster, named by A's trust list.
+  auto first = sync("a");
+  ASSERT_TRUE(first.is_object());
+  EXPECT_EQ(first["peers"][0].value("pulled", -1), 1) << first.dump();
+  EXPECT_EQ(first["peers"][0].value("signer", ""), id_b);
+  EXPECT_EQ(first["peers"][0].value("signer_name", ""), "lab-b");
+  EXPECT_EQ(first["bank"].value("records", 0), 2) << first.dump();
+  EXPECT_EQ(first["bank"].value("imported", 0), 1) << first.dump();
+  // B pulls A's own finding; the one A imported from B is not offered back.
+  auto second = sync("b");
+  ASSERT_TRUE(second.is_object());
+  EXPECT_EQ(second["peers"][0].value("pulled", -1), 1) << second.dump();
+  EXPECT_EQ(second["peers"][0].value("offered", -1), 1) << second.dump();
+  EXPECT_EQ(second["peers"][0].value("signer", ""), id_a);
+  // A third sync (each way) transfers nothing, and the banks stay as they were.
+  for (const auto& [self, before] : {std::pair{std::string{"a"}, first},
+                                     std::pair{std::string{"b"}, second}}) {
+    auto again = sync(self);
+    ASSERT_TRUE(again.is_object());
+    EXPECT_EQ(again["peers"][0].value("pulled", -1), 0) << self << ": " << again.dump();
+    EXPECT_EQ(again["peers"][0].value("offered", -1), 0) << self << ": " << again.dump();
+    EXPECT_EQ(again["bank"].value("hash", "x"), before["bank"].value("hash", "y")) << self;
+  }
+  // Each daemon's status shows the sync with its peer.
+  auto [status_rc, status] = test::run_capture(in_b, [&] {
+    std::vector<std::string> args{"daemon", "status", "--json"};
+    for (const auto& arg : client_of("b"))
+      args.push_back(arg);
+    return args;
+  }(), dir.sub("status.out"));
+  ASSERT_EQ(status_rc, 0) << status;
+  auto status_doc = first_json_line(status);
+  ASSERT_TRUE(status_doc.is_object()) << status;
+  EXPECT_EQ(status_doc["experience"].value("imported", 0), 1) << status;
+  EXPECT_EQ(status_doc["experience"]["peers"]["lab-a"].value("ok", false), true) << status;
+  // A serves B's finding: a run of B's task (A100, MoE) on A proposes B's winner first.
+  auto served = submit_to("a", moe_a100, {"--trials", "2"});
+  ASSERT_FALSE(served.empty());
+  ASSERT_TRUE(eventually(240s, [&] { return test::run_applied(store_a, served); }))
+    << file_text(a.daemon_out);
+  auto r = test::read_logged_run(store_a, served);
+  ASSERT_TRUE(r);
+  auto seeded = r->of(wire::EventKind::ExperienceSeeded);
+  ASSERT_EQ(seeded.size(), 1u);
+  ASSERT_GE(seeded[0]->doc["seeds"].size(), 1u) << seeded[0]->doc.dump();
+  EXPECT_EQ(seeded[0]->doc["seeds"][0].value("origin", ""), id_b) << seeded[0]->doc.dump();
+  auto winner = store::configuration_from_json(finding_b["config"]);
+  ASSERT_TRUE(winner) << finding_b.dump();
+  std::string first_explore;
+  for (const auto* e : r->of(wire::EventKind::TrialProposed))
+    if (e->purpose == wire::Purpose::Explore) {
+      first_explore = e->config;
+      break;
+    }
+  EXPECT_EQ(first_explore, winner->key());
+  EXPECT_TRUE(file_contains(a.daemon_out, "experience sync with peer lab-b: pulled 1"))
+    << file_text(a.daemon_out);
+  EXPECT_EQ(a.drain(), 0);
+  EXPECT_EQ(b.drain(), 0);
 }
 
 } // namespace
