@@ -23,6 +23,7 @@
 #include "adapters/trial_launcher.hpp"
 #include "decide/decisions.hpp"
 #include "decide/llm.hpp"
+#include "decide/minimal_change.hpp"
 #include "decide/next_step.hpp"
 #include "decide/patch_exclusion.hpp"
 #include "decide/report.hpp"
@@ -248,8 +249,9 @@ double best_speedup(const store::run_state& r) {
 
 /// Seconds until the budget is spent, from the mean wall time of the attempts that ended: the
 /// baseline runs still due, the search trials left and the re-verification runs not yet made
-/// (2 x verify_top x verify_repeats, the least it takes), over the node slots (the search part
-/// at most its wall-clock budget). Negative: not known yet.
+/// (2 x verify_top x verify_repeats, the least it takes) and, once the minimal-change step has its
+/// bundle, the ablations still possible (1 + 2 x verify_repeats each), over the node slots (the
+/// search part at most its wall-clock budget). Negative: not known yet.
 double eta_s(self_ptr self) {
   const auto& st = self->state;
   const auto& r = run(self);
@@ -283,6 +285,25 @@ double eta_s(self_ptr self) {
                        : 0;
     auto planned = 2 * budget.verify_top * budget.verify_repeats;
     left += planned > verify_runs ? planned - verify_runs : 0;
+  }
+  // The minimal-change step (decide/minimal_change.hpp), once its bundle is known: each
+  // ablation still possible is one trial and its re-verification's pairs, at their minimum.
+  if (!r.promotion && r.search_stopped && budget.ablations > 0) {
+    auto plan = decide::plan_ablations(task_now(self), r);
+    if (plan.active) {
+      std::size_t finished = 0;
+      for (const auto& a : plan.steps)
+        finished += a.state == decide::ablation_state::accepted
+                        || a.state == decide::ablation_state::rejected
+                      ? 1
+                      : 0;
+      auto tries = std::min<std::size_t>(budget.ablations,
+                                         plan.order.size() > plan.skipped.size()
+                                           ? plan.order.size() - plan.skipped.size()
+                                           : 0);
+      if (tries > finished)
+        left += static_cast<double>((tries - finished) * (1 + 2 * budget.verify_repeats));
+    }
   }
   auto slots = std::max<std::size_t>(1, st.nodes.size());
   double eta = wall / static_cast<double>(ended) * left / static_cast<double>(slots);

@@ -685,11 +685,27 @@ TEST(CliErrors, ExperienceWithoutAStoreSaysWhereToLook) {
   EXPECT_EQ(r.err.rfind("infrarsi experience list: no store at '" + dir.sub("nowhere") + "'", 0),
             0u)
     << r.err;
-  auto sub = run({"experience", "sync"});
+  auto sub = run({"experience", "merge"});
   EXPECT_EQ(sub.status, exit_usage);
-  EXPECT_NE(sub.err.find("valid: list, rebuild, hash, identity, export, import"),
+  EXPECT_NE(sub.err.find("valid: list, rebuild, hash, identity, export, import, sync"),
             std::string::npos)
     << sub.err;
+  // sync needs a daemon to ask, or a peer to pull from (an endpoint without --daemon).
+  auto sync = run({"experience", "sync"});
+  EXPECT_EQ(sync.status, exit_usage);
+  EXPECT_NE(sync.err.find("give --daemon EP"), std::string::npos) << sync.err;
+  auto name = run({"experience", "sync", "--peer", "lab-b"});
+  EXPECT_EQ(name.status, exit_usage);
+  EXPECT_NE(name.err.find("--peer 'lab-b': without --daemon, expected the peer daemon's client "
+                          "endpoint"),
+            std::string::npos)
+    << name.err;
+  // Nobody listening: the endpoint is named, exit 1.
+  auto away = run({"experience", "sync", "--daemon", "tcp://127.0.0.1:9", "--timeout", "1"});
+  EXPECT_EQ(away.status, 1);
+  EXPECT_NE(away.err.find("no answer from the daemon at 'tcp://127.0.0.1:9' within 1 s"),
+            std::string::npos)
+    << away.err;
 }
 
 TEST(CliErrors, AnUnknownSubcommandIsNamedWithTheValidOnes) {
