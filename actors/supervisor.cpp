@@ -883,7 +883,7 @@ void do_promote(self_ptr self) {
   // (no crash can separate them); the bank is a projection of the log and catches up from it.
   std::vector<store::new_event> events{
     doc_event(wire::EventKind::CandidatePromoted, "promotion/1", decision.dump())};
-  if (auto record = decide::experience_record_doc(r, decision, r.events))
+  if (auto record = decide::experience_record_doc(task_now(self), r, decision, r.events))
     events.push_back(doc_event(wire::EventKind::ExperienceRecorded, "experience/1", record->dump()));
   bool recorded = events.size() > 1;
   if (auto err = append_all(self, std::move(events)))

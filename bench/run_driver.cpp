@@ -374,7 +374,7 @@ driven_run drive_run(evaluator& ev, const driver_options& o) {
           auto decision = decide::promotion_decision(task, run);
           std::vector<store::new_event> events{
             doc_event(wire::EventKind::CandidatePromoted, "promotion/1", decision.dump())};
-          if (auto record = decide::experience_record_doc(run, decision, run.events)) {
+          if (auto record = decide::experience_record_doc(task, run, decision, run.events)) {
             events.push_back(
               doc_event(wire::EventKind::ExperienceRecorded, "experience/1", record->dump()));
             out.experience_record = std::move(*record);

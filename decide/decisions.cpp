@@ -12,6 +12,7 @@
 #include "decide/llm.hpp"
 #include "decide/minimal_change.hpp"
 #include "decide/patch_exclusion.hpp"
+#include "decide/report.hpp"
 #include "messages/errc.hpp"
 #include "tuning/contract_check.hpp"
 #include "tuning/experience_seeds.hpp"
@@ -965,7 +966,8 @@ std::uint32_t locked_max_verify_repeats(const tuning::budget_spec& b) {
 
 } // namespace
 
-std::optional<nlohmann::json> experience_record_doc(const store::run_state& run,
+std::optional<nlohmann::json> experience_record_doc(const tuning::task_spec& task,
+                                                    const store::run_state& run,
                                                     const nlohmann::json& promotion,
                                                     std::uint64_t promotion_sequence) {
   if (!promotion.is_object() || !promotion.value("promoted", false))
@@ -1022,6 +1024,23 @@ std::optional<nlohmann::json> experience_record_doc(const store::run_state& run,
     }
     doc["failed_settings"] = failed;
   }
+  // What the models learnt (format 2): the same whether the promotion is folded yet (replay)
+  // or about to be appended (the supervisor).
+  if (locked.value("experience_record", 1) >= 2) {
+    store::run_state promoted = run;
+    promoted.promotion = promotion;
+    // The search's task (with the LLM's accepted patches), as the report sees it.
+    const auto search = with_llm_patches(task, run, "");
+    const auto revision = prior_revision_of(search, promoted);
+    nlohmann::json effects = nlohmann::json::array();
+    for (const auto& e : revision["effects"])
+      if (e.value("trials", std::size_t{0}) > 0)
+        effects.push_back(e);
+    doc["effects"] = effects;
+    auto memory = memory_model_of(search, promoted);
+    memory.erase("trials"); // per-trial predictions: this run's, not the finding's
+    doc["memory"] = memory;
+  }
   return doc;
 }
 
@@ -1044,6 +1063,7 @@ nlohmann::json contract_locked_doc(const tuning::task_spec& task, const nlohmann
   auto signature =
     task.name + ":" + adapters::sha256_hex(knobs.dump() + contract.dump()).substr(0, 12);
   return {{"task", task.source},
+          {"experience_record", experience_record_version},
           {"task_path", task.source},
           {"task_toml", task_text},
           {"task_sha256", adapters::sha256_hex(task_text)},

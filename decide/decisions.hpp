@@ -247,9 +247,20 @@ nlohmann::json promotion_decision(const tuning::task_spec& task, const store::ru
 /// 95 % interval, as in `promotion`), "pairs", "promotion_sequence": the stream sequence of the
 /// CandidatePromoted it comes with}; std::nullopt when `promotion` promoted nothing. Appended in
 /// the same batch as the CandidatePromoted (the supervisor), recomputed by replay.
-std::optional<nlohmann::json> experience_record_doc(const store::run_state& run,
+/// Runs locked with identities add "hardware_identity", "workload_identity",
+/// "peak_memory_bytes" and "failed_settings"; runs locked with "experience_record" 2 also what
+/// the models learnt: "effects" (decide::prior_revision_of's effects with at least one usable
+/// trial: each setting's revised speedup with its 95 % interval) and "memory"
+/// (decide::memory_model_of without its per-trial predictions: the per-setting memory prices
+/// with their intervals and the OOM boundary around the baseline and the promoted
+/// configuration), both computed with `promotion` as the run's promotion.
+std::optional<nlohmann::json> experience_record_doc(const tuning::task_spec& task,
+                                                    const store::run_state& run,
                                                     const nlohmann::json& promotion,
                                                     std::uint64_t promotion_sequence);
+
+/// The finding format ContractLocked "experience_record" asks for: 2 (effects and memory).
+inline constexpr int experience_record_version = 2;
 
 /// The ContractLocked document of init: the task's text and source path ("task_toml",
 /// "task_path": the log is self-contained, replay needs no file), the contract and its SHA-256,

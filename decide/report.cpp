@@ -164,6 +164,49 @@ nlohmann::json loss_invariant_of(const tuning::task_spec& task, const store::run
   return out;
 }
 
+} // namespace
+
+/// "prior_revision": the priors revised from the run's measurements (tuning::revise_priors over
+/// every trial not lost, with the doctor's noise): per feature the prior and the revised
+/// ("posterior") speedup with 95 % intervals (exp(+-1.96 sd)), its usable trials and the features
+/// confounded with it; per usable search trial the measured, prior and sequential posterior
+/// speedups; both rank correlations.
+nlohmann::json prior_revision_of(const tuning::task_spec& task, const store::run_state& run) {
+  std::vector<tuning::trial_record> measured;
+  for (const auto& t : run.trials)
+    if (t.outcome != tuning::trial_outcome::lost)
+      measured.push_back(t);
+  auto revision = tuning::revise_priors(task, run.priors, measured,
+                                        run.noise ? run.noise->log_sd : 0.02);
+  auto number_or_null = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
+  nlohmann::json effects = nlohmann::json::array();
+  for (const auto& e : revision.effects)
+    effects.push_back({{"feature", e.feature},
+                       {"prior_speedup", e.has_prior ? nlohmann::json(e.prior_speedup) : nlohmann::json(nullptr)},
+                       {"posterior_speedup", e.posterior_speedup},
+                       {"posterior_log_sd", e.posterior_log_sd},
+                       {"posterior_low", e.posterior_speedup * std::exp(-z95 * e.posterior_log_sd)},
+                       {"posterior_high", e.posterior_speedup * std::exp(z95 * e.posterior_log_sd)},
+                       {"prior_low", e.has_prior ? nlohmann::json(e.prior_speedup * std::exp(-z95 * e.prior_log_sd)) : nlohmann::json(nullptr)},
+                       {"prior_high", e.has_prior ? nlohmann::json(e.prior_speedup * std::exp(z95 * e.prior_log_sd)) : nlohmann::json(nullptr)},
+                       {"trials", e.trials},
+                       {"confounded_with", e.confounded_with}});
+  nlohmann::json points = nlohmann::json::array();
+  for (const auto& q : revision.points)
+    points.push_back({{"trial_id", q.trial_id},
+                      {"attempt", q.attempt},
+                      {"measured_speedup", q.measured},
+                      {"prior_speedup", q.prior},
+                      {"posterior_speedup", q.posterior}});
+  return {{"policy", store::run_policy(run)},
+                                   {"search_trials", revision.trials},
+                                   {"priors_given", revision.priors_given},
+                                   {"spearman_prior", number_or_null(revision.spearman_prior)},
+                                   {"spearman_posterior", number_or_null(revision.spearman_posterior)},
+                                   {"effects", effects},
+                                   {"points", points}};
+}
+
 /// "memory_model": the censored peak-memory model the planner fits (tuning::fit_run_memory over
 /// the planner's own history, decide::planner_input_for), its price of each single change from
 /// the baseline (a factor on peak memory with its 95 % interval, and bytes over the baseline's
@@ -284,7 +327,6 @@ nlohmann::json memory_model_of(const tuning::task_spec& task, const store::run_s
   return doc;
 }
 
-} // namespace
 
 namespace {
 
@@ -589,40 +631,7 @@ nlohmann::json make_report(const tuning::task_spec& task_in, const store::run_st
       mfu["promoted"] = flops / (base_time / promoted.value("speedup", 1.0)) / peak;
   }
 
-  // Priors revised from this run's measurements (tuning/prior_revision.hpp).
-  std::vector<tuning::trial_record> measured;
-  for (const auto& t : run.trials)
-    if (t.outcome != tuning::trial_outcome::lost)
-      measured.push_back(t);
-  auto revision = tuning::revise_priors(task, run.priors, measured,
-                                        run.noise ? run.noise->log_sd : 0.02);
-  auto number_or_null = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
-  nlohmann::json effects = nlohmann::json::array();
-  for (const auto& e : revision.effects)
-    effects.push_back({{"feature", e.feature},
-                       {"prior_speedup", e.has_prior ? nlohmann::json(e.prior_speedup) : nlohmann::json(nullptr)},
-                       {"posterior_speedup", e.posterior_speedup},
-                       {"posterior_log_sd", e.posterior_log_sd},
-                       {"posterior_low", e.posterior_speedup * std::exp(-z95 * e.posterior_log_sd)},
-                       {"posterior_high", e.posterior_speedup * std::exp(z95 * e.posterior_log_sd)},
-                       {"prior_low", e.has_prior ? nlohmann::json(e.prior_speedup * std::exp(-z95 * e.prior_log_sd)) : nlohmann::json(nullptr)},
-                       {"prior_high", e.has_prior ? nlohmann::json(e.prior_speedup * std::exp(z95 * e.prior_log_sd)) : nlohmann::json(nullptr)},
-                       {"trials", e.trials},
-                       {"confounded_with", e.confounded_with}});
-  nlohmann::json points = nlohmann::json::array();
-  for (const auto& q : revision.points)
-    points.push_back({{"trial_id", q.trial_id},
-                      {"attempt", q.attempt},
-                      {"measured_speedup", q.measured},
-                      {"prior_speedup", q.prior},
-                      {"posterior_speedup", q.posterior}});
-  nlohmann::json prior_revision = {{"policy", store::run_policy(run)},
-                                   {"search_trials", revision.trials},
-                                   {"priors_given", revision.priors_given},
-                                   {"spearman_prior", number_or_null(revision.spearman_prior)},
-                                   {"spearman_posterior", number_or_null(revision.spearman_posterior)},
-                                   {"effects", effects},
-                                   {"points", points}};
+  auto prior_revision = prior_revision_of(task, run);
 
   // Best speedup so far over the trials in log order, each with its verdict (report.html's first
   // chart), and the band a single measurement of the baseline falls in (+-1.96 log sd of the
@@ -709,7 +718,7 @@ nlohmann::json make_report(const tuning::task_spec& task_in, const store::run_st
         nlohmann::json part = {{"feature", name}, {"model_speedup", nullptr},
                                {"model_low", nullptr}, {"model_high", nullptr},
                                {"measured_alone", nullptr}, {"measured_trial", nullptr}};
-        for (const auto& e : effects)
+        for (const auto& e : prior_revision["effects"])
           if (e.value("feature", "") == name) {
             part["model_speedup"] = e["posterior_speedup"];
             part["model_low"] = e["posterior_low"];

@@ -43,4 +43,24 @@ nlohmann::json make_report(const tuning::task_spec& task, const store::run_state
 /// report.md rendered from report.json.
 std::string render_markdown(const nlohmann::json& report);
 
+/// report.json "prior_revision" (tuning::revise_priors over the run's trials not lost, noise
+/// the doctor's log sd or 0.02): {"policy", "search_trials", "priors_given", "spearman_prior",
+/// "spearman_posterior" (null when undefined), "effects": per one-hot feature ("knob=value" or
+/// "+patch") "prior_speedup", "prior_low", "prior_high" (null without a prior),
+/// "posterior_speedup", "posterior_log_sd", "posterior_low", "posterior_high" (95 %:
+/// exp(+-1.96 sd)), "trials" (usable trials with it active), "confounded_with"; "points"}.
+/// Also what a finding records of the run's effects (decide::experience_record_doc).
+nlohmann::json prior_revision_of(const tuning::task_spec& task, const store::run_state& run);
+
+/// report.json "memory_model": the censored peak-memory model the planner fits
+/// (tuning::fit_run_memory over decide::planner_input_for): {"fitted", "capacity_bytes",
+/// "capacity_inferred", "device_memory_bytes", "memory_cap_bytes", "why" (not fitted),
+/// "baseline_predicted_bytes", "prices": per single change from the baseline its "feature",
+/// peak-memory "factor" with "factor_low"/"factor_high" (95 %) and "bytes" over the baseline's
+/// predicted peak; "trials": per OOM or measured trial the predicted peak (bytes, 95 %), the
+/// measured peak and P(OOM); "boundary": per numeric knob, around the baseline and the promoted
+/// configuration, P(OOM) of each value (1 - Phi((log capacity - mean) / sd)) and "fits_up_to",
+/// the largest value with P(OOM) < 0.5}. Also what a finding records of the run's memory.
+nlohmann::json memory_model_of(const tuning::task_spec& task, const store::run_state& run);
+
 } // namespace infrarsi::decide

@@ -265,7 +265,7 @@ public:
       case wire::EventKind::ExperienceRecorded: {
         // Recomputed from the CandidatePromoted just before it (same batch).
         auto record = state.promotion && state.events > 0
-                        ? decide::experience_record_doc(state, *state.promotion, state.events - 1)
+                        ? decide::experience_record_doc(task_, state, *state.promotion, state.events - 1)
                         : std::nullopt;
         return same("experience record", document_text(ev),
                     record ? record->dump() : std::string{"(no promotion before it)"});

@@ -288,7 +288,7 @@ TEST(ExperienceRecord, CarriesIdentityPeakMemoryAndFailedSettings) {
                           {"workload_signature", "sig"},
                           {"hardware_identity", gpu("H100-80GB", 80)},
                           {"workload_identity", {{"class", "c"}}}};
-  auto doc = decide::experience_record_doc(run, promotion, 9);
+  auto doc = decide::experience_record_doc(task, run, promotion, 9);
   ASSERT_TRUE(doc);
   EXPECT_EQ((*doc)["hardware_identity"]["gpu"], "H100-80GB");
   EXPECT_EQ((*doc)["peak_memory_bytes"], std::uint64_t{70} << 30);
@@ -298,11 +298,27 @@ TEST(ExperienceRecord, CarriesIdentityPeakMemoryAndFailedSettings) {
   EXPECT_EQ((*doc)["failed_settings"][0]["config"], store::to_json(hungry));
   // Locked by a build before the identities: the record as it was (old logs replay unchanged).
   run.contract_doc = json{{"hardware_fingerprint", "fp"}, {"workload_signature", "sig"}};
-  auto old = decide::experience_record_doc(run, promotion, 9);
+  auto old = decide::experience_record_doc(task, run, promotion, 9);
   ASSERT_TRUE(old);
   EXPECT_FALSE(old->contains("hardware_identity"));
   EXPECT_FALSE(old->contains("peak_memory_bytes"));
   EXPECT_FALSE(old->contains("failed_settings"));
+  EXPECT_FALSE(old->contains("effects"));
+  EXPECT_FALSE(old->contains("memory"));
+  // Locked with "experience_record" 2: what the models learnt too (here: too few trials for a
+  // memory fit, which the record says).
+  run.contract_doc = json{{"hardware_fingerprint", "fp"},
+                          {"workload_signature", "sig"},
+                          {"experience_record", 2}};
+  auto learnt = decide::experience_record_doc(task, run, promotion, 9);
+  ASSERT_TRUE(learnt);
+  ASSERT_TRUE(learnt->contains("effects")) << learnt->dump();
+  ASSERT_TRUE((*learnt)["effects"].is_array());
+  for (const auto& e : (*learnt)["effects"])
+    EXPECT_GT(e.value("trials", 0), 0) << e.dump();
+  ASSERT_TRUE(learnt->contains("memory")) << learnt->dump();
+  EXPECT_FALSE((*learnt)["memory"].contains("trials")) << "per-trial predictions stay in the report";
+  EXPECT_TRUE((*learnt)["memory"].contains("fitted"));
 }
 
 TEST(ExperienceServing, ModesParseAndPrint) {

@@ -6,6 +6,7 @@
 // its first trial after the baseline, and its report says so.
 
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <algorithm>
 #include <set>
@@ -132,6 +133,29 @@ TEST_F(ExperienceBank, TheFindingIsLoggedInTheSameBatchAsItsPromotion) {
   ASSERT_EQ(locked.size(), 1u);
   EXPECT_EQ(rec.value("hardware", "x"), locked[0]->doc.value("hardware_fingerprint", "y"));
   EXPECT_EQ(rec.value("workload", "x"), locked[0]->doc.value("workload_signature", "y"));
+  // What the models learnt travels with the finding: each promoted setting's revised effect
+  // with its interval, and the memory model's prices and OOM boundary, as the report has them.
+  EXPECT_EQ(locked[0]->doc.value("experience_record", 0), 2);
+  ASSERT_TRUE(rec.contains("effects")) << rec.dump();
+  ASSERT_FALSE(rec["effects"].empty()) << rec.dump();
+  auto report = nlohmann::json::parse(
+    test::file_text(store() + "/runs/" + first_run_ + "/report.json"), nullptr, false);
+  ASSERT_TRUE(report.is_object());
+  std::map<std::string, nlohmann::json> in_report;
+  for (const auto& e : report["prior_revision"]["effects"])
+    in_report[e.value("feature", "")] = e;
+  for (const auto& e : rec["effects"]) {
+    EXPECT_GT(e.value("trials", 0), 0) << e.dump();
+    EXPECT_LE(e.value("posterior_low", 0.0), e.value("posterior_speedup", -1.0)) << e.dump();
+    EXPECT_GE(e.value("posterior_high", 0.0), e.value("posterior_speedup", 2.0)) << e.dump();
+    EXPECT_EQ(e, in_report[e.value("feature", "")]) << "the report's effect, not a copy of it";
+  }
+  ASSERT_TRUE(rec.contains("memory")) << rec.dump();
+  EXPECT_EQ(rec["memory"].value("fitted", false), report["memory_model"].value("fitted", true));
+  if (rec["memory"].value("fitted", false)) {
+    EXPECT_EQ(rec["memory"]["prices"], report["memory_model"]["prices"]);
+    EXPECT_EQ(rec["memory"]["boundary"], report["memory_model"]["boundary"]);
+  }
   // Replay recomputes the record from the promotion before it.
   auto out = dir_->sub("replay-output");
   EXPECT_EQ(test::run_cli({"replay", first_run_, "--store", store()}, out), 0)
