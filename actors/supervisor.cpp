@@ -474,8 +474,18 @@ void seed_experience(self_ptr self) {
         self->request(s.curator, caf::infinite, seeds_atom_v, request.dump())
           .then(
             [self](std::string& pack) {
-              if (auto err = append_doc(self, wire::EventKind::ExperienceSeeded,
-                                        "experience_pack/1", pack))
+              // The pack, and the priors it adjusts (decide::experience_priors), in one batch:
+              // the planner never sees the one without the other.
+              auto served = nlohmann::json::parse(pack, nullptr, false);
+              std::vector<store::new_event> events{
+                doc_event(wire::EventKind::ExperienceSeeded, "experience_pack/1", pack)};
+              auto adjusted = decide::experience_priors(
+                decide::with_llm_patches(*self->state.o.task, run(self), ""), run(self).priors,
+                served);
+              if (adjusted)
+                events.push_back(doc_event(wire::EventKind::PriorsLoaded, "priors/1",
+                                           store::to_json(*adjusted).dump()));
+              if (auto err = append_all(self, std::move(events)))
                 return fail(self, "init", err);
               const auto& locked2 = *run(self).contract_doc;
               auto gpu = locked2.contains("hardware_identity")
@@ -486,10 +496,16 @@ void seed_experience(self_ptr self) {
                              << locked2["scope"]["frozen"].size() << " frozen files), hardware "
                              << gpu << locked2.value("hardware_fingerprint", "") << ", seed "
                              << self->state.o.seed << '\n';
-              auto served = nlohmann::json::parse(pack, nullptr, false);
               if (served.is_object() && served.contains("seeds"))
                 progress(self) << "init: experience (" << served.value("mode", "") << "): "
                                << decide::experience_pack_text(served) << '\n';
+              if (adjusted)
+                progress(self) << "init: experience: priors of "
+                               << served["prior_adjustment"]["effects"].size()
+                               << " setting(s) and patch(es) from run "
+                               << served["prior_adjustment"].value("run", "") << " ("
+                               << served["prior_adjustment"].value("origin_hardware", "")
+                               << ")\n";
               self->state.busy.exclusive = false;
               advance(self);
             },

@@ -237,11 +237,15 @@ driven_run drive_run(evaluator& ev, const driver_options& o) {
             req.mode = *o.experience;
             pack = decide::experience_pack(o.experience_records, req);
           }
-          log.append({doc_event(wire::EventKind::ContractLocked, "contract/1", doc.dump()),
-                      doc_event(wire::EventKind::PriorsLoaded, "priors/1",
-                                store::to_json(o.priors).dump()),
-                      doc_event(wire::EventKind::ExperienceSeeded, "experience_pack/1",
-                                pack.dump())});
+          std::vector<store::new_event> init{
+            doc_event(wire::EventKind::ContractLocked, "contract/1", doc.dump()),
+            doc_event(wire::EventKind::PriorsLoaded, "priors/1", store::to_json(o.priors).dump()),
+            doc_event(wire::EventKind::ExperienceSeeded, "experience_pack/1", pack.dump())};
+          // As the supervisor's init: the served finding's priors in the pack's batch.
+          if (auto adjusted = decide::experience_priors(task, o.priors, pack))
+            init.push_back(doc_event(wire::EventKind::PriorsLoaded, "priors/1",
+                                     store::to_json(*adjusted).dump()));
+          log.append(init);
           break;
         }
         case step_kind::lose:

@@ -2,10 +2,14 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <iterator>
+#include <map>
 #include <set>
 #include <utility>
 
 #include "adapters/environment.hpp"
+#include "tuning/search_space.hpp"
 
 namespace infrarsi::decide {
 
@@ -256,15 +260,119 @@ nlohmann::json experience_pack(const std::vector<nlohmann::json>& records,
       seeds.back()["origin"] = r["origin"];
     by_rank[to_string(c.match)] = by_rank[to_string(c.match)].get<std::uint64_t>() + 1;
   }
-  return {{"hardware", request.hardware_fingerprint},
-          {"workload", request.workload_signature},
-          {"hardware_identity", request.hardware_identity},
-          {"workload_identity", request.workload_identity},
-          {"mode", to_string(request.mode)},
-          {"seeds", seeds},
-          {"served_by_match", by_rank},
-          {"not_served", {{"other_workload", other_workload}}},
-          {"serving", "propose-or-explain/1"}};
+  nlohmann::json pack = {{"hardware", request.hardware_fingerprint},
+                         {"workload", request.workload_signature},
+                         {"hardware_identity", request.hardware_identity},
+                         {"workload_identity", request.workload_identity},
+                         {"mode", to_string(request.mode)},
+                         {"seeds", seeds},
+                         {"served_by_match", by_rank},
+                         {"not_served", {{"other_workload", other_workload}}},
+                         {"serving", "propose-or-explain/1"}};
+  // What the models of the best-matching finding of this workload learnt: the next run's priors
+  // (experience_priors). Only from the same GPU model or family: effects on other hardware are
+  // not this hardware's.
+  for (const auto& c : served) {
+    const auto& r = *c.record;
+    if (!c.same_workload || c.match == hardware_match::other || !r.contains("effects")
+        || !r["effects"].is_array() || r["effects"].empty())
+      continue;
+    nlohmann::json effects = nlohmann::json::array();
+    for (const auto& e : r["effects"])
+      if (e.is_object() && e.contains("feature") && e["feature"].is_string())
+        effects.push_back({{"feature", e["feature"]},
+                           {"speedup", num(e, "posterior_speedup", 1.0)},
+                           {"log_sd", num(e, "posterior_log_sd", 0.0)},
+                           {"trials", u64(e, "trials")}});
+    nlohmann::json memory = nlohmann::json::array();
+    if (r.contains("memory") && r["memory"].is_object() && r["memory"].value("fitted", false)
+        && r["memory"].contains("prices") && r["memory"]["prices"].is_array())
+      for (const auto& m : r["memory"]["prices"])
+        if (m.is_object() && m.contains("feature") && m["feature"].is_string())
+          memory.push_back({{"feature", m["feature"]}, {"bytes", num(m, "bytes", 0.0)}});
+    nlohmann::json adjustment = {{"run", str(r, "run")},
+                                 {"origin_hardware", r.contains("hardware_identity")
+                                                       ? str(r["hardware_identity"], "gpu")
+                                                       : str(r, "hardware")},
+                                 {"match", to_string(c.match)},
+                                 {"effects", effects},
+                                 {"memory", memory}};
+    if (r.contains("origin"))
+      adjustment["origin"] = r["origin"];
+    pack["prior_adjustment"] = adjustment;
+    break;
+  }
+  return pack;
+}
+
+std::optional<tuning::prior_set> experience_priors(const tuning::task_spec& task,
+                                                   const tuning::prior_set& priors,
+                                                   const nlohmann::json& pack) {
+  if (!pack.is_object() || !pack.contains("prior_adjustment")
+      || !pack["prior_adjustment"].is_object())
+    return std::nullopt;
+  const auto& adj = pack["prior_adjustment"];
+  const std::string source = "experience:" + str(adj, "run") + " (" + str(adj, "origin_hardware")
+                             + ", " + str(adj, "match") + ")";
+  std::map<std::string, double> memory;
+  if (adj.contains("memory") && adj["memory"].is_array())
+    for (const auto& m : adj["memory"])
+      if (m.is_object() && m.contains("feature") && m["feature"].is_string())
+        memory[m["feature"].get<std::string>()] = num(m, "bytes", 0.0);
+  const tuning::feature_space fs{task, nullptr};
+  tuning::prior_set out = priors;
+  bool changed = false;
+  auto set = [&](auto& prior, double speedup, const std::string& feature) {
+    auto bytes = memory.find(feature);
+    double memory_bytes = bytes != memory.end() ? bytes->second : prior.memory_bytes;
+    if (prior.speedup == speedup && prior.memory_bytes == memory_bytes)
+      return;
+    prior.speedup = speedup;
+    prior.memory_bytes = memory_bytes;
+    prior.source = source;
+    changed = true;
+  };
+  if (!adj.contains("effects") || !adj["effects"].is_array())
+    return std::nullopt;
+  for (const auto& e : adj["effects"]) {
+    if (!e.is_object() || !e.contains("feature") || !e["feature"].is_string())
+      continue;
+    const auto feature = e["feature"].get<std::string>();
+    const double speedup = num(e, "speedup", 0.0);
+    auto at = fs.index.find(feature);
+    if (at == fs.index.end() || !std::isfinite(speedup) || speedup <= 0)
+      continue; // a setting or patch this task does not have
+    const int knob = fs.knob_of[at->second];
+    if (knob < 0) {
+      const auto name = feature.substr(1);
+      auto it = std::find_if(out.patches.begin(), out.patches.end(),
+                             [&](const tuning::patch_prior& p) { return p.patch == name; });
+      if (it == out.patches.end()) {
+        out.patches.push_back({name, 1.0, 0.0, source});
+        it = std::prev(out.patches.end());
+      }
+      set(*it, speedup, feature);
+      continue;
+    }
+    const auto ki = static_cast<std::size_t>(knob);
+    for (const auto& [value, index] : fs.value_feature[ki]) {
+      if (static_cast<std::size_t>(index) != at->second)
+        continue;
+      const auto& name = task.knobs[ki].name;
+      auto it = std::find_if(out.settings.begin(), out.settings.end(),
+                             [&](const tuning::setting_prior& p) {
+                               return p.knob == name && p.value == value;
+                             });
+      if (it == out.settings.end()) {
+        out.settings.push_back({name, value, 1.0, 0.0, source});
+        it = std::prev(out.settings.end());
+      }
+      set(*it, speedup, feature);
+    }
+  }
+  if (!changed)
+    return std::nullopt;
+  return out;
 }
 
 std::string experience_pack_text(const nlohmann::json& pack) {

@@ -28,6 +28,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tuning/priors.hpp"
 #include "tuning/task.hpp"
 
 namespace infrarsi::decide {
@@ -101,12 +102,28 @@ struct serving_request {
 ///               found it, for banks that record it; "position" is then its origin position
 ///               when it was imported)}],
 ///    "served_by_match": {to_string(hardware_match): N, ...},
-///    "not_served": {"other_workload": N}}
+///    "not_served": {"other_workload": N},
+///    "prior_adjustment" (only when a served finding of the same workload on the same GPU model
+///    or family carries "effects"; the first such in serving order): {"run", "origin" (when
+///    recorded), "origin_hardware", "match", "effects": [{"feature", "speedup" (the finding's
+///    revised speedup), "log_sd", "trials"}], "memory": [{"feature", "bytes"}] (its memory
+///    prices, when its memory model was fitted)}}
 /// from `records` (experience_bank::records() documents). Order: filtered by match rank, then
 /// speedup (highest first), then position; all by speedup, then position. Findings with the same
 /// configuration are served once (the first in that order).
 nlohmann::json experience_pack(const std::vector<nlohmann::json>& records,
                                const serving_request& request);
+
+/// The priors a run uses once its pack is served: `priors` with each setting and patch of the
+/// pack's "prior_adjustment" set to what that finding's models learnt (speedup: its revised
+/// speedup; memory_bytes: its memory price in bytes, when it has one; source
+/// "experience:RUN (GPU, MATCH)"). Features the task does not have (another knob value, a patch
+/// it lacks) are skipped. std::nullopt when the pack has no adjustment or nothing changes.
+/// Pure: the supervisor appends the result as PriorsLoaded in the ExperienceSeeded batch, replay
+/// recomputes it, the benchmark's driver calls it too.
+std::optional<tuning::prior_set> experience_priors(const tuning::task_spec& task,
+                                                   const tuning::prior_set& priors,
+                                                   const nlohmann::json& pack);
 
 /// One line about a pack (experience_pack's document, or the report's "experience" summary with
 /// its "served" count): "2 seed(s) served (1 same GPU model, 1

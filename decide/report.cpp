@@ -466,6 +466,16 @@ nlohmann::json experience_summary(const store::run_state& run, double base_time)
                      {"search_trials", index}};
   if (best_index > 0)
     out["best_search_trial"] = {{"index", best_index}, {"speedup", best}, {"seed", best_is_seed}};
+  // The priors the served finding's models adjusted (decide::experience_priors).
+  if (pack.contains("prior_adjustment") && pack["prior_adjustment"].is_object()) {
+    const auto& adj = pack["prior_adjustment"];
+    out["prior_adjustment"] = {
+      {"run", adj.value("run", "")},
+      {"origin_hardware", adj.value("origin_hardware", "")},
+      {"match", adj.value("match", "")},
+      {"effects", adj.contains("effects") ? adj["effects"].size() : std::size_t{0}},
+      {"memory_prices", adj.contains("memory") ? adj["memory"].size() : std::size_t{0}}};
+  }
   return out;
 }
 
@@ -1123,6 +1133,13 @@ std::string render_markdown(const nlohmann::json& r) {
       md << " The search's fastest trial was search trial " << best.value("index", 0) << " of "
          << e.value("search_trials", 0) << " (" << fixed(best.value("speedup", 1.0), 3) << "x"
          << (best.value("seed", false) ? ", an experience seed" : "") << ").";
+    }
+    if (e.contains("prior_adjustment")) {
+      const auto& adj = e["prior_adjustment"];
+      md << " Priors of " << adj.value("effects", 0) << " setting(s) and patch(es) ("
+         << adj.value("memory_prices", 0) << " with a memory price) came from run "
+         << adj.value("run", "") << " on " << adj.value("origin_hardware", "") << " ("
+         << adj.value("match", "") << "): what its models learnt.";
     }
     md << "\n";
   }

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "decide/decisions.hpp"
+#include "decide/experience_serving.hpp"
 #include "decide/llm.hpp"
 #include "decide/minimal_change.hpp"
 #include "adapters/environment.hpp"
@@ -249,6 +250,17 @@ public:
         return same("llm answer", logged.dump(), doc.dump());
       }
       case wire::EventKind::PriorsLoaded: {
+        // In the ExperienceSeeded batch: the served finding's priors, a decision.
+        if (events_ != nullptr && ev.sequence > 0 && ev.sequence <= events_->size()
+            && (*events_)[ev.sequence - 1].kind
+                 == static_cast<store::event_kind_t>(wire::EventKind::ExperienceSeeded)) {
+          auto adjusted = decide::experience_priors(decide::with_llm_patches(task_, state, ""),
+                                                    state.priors, state.experience_pack);
+          return same("experience priors",
+                      nlohmann::json::parse(document_text(ev)).dump(),
+                      adjusted ? store::to_json(*adjusted).dump()
+                               : std::string{"(no prior adjustment in the pack)"});
+        }
         if (!task_.llm.enabled)
           return true; // the offline knowledge base: an input
         auto step = decide::llm_next(task_, state, {}, decide::llm_current_round(state));

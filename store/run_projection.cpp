@@ -370,6 +370,9 @@ void run_projection::apply(const recorded_event& ev) {
             {"not_served", j->value("not_served", nlohmann::json::object())},
             {"served_by_match", j->value("served_by_match", nlohmann::json::object())},
             {"seeds", origins}};
+        // What the served finding's models learnt (decide::experience_priors reads it back).
+        if (j->contains("mode") && j->contains("prior_adjustment"))
+          s.experience_pack["prior_adjustment"] = (*j)["prior_adjustment"];
       }
       break;
     case wire::EventKind::BaselineCalibrated:

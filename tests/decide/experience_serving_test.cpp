@@ -196,6 +196,56 @@ TEST(ExperienceServing, FilteredServesTheSameWorkloadSimilarHardwareFirst) {
             "hardware); 1 finding(s) of other workloads not served");
 }
 
+// What a served finding's models learnt becomes the next run's priors: only from the same
+// workload on the same GPU model or family, only for settings the task has, and the priors
+// that were there before for the others.
+TEST(ExperienceServing, TheBestMatchingFindingsEffectsBecomeTheRunsPriors) {
+  auto task = shipped("sim-dense9b-h100");
+  auto findings = bank();
+  auto effects = [](double tp4, double flash) {
+    return json::array({{{"feature", "tp=4"}, {"posterior_speedup", tp4},
+                         {"posterior_log_sd", 0.05}, {"trials", 3}},
+                        {{"feature", "+flash3_attention"}, {"posterior_speedup", flash},
+                         {"posterior_log_sd", 0.02}, {"trials", 2}},
+                        {{"feature", "no_such_knob=1"}, {"posterior_speedup", 9.0},
+                         {"posterior_log_sd", 0.1}, {"trials", 1}}});
+  };
+  // The A100 finding (other hardware) learnt something too: never used.
+  findings[0]["effects"] = effects(0.5, 0.5);
+  findings[2]["effects"] = effects(1.25, 1.08);
+  findings[2]["memory"] = {{"fitted", true},
+                           {"prices", json::array({{{"feature", "tp=4"}, {"bytes", -2.0e9}}})}};
+  auto pack = decide::experience_pack(findings, h100_request(experience_mode::filtered));
+  ASSERT_TRUE(pack.contains("prior_adjustment")) << pack.dump();
+  EXPECT_EQ(pack["prior_adjustment"]["run"], "run-30");
+  EXPECT_EQ(pack["prior_adjustment"]["match"], "same GPU model");
+  tuning::prior_set before;
+  before.settings.push_back({"tp", tuning::knob_value{std::int64_t{4}}, 1.6, 0.0, "knowledge"});
+  before.settings.push_back({"pp", tuning::knob_value{std::int64_t{2}}, 1.1, 0.0, "knowledge"});
+  auto after = decide::experience_priors(task, before, pack);
+  ASSERT_TRUE(after);
+  const auto* tp4 = after->find("tp", tuning::knob_value{std::int64_t{4}});
+  ASSERT_NE(tp4, nullptr);
+  EXPECT_DOUBLE_EQ(tp4->speedup, 1.25);
+  EXPECT_DOUBLE_EQ(tp4->memory_bytes, -2.0e9);
+  EXPECT_EQ(tp4->source, "experience:run-30 (H100-80GB, same GPU model)");
+  const auto* pp2 = after->find("pp", tuning::knob_value{std::int64_t{2}});
+  ASSERT_NE(pp2, nullptr);
+  EXPECT_DOUBLE_EQ(pp2->speedup, 1.1);
+  EXPECT_EQ(pp2->source, "knowledge");
+  const auto* flash = after->find_patch("flash3_attention");
+  ASSERT_NE(flash, nullptr);
+  EXPECT_DOUBLE_EQ(flash->speedup, 1.08);
+  EXPECT_EQ(after->settings.size(), 2u) << "the unknown knob is skipped";
+  // Applied twice: nothing changes the second time.
+  EXPECT_FALSE(decide::experience_priors(task, *after, pack));
+  // Only other hardware has effects: no adjustment, and the priors stay as they were.
+  findings[2].erase("effects");
+  auto other = decide::experience_pack(findings, h100_request(experience_mode::filtered));
+  EXPECT_FALSE(other.contains("prior_adjustment")) << other.dump();
+  EXPECT_FALSE(decide::experience_priors(task, before, other));
+}
+
 TEST(ExperienceServing, AllServesEveryFindingBySpeedupAndNoneServesNothing) {
   auto all = decide::experience_pack(bank(), h100_request(experience_mode::all));
   EXPECT_EQ(tps(all), (std::vector<int>{8, 1, 2, 4}));

@@ -263,7 +263,26 @@ TEST_F(ExperienceBank, ASecondTuneProposesThePreviousWinnerFirst) {
   EXPECT_NE(md.find("(from H100-80GB, same GPU model, "), std::string::npos) << md;
   EXPECT_NE(md.find("## Experience seeds"), std::string::npos);
   EXPECT_NE(md.find("proposed as trial " + std::to_string(seed_trial)), std::string::npos) << md;
-  // And replay reproduces every decision of the seeded run.
+  // What the first run's models learnt became this run's priors, in the pack's batch: the
+  // event right after ExperienceSeeded is a PriorsLoaded whose settings come from that run.
+  const test::logged_event* after_seeded = nullptr;
+  for (std::size_t i = 0; i + 1 < r->events.size(); ++i)
+    if (r->events[i].is(wire::EventKind::ExperienceSeeded))
+      after_seeded = &r->events[i + 1];
+  ASSERT_NE(after_seeded, nullptr);
+  ASSERT_TRUE(after_seeded->is(wire::EventKind::PriorsLoaded));
+  const auto from = "experience:" + first_run_ + " (H100-80GB, same GPU model)";
+  std::size_t adjusted = 0;
+  for (const auto& part : {"settings", "patches"})
+    for (const auto& p : after_seeded->doc[part])
+      adjusted += p.value("source", "") == from ? 1 : 0;
+  EXPECT_GT(adjusted, 0u) << after_seeded->doc.dump();
+  EXPECT_EQ(report["experience"]["prior_adjustment"].value("run", ""), first_run_)
+    << report["experience"].dump();
+  EXPECT_NE(md.find("came from run " + first_run_ + " on H100-80GB (same GPU model)"),
+            std::string::npos)
+    << md;
+  // And replay reproduces every decision of the seeded run (the adjusted priors included).
   auto out = dir_->sub("replay-second");
   EXPECT_EQ(test::run_cli({"replay", id, "--store", second_store}, out), 0) << test::file_text(out);
 }

@@ -232,6 +232,7 @@ inline std::optional<logged_run> read_logged_run(const std::string& store,
       case wire::EventKind::ApplyStarted:
       case wire::EventKind::ExperienceSeeded:
       case wire::EventKind::ExperienceRecorded:
+      case wire::EventKind::PriorsLoaded:
         if (auto doc = messages::document_msg::decode(ev.payload))
           if ((*doc)->json() != nullptr)
             e.doc = nlohmann::json::parse((*doc)->json()->str(), nullptr, false);
