@@ -207,8 +207,11 @@ caf::expected<daemon_config> load_daemon_config(const std::string& path) {
           if (!value.is_number())
             return bad(at + ".timeout_s", "expected a number");
           p.timeout_s = value.value<double>().value_or(0.0);
-          if (!(p.timeout_s >= 0.1 && p.timeout_s <= 3600.0))
-            return bad(at + ".timeout_s", "expected a value in [0.1, 3600]");
+          if (!(p.timeout_s >= 0.1 && p.timeout_s <= 3600.0)) {
+            std::ostringstream os;
+            os << "got " << p.timeout_s << ", expected a value in [0.1, 3600]";
+            return bad(at + ".timeout_s", os.str());
+          }
           continue;
         }
         std::string* field = k == "name"         ? &p.name
@@ -223,6 +226,11 @@ caf::expected<daemon_config> load_daemon_config(const std::string& path) {
           return bad(at + "." + k, "expected a string");
         *field = value.value<std::string>().value_or("");
       }
+      if (t->get("name") == nullptr)
+        return bad(at + ".name", "missing (each peer needs a name and an endpoint)");
+      if (t->get("endpoint") == nullptr)
+        return bad(at + ".endpoint", "missing (the peer daemon's client endpoint, e.g. "
+                                     "tcp://lab-b:5556)");
       bool name_ok = !p.name.empty() && p.name.size() <= 64;
       for (char ch : p.name)
         name_ok = name_ok && (std::isalnum(static_cast<unsigned char>(ch)) || ch == '.'
@@ -232,6 +240,10 @@ caf::expected<daemon_config> load_daemon_config(const std::string& path) {
                                    + "': expected 1 to 64 letters, digits, '.', '_' or '-'");
       if (!names.insert(p.name).second)
         return bad(at + ".name", "'" + p.name + "' names an earlier peer too");
+      for (const auto& earlier : c.experience_peers)
+        if (earlier.endpoint == p.endpoint)
+          return bad(at + ".endpoint", "'" + p.endpoint + "' is peer '" + earlier.name
+                                         + "''s endpoint too");
       if (p.endpoint.rfind("tcp://", 0) != 0 && p.endpoint.rfind("ipc://", 0) != 0)
         return bad(at + ".endpoint", "'" + p.endpoint + "' is not a tcp:// or ipc:// endpoint");
       p.server_key = resolve(base, p.server_key);
@@ -396,6 +408,8 @@ struct controller_state {
   caf::actor syncer;
   /// The last sync with each peer, by name (the status document's experience.peers).
   nlohmann::json peer_status = nlohmann::json::object();
+  /// Set when the daemon drains: a sync waiting for a peer gives up within 100 ms.
+  std::atomic<bool>* sync_cancel = nullptr;
   actors::node_pool_actor pool;
   adapters::node_broker* broker = nullptr;
   line_log* out = nullptr;
@@ -655,13 +669,16 @@ void serve_pull(controller_ptr self, const std::string& identity, const std::str
 }
 
 /// One sync's answer: a line per peer for the daemon's log, and the peers' status entries.
-void note_sync(controller_ptr self, const std::string& result_text) {
+/// `periodic`: a sync with a peer that brought nothing new is not logged (the status has it).
+void note_sync(controller_ptr self, const std::string& result_text, bool periodic = false) {
   auto result = nlohmann::json::parse(result_text, nullptr, false);
   if (!result.is_object() || !result.contains("peers"))
     return;
   for (const auto& p : result["peers"]) {
     auto name = p.value("name", "");
     self->state.peer_status[name] = p;
+    if (periodic && p.value("ok", false) && p.value("pulled", 0) == 0)
+      continue;
     if (p.value("ok", false))
       say(self, "experience sync with peer " + name + ": pulled "
                   + std::to_string(p.value("pulled", 0)) + " new finding(s) of "
@@ -731,14 +748,18 @@ std::string utc_now() {
 /// the other; the result document {"peers": [...], "bank": {...}}. Runs on the sync worker's
 /// own thread: a slow peer delays neither the runs nor the clients.
 std::string sync_with_peers(const daemon_config& config, store::event_log& log,
-                            store::experience_bank& bank, const std::string& only) {
+                            store::experience_bank& bank, const std::string& only,
+                            const std::atomic<bool>* cancel) {
   nlohmann::json peers = nlohmann::json::array();
   auto trust_file = config.experience_trust.empty() ? config.store_dir + "/trust.toml"
                                                     : config.experience_trust;
   auto trust = load_trust(trust_file, !config.experience_trust.empty());
-  for (const auto& p : config.experience_peers) {
+  for (std::size_t i = 0; i < config.experience_peers.size(); ++i) {
+    const auto& p = config.experience_peers[i];
     if (!only.empty() && p.name != only && p.endpoint != only)
       continue;
+    if (cancel != nullptr && cancel->load())
+      break;
     nlohmann::json entry = {{"name", p.name},
                             {"endpoint", p.endpoint},
                             {"at", utc_now()}};
@@ -754,6 +775,8 @@ std::string sync_with_peers(const daemon_config& config, store::event_log& log,
     peer.server_key = p.server_key;
     peer.key = p.key;
     peer.timeout_s = p.timeout_s;
+    peer.cancelled = cancel;
+    peer.configured_at = config.source + ": experience.peers[" + std::to_string(i + 1) + "]";
     auto pulled = pull_from_peer(peer, log, bank, *trust);
     entry["ok"] = static_cast<bool>(pulled);
     if (pulled) {
@@ -768,6 +791,7 @@ std::string sync_with_peers(const daemon_config& config, store::event_log& log,
     } else {
       entry["error"] = describe(pulled.error());
     }
+    entry["ended"] = utc_now();
     peers.push_back(std::move(entry));
   }
   nlohmann::json result = {{"peers", peers}};
@@ -782,9 +806,10 @@ std::string sync_with_peers(const daemon_config& config, store::event_log& log,
 /// The sync worker: one sync at a time (its mailbox orders them), so two never append to the
 /// imported stream at once.
 caf::behavior sync_worker(caf::event_based_actor*, const daemon_config* config,
-                          store::event_log* log, store::experience_bank* bank) {
+                          store::event_log* log, store::experience_bank* bank,
+                          const std::atomic<bool>* cancel) {
   return {[=](xsync_atom, const std::string& only) -> std::string {
-    return sync_with_peers(*config, *log, *bank, only);
+    return sync_with_peers(*config, *log, *bank, only, cancel);
   }};
 }
 
@@ -927,7 +952,7 @@ caf::behavior controller(caf::stateful_actor<controller_state>* self) {
       if (st.draining)
         return;
       self->request(st.syncer, caf::infinite, xsync_atom::value, std::string{})
-        .then([self](std::string& result) { note_sync(self, result); },
+        .then([self](std::string& result) { note_sync(self, result, true); },
               [self](caf::error& e) { say(self, "experience sync: " + describe(e)); });
       self->delayed_send(self,
                          std::chrono::milliseconds(
@@ -948,6 +973,8 @@ caf::behavior controller(caf::stateful_actor<controller_state>* self) {
       if (st.draining)
         return;
       st.draining = true;
+      if (st.sync_cancel != nullptr)
+        st.sync_cancel->store(true);
       say(self, "draining: no new dispatch; " + std::to_string(active_runs(self))
                   + " run(s) finish their trials in flight (grace "
                   + std::to_string(static_cast<long>(st.config->drain_grace_s)) + " s)");
@@ -997,7 +1024,24 @@ caf::expected<messages::client_reply_msg> ask_daemon(const client_options& c,
     (void) s.send(zmq::buffer(request.bytes().data(), request.bytes().size()),
                   zmq::send_flags::dontwait);
     zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
-    zmq::poll(&item, 1, std::chrono::milliseconds(static_cast<long>(c.timeout_s * 1000)));
+    // In slices of at most 100 ms when the caller may cancel (a draining daemon's sync).
+    const auto deadline = std::chrono::steady_clock::now()
+                          + std::chrono::milliseconds(static_cast<long>(c.timeout_s * 1000));
+    for (;;) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+      if (left.count() < 0)
+        left = std::chrono::milliseconds{0};
+      if (c.cancelled != nullptr && left > std::chrono::milliseconds{100})
+        left = std::chrono::milliseconds{100};
+      item.revents = 0;
+      zmq::poll(&item, 1, left);
+      if ((item.revents & ZMQ_POLLIN) != 0 || std::chrono::steady_clock::now() >= deadline)
+        break;
+      if (c.cancelled != nullptr && c.cancelled->load())
+        return make_error(errc::interrupted, "the request to '" + c.endpoint
+                                               + "' was cancelled: the daemon is stopping");
+    }
     if ((item.revents & ZMQ_POLLIN) == 0)
       return make_error(errc::not_found,
                         "no answer from the daemon at '" + c.endpoint + "' within "
@@ -1076,6 +1120,24 @@ int run_daemon(const daemon_config& config, std::ostream& out, std::ostream& err
     err << "infrarsi daemon: " << describe(bank.error()) << '\n';
     return 1;
   }
+  // Each peer's CURVE key files must be readable now, not at the first sync.
+  for (std::size_t i = 0; i < config.experience_peers.size(); ++i) {
+    const auto& p = config.experience_peers[i];
+    if (p.server_key.empty())
+      continue;
+    const auto at = config.source + ": experience.peers[" + std::to_string(i + 1) + "]";
+    if (auto pub = adapters::load_public_key_file(p.server_key); !pub) {
+      err << "infrarsi daemon: " << at << ".server_key: " << describe(pub.error())
+          << " (expected the peer daemon's public key file, NAME.pub)\n";
+      return 1;
+    }
+    if (auto mine = adapters::load_secret_key_file(p.key); !mine) {
+      err << "infrarsi daemon: " << at << ".key (default security.secret_key): "
+          << describe(mine.error()) << " (expected this daemon's key file, NAME.key)\n";
+      return 1;
+    }
+  }
+  std::atomic<bool> sync_cancel{false};
   // An explicit trust list must be readable now; STORE/trust.toml is read at each sync (a
   // missing one trusts only this store's own cluster).
   if (!config.experience_trust.empty())
@@ -1200,13 +1262,15 @@ int run_daemon(const daemon_config& config, std::ostream& out, std::ostream& err
           << std::endl;
       out << "dashboard " << dashboard->url() << std::endl;
     }
-    auto syncer = sys.spawn<caf::detached>(sync_worker, &config, log->get(), bank->get());
+    auto syncer =
+      sys.spawn<caf::detached>(sync_worker, &config, log->get(), bank->get(), &sync_cancel);
     ctl = sys.spawn([&](caf::stateful_actor<controller_state>* self) {
       self->state.config = &config;
       self->state.log = log->get();
       self->state.bank = bank->get();
       self->state.identity = &*identity;
       self->state.syncer = syncer;
+      self->state.sync_cancel = &sync_cancel;
       self->state.pool = pool;
       self->state.broker = &broker;
       self->state.out = &log_out;

@@ -6,6 +6,7 @@
 /// directory; several runs at once over the shared node pool (decide::fair_share); every
 /// unfinished run resumed from the log at start; SIGTERM / SIGINT drain.
 
+#include <atomic>
 #include <cstdint>
 #include <iosfwd>
 #include <optional>
@@ -119,6 +120,9 @@ struct client_options {
   std::string key;
   /// How long to wait for the answer, seconds. Default 10.
   double timeout_s = 10.0;
+  /// When set and it becomes true, a request waiting for its answer gives up within 100 ms
+  /// (errc::interrupted). Default none.
+  const std::atomic<bool>* cancelled = nullptr;
 };
 
 /// One request to a daemon's client socket and its reply: a DEALER that connects to

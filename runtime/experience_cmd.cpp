@@ -315,7 +315,10 @@ int run_import(const experience_options& o, const store_layout& where, std::ostr
 
 /// One peer's line of `sync`.
 void print_pull(const nlohmann::json& p, std::ostream& out) {
-  out << "peer " << p.value("name", "") << " (" << p.value("endpoint", "") << "): ";
+  out << "peer " << p.value("name", "");
+  if (p.value("endpoint", "") != p.value("name", ""))
+    out << " (" << p.value("endpoint", "") << ")";
+  out << ": ";
   if (!p.value("ok", false)) {
     out << "failed: " << p.value("error", "") << '\n';
     return;
@@ -376,6 +379,18 @@ int run_sync_daemon(const experience_options& o, std::ostream& out, std::ostream
 int run_sync_store(const experience_options& o, const store_layout& where, std::ostream& out,
                    std::ostream& err) {
   const std::string cmd = "infrarsi experience sync";
+  // The store must have been made ready for federation (its identity, and a trust list naming
+  // the peer): a typo or a failed pull then creates nothing.
+  auto own_id = existing_cluster_id(where, cmd, err);
+  if (!own_id)
+    return 1;
+  if (own_id->empty()) {
+    err << cmd << ": no cluster identity at '" << where.key_file
+        << "': make one with `infrarsi experience identity --store " << where.root
+        << "` and list the peer's cluster key in " << where.trust_file
+        << " (docs/experience.md, \"Trust\")\n";
+    return 1;
+  }
   auto trust = trust_of(o, where, cmd, err);
   if (!trust)
     return 1;
@@ -433,6 +448,11 @@ int run_experience(const experience_options& o, std::ostream& out, std::ostream&
     return 2;
   }
   if (o.action == "sync") {
+    if (!o.daemon.endpoint.empty() && !o.trust_file.empty()) {
+      err << cmd << ": --trust is for the --store form: a daemon reads its own trust list "
+                    "(its config's experience.trust, else STORE/trust.toml)\n";
+      return 2;
+    }
     if (!o.daemon.endpoint.empty())
       return run_sync_daemon(o, out, err);
     if (o.peer.empty()) {

@@ -12,6 +12,13 @@
 
 namespace infrarsi::runtime {
 
+/// `experience sync`'s connection defaults: a sync may take a while (120 s).
+inline client_options sync_client() {
+  client_options c;
+  c.timeout_s = 120.0;
+  return c;
+}
+
 struct experience_options {
   /// "list", "rebuild", "hash", "identity", "export", "import" or "sync".
   std::string action;
@@ -37,7 +44,7 @@ struct experience_options {
   /// peers (`peer`: only the one of that name or endpoint); otherwise the store pulls from the
   /// daemon at endpoint `peer` itself. daemon.server_key / daemon.key: CURVE key files for the
   /// connection this command makes. Default timeout 120 s.
-  client_options daemon = {"", "", "", 120.0};
+  client_options daemon = sync_client();
   std::string peer;
 };
 

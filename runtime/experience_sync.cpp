@@ -16,6 +16,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
+/// An error's message without describe()'s "code: " prefix (for a message that adds its own
+/// context around it).
+std::string message_of(const caf::error& e) {
+  auto text = describe(e);
+  const std::string prefix = std::string{to_string(code_of(e))} + ": ";
+  return text.rfind(prefix, 0) == 0 ? text.substr(prefix.size()) : text;
+}
+
 bool is_cluster_id(const std::string& s) {
   return s.size() == adapters::cluster_id_hex_digits
          && s.find_first_not_of("0123456789abcdef") == std::string::npos;
@@ -257,6 +265,7 @@ caf::expected<pull_result> pull_from_peer(const experience_peer& peer, store::ev
   client.server_key = peer.server_key;
   client.key = peer.key;
   client.timeout_s = peer.timeout_s;
+  client.cancelled = peer.cancelled;
   for (int round = 0; round < 64; ++round) {
     if (auto caught = bank.catch_up())
       return caught;
@@ -271,6 +280,24 @@ caf::expected<pull_result> pull_from_peer(const experience_peer& peer, store::ev
     if (!env)
       return std::move(env.error());
     auto answer = ask_daemon(client, *env);
+    if (!answer && code_of(answer.error()) == errc::not_found) {
+      // No answer: the peer is down, or the CURVE handshake failed (which ZeroMQ does not
+      // report to the client): say which keys were used and where they are set.
+      const std::string keys_at = peer.configured_at.empty()
+                                    ? std::string{"--server-key and --key"}
+                                    : peer.configured_at + ".server_key and .key";
+      std::string why = "no answer from peer '" + peer.name + "' at " + peer.endpoint
+                        + " within " + std::to_string(static_cast<long>(peer.timeout_s))
+                        + " s: is its daemon running and listening there?";
+      if (peer.server_key.empty())
+        why += " This side connects without CURVE (" + keys_at
+               + " not set): a peer with [security] keys answers only CURVE clients.";
+      else
+        why += " With CURVE: is " + peer.server_key + " the peer daemon's public key, and is "
+               "the public key of " + peer.key + " on the peer's security.allow_clients (or "
+               "allow) list? (" + keys_at + "; the peer's log names a refused key.)";
+      return make_error(errc::not_found, why);
+    }
     if (!answer)
       return std::move(answer.error());
     ++result.rounds;
@@ -289,7 +316,7 @@ caf::expected<pull_result> pull_from_peer(const experience_peer& peer, store::ev
     if (!verified)
       return make_error(code_of(verified.error()),
                         "peer '" + peer.name + "' (" + peer.endpoint
-                          + "): its pack was refused: " + describe(verified.error()));
+                          + "): its pack was refused: " + message_of(verified.error()));
     result.signer = verified->signer;
     result.signer_name = verified->signer_name;
     auto counts = append_pack(std::move(*verified), log, bank);

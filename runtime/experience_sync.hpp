@@ -8,6 +8,7 @@
 /// functions: one home for each decision (what a pack holds, which pack is accepted, what is
 /// appended).
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -137,6 +138,11 @@ struct experience_peer {
   std::string key;
   /// Seconds to wait for each answer.
   double timeout_s = 30.0;
+  /// When set and it becomes true, the pull gives up within 100 ms (errc::interrupted).
+  const std::atomic<bool>* cancelled = nullptr;
+  /// For the hint when the peer does not answer: where its keys are configured (e.g. the
+  /// daemon config's "FILE: experience.peers[2]"); "" for the command line's --server-key/--key.
+  std::string configured_at;
 };
 
 /// What one pull did.

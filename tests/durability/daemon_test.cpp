@@ -11,6 +11,7 @@
 #include <regex>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "durability/daemon_cluster.hpp"
 #include "durability/sim_task.hpp"
@@ -704,6 +705,46 @@ TEST(Daemon, TwoDaemonsOnOtherHardwareSyncOverCurveServeEachOthersFindingsAndASe
     << file_text(a.daemon_out);
   EXPECT_EQ(a.drain(), 0);
   EXPECT_EQ(b.drain(), 0);
+}
+
+TEST(Daemon, ASyncWithAnUnreachablePeerNeitherBlocksClientsNorDelaysTheDrain) {
+  test::temp_dir dir;
+  test::process_set procs;
+  // A peer key file that does not exist stops the daemon at start, naming the key.
+  auto bad = test::write_daemon_config(
+    dir, "bad", "tcp://127.0.0.1:*", "tcp://127.0.0.1:*",
+    "[security]\nsecret_key = \"" + dir.sub("none.key") + "\"\nallow = \"" + dir.sub("none")
+      + "\"\n[[experience.peers]]\nname = \"lab-x\"\nendpoint = \"tcp://127.0.0.1:9\"\n"
+        "server_key = \"" + dir.sub("lab-x.pub") + "\"\n");
+  auto [bad_rc, bad_out] = test::run_capture({}, {"daemon", "--config", bad}, dir.sub("bad.out"));
+  EXPECT_EQ(bad_rc, 1) << bad_out;
+  EXPECT_NE(bad_out.find(bad + ": experience.peers[1].server_key: "), std::string::npos)
+    << bad_out;
+  // A peer nobody answers for, with a long timeout: a sync asked for hangs on it ...
+  cluster c{dir, procs,
+            test::write_daemon_config(dir, "daemon", "tcp://127.0.0.1:*", "tcp://127.0.0.1:*",
+                                      "[experience]\nsync_interval_s = 0\n[[experience.peers]]\n"
+                                      "name = \"lab-x\"\nendpoint = \"tcp://127.0.0.1:9\"\n"
+                                      "timeout_s = 60\n")};
+  c.start_daemon();
+  ASSERT_FALSE(c.clients.empty()) << file_text(c.daemon_out);
+  auto sync_out = dir.sub("sync.out");
+  pid_t sync = procs.add(
+    test::start_in({}, {"experience", "sync", "--daemon", c.clients, "--timeout", "90"}, sync_out));
+  std::this_thread::sleep_for(1s);
+  // ... while the daemon answers status at once ...
+  auto [status_rc, status] =
+    test::run_capture({}, {"daemon", "status", "--daemon", c.clients, "--json", "--timeout", "5"},
+                      dir.sub("status.out"));
+  EXPECT_EQ(status_rc, 0) << status;
+  int sync_status = 0;
+  EXPECT_EQ(::waitpid(sync, &sync_status, WNOHANG), 0)
+    << "the sync should still be waiting for the peer: " << file_text(sync_out);
+  // ... and SIGTERM ends it within seconds, not after the peer's 60 s.
+  auto started = std::chrono::steady_clock::now();
+  EXPECT_EQ(c.drain(), 0) << file_text(c.daemon_out);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 10s) << file_text(c.daemon_out);
+  ::kill(sync, SIGKILL);
 }
 
 } // namespace

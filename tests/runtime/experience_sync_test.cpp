@@ -5,6 +5,8 @@
 // is tests/durability/daemon_test.cpp (Daemon.TwoDaemonsOnOtherHardwareSync...).
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -248,6 +250,37 @@ TEST(ExperienceSync, APackFromAnUntrustedOrTamperedSignerIsRefusedWithTheReason)
   EXPECT_NE(optional->label.find("only this store's own cluster is trusted"), std::string::npos);
 }
 
+TEST(ExperienceSync, APeerThatDoesNotAnswerIsNamedWithTheKeysToCheck) {
+  test::temp_dir dir;
+  disk_store asker{dir.sub("asker")};
+  runtime::experience_peer peer;
+  peer.name = "lab-b";
+  peer.endpoint = "tcp://127.0.0.1:9"; // nothing listens on the discard port here
+  peer.timeout_s = 1;
+  peer.configured_at = "d.toml: experience.peers[1]";
+  auto pulled = runtime::pull_from_peer(peer, *asker.log, *asker.bank, runtime::trust_set{});
+  ASSERT_FALSE(pulled);
+  EXPECT_EQ(code_of(pulled.error()), errc::not_found);
+  const auto why = describe(pulled.error());
+  EXPECT_NE(why.find("no answer from peer 'lab-b' at tcp://127.0.0.1:9 within 1 s"),
+            std::string::npos)
+    << why;
+  EXPECT_NE(why.find("without CURVE (d.toml: experience.peers[1].server_key and .key not set)"),
+            std::string::npos)
+    << why;
+  EXPECT_EQ(asker.log->head(), 0u);
+  // Cancelled (a draining daemon): given up within a few hundred ms, not after timeout_s.
+  std::atomic<bool> cancel{true};
+  peer.timeout_s = 30;
+  peer.cancelled = &cancel;
+  auto started = std::chrono::steady_clock::now();
+  auto stopped = runtime::pull_from_peer(peer, *asker.log, *asker.bank, runtime::trust_set{});
+  auto took = std::chrono::steady_clock::now() - started;
+  ASSERT_FALSE(stopped);
+  EXPECT_EQ(code_of(stopped.error()), errc::interrupted) << describe(stopped.error());
+  EXPECT_LT(took, std::chrono::seconds(5));
+}
+
 /// load_daemon_config's error text for a config holding `body` ("" when it loads).
 std::string config_error(const test::temp_dir& dir, const std::string& body) {
   auto path = dir.sub("d.toml");
@@ -288,13 +321,16 @@ TEST(ExperienceSync, TheDaemonConfigsPeersAreCheckedAndNamed) {
          {"[experience]\npeers = 3\n", "experience.peers: expected an array of tables"},
          {"[[experience.peers]]\nname = \"lab b\"\nendpoint = \"tcp://h:1\"\n",
           "experience.peers[1].name: 'lab b': expected 1 to 64 letters"},
-         {"[[experience.peers]]\nendpoint = \"tcp://h:1\"\n", "experience.peers[1].name: ''"},
+         {"[[experience.peers]]\nendpoint = \"tcp://h:1\"\n", "experience.peers[1].name: missing"},
+         {"[[experience.peers]]\nname = \"x\"\n", "experience.peers[1].endpoint: missing"},
+         {peer + "[[experience.peers]]\nname = \"y\"\nendpoint = \"tcp://h:1\"\n",
+          "experience.peers[2].endpoint: 'tcp://h:1' is peer 'lab-b''s endpoint too"},
          {"[[experience.peers]]\nname = \"x\"\nendpoint = \"http://h\"\n",
           "experience.peers[1].endpoint: 'http://h' is not a tcp:// or ipc:// endpoint"},
          {"[[experience.peers]]\nname = \"x\"\nendpoint = \"tcp://h:1\"\nport = 1\n",
           "experience.peers[1].port: unknown key"},
          {"[[experience.peers]]\nname = \"x\"\nendpoint = \"tcp://h:1\"\ntimeout_s = 0\n",
-          "experience.peers[1].timeout_s: expected a value in [0.1, 3600]"},
+          "experience.peers[1].timeout_s: got 0, expected a value in [0.1, 3600]"},
          {peer + peer, "experience.peers[2].name: 'lab-b' names an earlier peer too"},
          {peer + "server_key = \"b.pub\"\n",
           "experience.peers[1].key: the peer's server_key needs this daemon's CURVE key"},
