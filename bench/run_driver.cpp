@@ -242,7 +242,9 @@ driven_run drive_run(evaluator& ev, const driver_options& o) {
             doc_event(wire::EventKind::PriorsLoaded, "priors/1", store::to_json(o.priors).dump()),
             doc_event(wire::EventKind::ExperienceSeeded, "experience_pack/1", pack.dump())};
           // As the supervisor's init: the served finding's priors in the pack's batch.
-          if (auto adjusted = decide::experience_priors(task, o.priors, pack))
+          if (auto adjusted = o.experience_priors
+                                ? decide::experience_priors(task, o.priors, pack)
+                                : std::nullopt)
             init.push_back(doc_event(wire::EventKind::PriorsLoaded, "priors/1",
                                      store::to_json(*adjusted).dump()));
           log.append(init);

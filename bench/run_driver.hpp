@@ -80,6 +80,9 @@ struct driver_options {
   /// by decide::experience_pack in this mode, as the curator serves a bank; unset: no seeds.
   std::optional<decide::experience_mode> experience;
   std::vector<nlohmann::json> experience_records;
+  /// False: the pack's prior adjustment (decide::experience_priors) is not applied: the
+  /// benchmark's ablation of it (`--no-experience-priors`); the supervisor always applies it.
+  bool experience_priors = true;
 };
 
 /// When a trial attempt ran on the simulated clock, seconds.

@@ -229,6 +229,9 @@ std::string shorten(const std::string& s, std::size_t n = 160) {
   return s.size() <= n ? s : s.substr(0, n) + "...";
 }
 
+/// --no-experience-priors: served packs' prior adjustments are not applied (an ablation).
+bool experience_priors_on = true;
+
 /// Runs one policy on one task with one seed (see the file comment): bench/run_driver.hpp drives
 /// the run through decide::next_step and the decide/ decisions, as the supervisor does; the
 /// benchmark's metrics are then read from the folded run and the evaluator's oracle.
@@ -258,6 +261,7 @@ run_result run_one(evaluator& ev, const tuning::planner_policy& policy, const st
   d.task_text = task_text;
   d.experience = experience;
   d.experience_records = experience_records;
+  d.experience_priors = experience_priors_on;
   auto driven = drive_run(ev, d);
   const auto& run = driven.state;
   r.error = driven.error;
@@ -1123,6 +1127,9 @@ int main_impl(int argc, char** argv) {
                  "bank, then tune each --tasks target three times per policy and seed: cold "
                  "(--experience none), with every finding (all) and with the hardware-filtered "
                  "findings (filtered); writes OUT/transfer.json and OUT/transfer.md");
+  app.add_flag("!--no-experience-priors", experience_priors_on,
+               "Transfer experiment: do not turn the served finding's learnt effects into the "
+               "run's priors (decide::experience_priors), to measure what they add");
   app.add_option("--grid", o.grid,
                  "Grid file of the real task (default bench/results/<task>_grid.json of the "
                  "source tree): read by the benchmark, written by --measure-grid");

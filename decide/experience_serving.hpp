@@ -104,7 +104,7 @@ struct serving_request {
 ///    "served_by_match": {to_string(hardware_match): N, ...},
 ///    "not_served": {"other_workload": N},
 ///    "prior_adjustment" (only when a served finding of the same workload on the same GPU model
-///    or family carries "effects"; the first such in serving order): {"run", "origin" (when
+///    carries "effects"; the first such in serving order): {"run", "origin" (when
 ///    recorded), "origin_hardware", "match", "effects": [{"feature", "speedup" (the finding's
 ///    revised speedup), "log_sd", "trials"}], "memory": [{"feature", "bytes"}] (its memory
 ///    prices, when its memory model was fitted)}}

@@ -617,13 +617,11 @@ void with_status(controller_ptr self, Done done_once) {
         doc["draining"] = s.draining;
         // The experience bank (docs/experience.md): records, the sync with each peer.
         if (auto caught = s.bank->catch_up(); !caught)
-          if (auto bank = summarize(*s.bank))
-            doc["experience"] = {{"cluster_id", s.identity->cluster_id},
-                                 {"records", bank->records},
-                                 {"imported", bank->imported},
-                                 {"position", bank->position},
-                                 {"hash", bank->hash},
-                                 {"peers", s.peer_status}};
+          if (auto bank = summarize(*s.bank)) {
+            doc["experience"] = bank_entry(*bank);
+            doc["experience"]["cluster_id"] = s.identity->cluster_id;
+            doc["experience"]["peers"] = s.peer_status;
+          }
         doc["store"] = s.config->store_dir;
         auto stats = s.broker->stats();
         doc["broker"] = {{"frames_in", stats.frames_in},
@@ -777,29 +775,13 @@ std::string sync_with_peers(const daemon_config& config, store::event_log& log,
     peer.timeout_s = p.timeout_s;
     peer.cancelled = cancel;
     peer.configured_at = config.source + ": experience.peers[" + std::to_string(i + 1) + "]";
-    auto pulled = pull_from_peer(peer, log, bank, *trust);
-    entry["ok"] = static_cast<bool>(pulled);
-    if (pulled) {
-      entry["pulled"] = pulled->counts.imported;
-      entry["offered"] = pulled->counts.offered;
-      entry["present"] = pulled->counts.present;
-      entry["conflicting"] = pulled->counts.conflicting;
-      entry["own"] = pulled->counts.own;
-      entry["rounds"] = pulled->rounds;
-      entry["signer"] = pulled->signer;
-      entry["signer_name"] = pulled->signer_name;
-    } else {
-      entry["error"] = describe(pulled.error());
-    }
+    entry.update(pull_entry(pull_from_peer(peer, log, bank, *trust)));
     entry["ended"] = utc_now();
     peers.push_back(std::move(entry));
   }
   nlohmann::json result = {{"peers", peers}};
   if (auto summary = summarize(bank))
-    result["bank"] = {{"records", summary->records},
-                      {"imported", summary->imported},
-                      {"position", summary->position},
-                      {"hash", summary->hash}};
+    result["bank"] = bank_entry(*summary);
   return result.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 

@@ -404,27 +404,13 @@ int run_sync_store(const experience_options& o, const store_layout& where, std::
   peer.key = o.daemon.key;
   peer.timeout_s = o.daemon.timeout_s;
   auto pulled = pull_from_peer(peer, *store->log, *store->bank, *trust);
-  nlohmann::json entry = {{"name", o.peer}, {"endpoint", o.peer}, {"ok", bool{pulled}}};
-  if (pulled) {
-    entry["pulled"] = pulled->counts.imported;
-    entry["offered"] = pulled->counts.offered;
-    entry["present"] = pulled->counts.present;
-    entry["conflicting"] = pulled->counts.conflicting;
-    entry["own"] = pulled->counts.own;
-    entry["rounds"] = pulled->rounds;
-    entry["signer"] = pulled->signer;
-    entry["signer_name"] = pulled->signer_name;
-  } else {
-    entry["error"] = describe(pulled.error());
-  }
+  nlohmann::json entry = {{"name", o.peer}, {"endpoint", o.peer}};
+  entry.update(pull_entry(pulled));
   auto summary = summarize(*store->bank);
   if (o.json) {
     nlohmann::json doc = {{"peers", nlohmann::json::array({entry})}};
     if (summary)
-      doc["bank"] = {{"records", summary->records},
-                     {"imported", summary->imported},
-                     {"position", summary->position},
-                     {"hash", summary->hash}};
+      doc["bank"] = bank_entry(*summary);
     out << doc.dump() << '\n';
   } else {
     print_pull(entry, out);

@@ -214,6 +214,30 @@ caf::expected<bank_summary> summarize(const store::experience_bank& bank) {
   return s;
 }
 
+nlohmann::json pull_entry(const caf::expected<pull_result>& pulled) {
+  nlohmann::json entry = {{"ok", static_cast<bool>(pulled)}};
+  if (!pulled) {
+    entry["error"] = describe(pulled.error());
+    return entry;
+  }
+  entry["pulled"] = pulled->counts.imported;
+  entry["offered"] = pulled->counts.offered;
+  entry["present"] = pulled->counts.present;
+  entry["conflicting"] = pulled->counts.conflicting;
+  entry["own"] = pulled->counts.own;
+  entry["rounds"] = pulled->rounds;
+  entry["signer"] = pulled->signer;
+  entry["signer_name"] = pulled->signer_name;
+  return entry;
+}
+
+nlohmann::json bank_entry(const bank_summary& summary) {
+  return {{"records", summary.records},
+          {"imported", summary.imported},
+          {"position", summary.position},
+          {"hash", summary.hash}};
+}
+
 std::string pull_request_argument(const std::set<finding_key>& have, std::size_t max_bytes) {
   nlohmann::json by_origin = nlohmann::json::object();
   for (const auto& [origin, position] : have)

@@ -156,6 +156,14 @@ struct pull_result {
   import_counts counts;
 };
 
+/// A pull's entry in a sync result document: {"ok", and "pulled", "offered", "present",
+/// "conflicting", "own", "rounds", "signer", "signer_name"; or "error"} (the daemon's status
+/// experience.peers, `experience sync --json`).
+[[nodiscard]] nlohmann::json pull_entry(const caf::expected<pull_result>& pulled);
+
+/// A bank summary as a sync result's "bank": {"records", "imported", "position", "hash"}.
+[[nodiscard]] nlohmann::json bank_entry(const bank_summary& summary);
+
 /// The most finding bytes one "experience-pull" answer carries (the broker's frames are at
 /// most 16 MiB).
 inline constexpr std::size_t max_reply_bytes = std::size_t{8} << 20;

@@ -210,8 +210,10 @@ TEST(ExperienceServing, TheBestMatchingFindingsEffectsBecomeTheRunsPriors) {
                         {{"feature", "no_such_knob=1"}, {"posterior_speedup", 9.0},
                          {"posterior_log_sd", 0.1}, {"trials", 1}}});
   };
-  // The A100 finding (other hardware) learnt something too: never used.
+  // The A100 finding (other hardware) and the H200 one (same family, served before it as a
+  // seed) learnt something too: neither is used; only the same GPU model's effects are.
   findings[0]["effects"] = effects(0.5, 0.5);
+  findings[1]["effects"] = effects(0.7, 0.7);
   findings[2]["effects"] = effects(1.25, 1.08);
   findings[2]["memory"] = {{"fitted", true},
                            {"prices", json::array({{{"feature", "tp=4"}, {"bytes", -2.0e9}}})}};
