@@ -28,6 +28,7 @@
 #include "decide/patch_exclusion.hpp"
 #include "decide/report.hpp"
 #include "decide/resources.hpp"
+#include "store/experience_provenance.hpp"
 #include "store/run_projection.hpp"
 #include "tuning/contract_check.hpp"
 
@@ -477,6 +478,12 @@ void seed_experience(self_ptr self) {
               // The pack, and the priors it adjusts (decide::experience_priors), in one batch:
               // the planner never sees the one without the other.
               auto served = nlohmann::json::parse(pack, nullptr, false);
+              // Which pack or sync each imported seed came through (not in the bank's records).
+              if (auto provenance = store::import_provenance(*self->state.o.log)) {
+                store::add_import_provenance(served, *provenance);
+                if (served.is_object())
+                  pack = served.dump();
+              }
               std::vector<store::new_event> events{
                 doc_event(wire::EventKind::ExperienceSeeded, "experience_pack/1", pack)};
               auto adjusted = decide::experience_priors(

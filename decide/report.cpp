@@ -1156,6 +1156,10 @@ std::string render_markdown(const nlohmann::json& r) {
                  ? ", " + fixed(s["speedup_there"].get<double>(), 3) + "x there"
                  : std::string{})
            << ")";
+      if (s.contains("pack_sha256") && s["pack_sha256"].is_string())
+        md << " imported from cluster " << s.value("origin", std::string{}).substr(0, 12)
+           << " through pack " << s["pack_sha256"].get<std::string>().substr(0, 12)
+           << " signed by cluster " << s.value("via", std::string{}).substr(0, 12);
       md << ": ";
       if (s.contains("trial"))
         md << "proposed as trial " << s.value("trial", 0) << ", "

@@ -359,7 +359,7 @@ void run_projection::apply(const recorded_event& ev) {
               s.experience_seeds.push_back(*cfg);
               nlohmann::json o = nlohmann::json::object();
               for (const char* key : {"origin_hardware", "match", "same_workload", "speedup", "run",
-                                       "peak_memory_bytes"})
+                                       "peak_memory_bytes", "origin", "via", "pack_sha256"})
                 if (c.contains(key))
                   o[key] = c[key];
               origins.push_back(std::move(o));

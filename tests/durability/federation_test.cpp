@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <rocksdb/db.h>
 
+#include "adapters/environment.hpp"
 #include "messages/experience_pack.hpp"
 #include "sim_task.hpp"
 #include "store/experience_bank.hpp"
@@ -446,6 +447,23 @@ TEST_F(ExperienceFederation, AFreshClusterThatImportsAPackProposesItsWinnerFirst
       break;
     }
   EXPECT_EQ(first, winner->key());
+  // The seed says which pack it came through: the pack's SHA-256 and its signer, in the logged
+  // pack and in the report.
+  const auto a_id = cluster_id_of(dir_->sub("a"));
+  const auto sha = adapters::sha256_hex(bytes_of(a_pack_));
+  EXPECT_EQ(seeded[0]->doc["seeds"][0].value("pack_sha256", ""), sha) << seeded[0]->doc.dump();
+  EXPECT_EQ(seeded[0]->doc["seeds"][0].value("via", ""), a_id);
+  auto report = nlohmann::json::parse(
+    test::file_text(fresh + "/runs/" + run + "/report.json"), nullptr, false);
+  ASSERT_TRUE(report.is_object());
+  ASSERT_GE(report["experience_seeds"].size(), 1u);
+  EXPECT_EQ(report["experience_seeds"][0].value("pack_sha256", ""), sha);
+  EXPECT_EQ(report["experience_seeds"][0].value("origin", ""), a_id);
+  auto md = test::file_text(fresh + "/runs/" + run + "/report.md");
+  EXPECT_NE(md.find("imported from cluster " + a_id.substr(0, 12) + " through pack "
+                    + sha.substr(0, 12) + " signed by cluster " + a_id.substr(0, 12)),
+            std::string::npos)
+    << md;
   // Its own finding joins the imported one; both stay, each with its provenance.
   auto records = records_of(fresh);
   std::size_t imported = 0;
