@@ -17,6 +17,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -408,6 +409,9 @@ struct controller_state {
   caf::actor syncer;
   /// The last sync with each peer, by name (the status document's experience.peers).
   nlohmann::json peer_status = nlohmann::json::object();
+  /// The bank's summary (its content hash reads every record) and the position it was made at:
+  /// status requests (the dashboard polls them) recompute it only after the bank moved.
+  std::optional<bank_summary> bank_summary_cache;
   /// Set when the daemon drains: a sync waiting for a peer gives up within 100 ms.
   std::atomic<bool>* sync_cancel = nullptr;
   actors::node_pool_actor pool;
@@ -616,12 +620,16 @@ void with_status(controller_ptr self, Done done_once) {
         doc["daemon_runs"] = runs;
         doc["draining"] = s.draining;
         // The experience bank (docs/experience.md): records, the sync with each peer.
-        if (auto caught = s.bank->catch_up(); !caught)
-          if (auto bank = summarize(*s.bank)) {
-            doc["experience"] = bank_entry(*bank);
+        if (auto caught = s.bank->catch_up(); !caught) {
+          if (!s.bank_summary_cache || s.bank_summary_cache->position != s.bank->position())
+            if (auto bank = summarize(*s.bank))
+              s.bank_summary_cache = *bank;
+          if (s.bank_summary_cache) {
+            doc["experience"] = bank_entry(*s.bank_summary_cache);
             doc["experience"]["cluster_id"] = s.identity->cluster_id;
             doc["experience"]["peers"] = s.peer_status;
           }
+        }
         doc["store"] = s.config->store_dir;
         auto stats = s.broker->stats();
         doc["broker"] = {{"frames_in", stats.frames_in},
