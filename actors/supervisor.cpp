@@ -234,6 +234,7 @@ messages::trial_spec_msg spec_for(self_ptr self, const decide::launch& l) {
   req.timeout_s = task.limits.timeout_s;
   req.memory_cap_bytes = task.limits.memory_cap_bytes;
   req.scope_lock = decide::scope_lock(run(self));
+  req.loss_reference = decide::early_stop_reference(run(self));
   return decide::trial_spec(req, l.kind, l.candidate_trial, l.round);
 }
 

@@ -43,6 +43,7 @@ trial_verdict verdict_for(const trial_cause& c, const trial_observation& obs) {
       break;
     }
     case kind::stop_requested: v.outcome = wire::Outcome::Preempted; break;
+    case kind::contract_violation: v.outcome = wire::Outcome::ContractViolation; break;
     case kind::exit_nonzero:
     case kind::killed_by_signal: {
       v.exit_code = c.kind == kind::exit_nonzero ? c.code : -c.code;

@@ -14,6 +14,7 @@
 ///     launch_error, below), the detail starting "collective communication failed"; an exit
 ///     status listed as OOM -> oom;
 ///     the wall-clock limit -> timeout; a stop request (preemption, cancel) -> preempted;
+///     metrics that prove a contract violation (the early stop) -> contract_violation;
 ///     a rank exiting non-zero or by a signal, or a collective failure -> by its phase, never by
 ///     the clock: launch_error when it happened before the reporting rank's first metrics line
 ///     (start-up: a bad argument, an import error, a failed rendezvous), else crash.
@@ -44,6 +45,9 @@ struct trial_cause {
     timeout,          ///< the wall-clock limit passed
     stop_requested,   ///< the launcher was asked to stop the trial (preemption)
     collective_text,  ///< a collective-communication failure pattern appeared in a rank's output
+    /// the reporting rank's metrics proved a contract violation (tuning::early_violation; the
+    /// detail starts with its code, e.g. "loss_drift: ..."); the launcher stops the trial then
+    contract_violation,
   };
   kind_t kind = kind_t::exit_nonzero;
   /// Seconds since the trial started.

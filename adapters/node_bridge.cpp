@@ -51,6 +51,7 @@ messages::trial_result_msg run_node_trial(const tuning::task_spec& task,
   req.attempt = spec->attempt();
   req.timeout_s = spec->timeout_s();
   req.memory_cap_bytes = spec->memory_cap_bytes();
+  req.loss_reference = adapters::loss_reference_of(*spec);
   req.trial_dir = trials_root + "/" + trial_dir_name(req.trial_id, req.attempt);
   req.stop = stop;
   wire::TrialResultT r;

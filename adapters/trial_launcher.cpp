@@ -95,7 +95,44 @@ messages::trial_spec_msg make_trial_spec(const trial_request& req, const std::st
   spec.timeout_s = req.timeout_s;
   spec.memory_cap_bytes = req.memory_cap_bytes;
   spec.purpose = purpose;
+  if (req.loss_reference) {
+    const auto& ref = *req.loss_reference;
+    auto lr = std::make_unique<wire::LossReferenceT>();
+    auto spread = [](const std::map<std::uint32_t, double>& m, std::uint32_t step) {
+      auto it = m.find(step);
+      return it == m.end() ? 0.0 : it->second;
+    };
+    for (const auto& [step, loss] : ref.loss)
+      lr->steps.emplace_back(step, loss, spread(ref.spread, step));
+    for (const auto& w : ref.windows)
+      lr->windows.emplace_back(w.first, w.last, w.mean, w.within_var, w.between_var, w.runs);
+    for (const auto& [step, loss] : ref.eval_loss)
+      lr->eval.emplace_back(step, loss, spread(ref.eval_spread, step));
+    spec.loss_reference = std::move(lr);
+  }
   return messages::trial_spec_msg::pack(spec);
+}
+
+std::optional<tuning::loss_reference> loss_reference_of(const wire::TrialSpec& spec) {
+  const auto* lr = spec.loss_reference();
+  if (lr == nullptr)
+    return std::nullopt;
+  tuning::loss_reference ref;
+  if (lr->steps() != nullptr)
+    for (const auto* p : *lr->steps()) {
+      ref.loss[p->step()] = p->loss();
+      ref.spread[p->step()] = p->spread();
+    }
+  if (lr->windows() != nullptr)
+    for (const auto* w : *lr->windows())
+      ref.windows.push_back({w->first(), w->last(), w->mean(), w->within_var(), w->between_var(),
+                             w->runs()});
+  if (lr->eval() != nullptr)
+    for (const auto* p : *lr->eval()) {
+      ref.eval_loss[p->step()] = p->loss();
+      ref.eval_spread[p->step()] = p->spread();
+    }
+  return ref;
 }
 
 namespace {
@@ -191,6 +228,9 @@ struct supervisor {
   /// Seconds since launch at which each parsed step's metrics line was read (index-aligned
   /// with parser.steps()).
   std::vector<double> observed_at;
+  /// The parsed steps as the contract check takes them (index-aligned with parser.steps()), kept
+  /// only when req.loss_reference is set (the early stop).
+  std::vector<tuning::step_point> points;
   /// Every process of the trial, also those that left their rank's group or session.
   trial_descendants tree;
   /// The last lines of each rank's stderr, for the detail of a failure (index: rank).
@@ -329,6 +369,30 @@ struct supervisor {
     }
   }
 
+  /// The early stop: the steps read from index `from` on, against the run's loss reference
+  /// (tuning::early_violation); a violation is the trial's cause and stops it now.
+  void early_stop_check(std::size_t from) {
+    if (!req.loss_reference || stopping)
+      return;
+    const auto& steps = parser.steps();
+    for (std::size_t i = points.size(); i < steps.size(); ++i) {
+      tuning::step_point p;
+      p.step = steps[i].step;
+      p.loss = steps[i].loss;
+      p.tokens = steps[i].tokens;
+      p.step_time_s = steps[i].step_time_s;
+      p.warmup = steps[i].warmup;
+      p.eval_loss = steps[i].eval_loss;
+      points.push_back(p);
+    }
+    auto violation = tuning::early_violation(task.contract, *req.loss_reference, points, from);
+    if (!violation)
+      return;
+    add_cause(trial_cause::kind_t::contract_violation, -1, 0,
+              tuning::early_stop_detail(*violation, points.back().step, task.contract.steps));
+    begin_stop();
+  }
+
   void on_line(stream_state& s, std::string_view line) {
     if (s.labelled)
       on_labelled_line(s, line);
@@ -352,6 +416,7 @@ struct supervisor {
           obs.first_metrics_at_s = now_s();
         if (req.on_step)
           req.on_step(parser.steps().back());
+        early_stop_check(before);
       }
     }
     if (const auto* pattern = find_oom_pattern(task.metrics, line)) {

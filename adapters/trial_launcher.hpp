@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,6 +22,7 @@
 
 #include "adapters/metrics.hpp"
 #include "messages/codec.hpp"
+#include "tuning/contract_check.hpp"
 #include "tuning/task.hpp"
 
 namespace infrarsi::adapters {
@@ -52,6 +54,12 @@ struct trial_request {
   std::uint64_t memory_cap_bytes = 0;
   /// Set to true (from any thread) to stop the trial; it ends as preempted.
   const std::atomic<bool>* stop = nullptr;
+  /// The doctor's loss reference (tuning::early_stop_reference of the run's): after each metrics
+  /// step of the reporting rank, tuning::early_violation(task.contract, *loss_reference, steps)
+  /// is asked, and a violation stops the trial at once as contract_violation (its detail: the
+  /// violation, then "; stopped early at step S of N"). nullopt (baselines, before the
+  /// calibration): the trial runs to its end and only the verifier judges it.
+  std::optional<tuning::loss_reference> loss_reference;
   /// Called for every metrics step as it is read (progress display); may be empty.
   std::function<void(const step_sample&)> on_step;
   /// Whether the trial's processes may be tracked by a cgroup v2 (where this process can
@@ -120,8 +128,11 @@ const std::vector<std::string>& torchrun_env_names();
 /// errc::io_error (cannot create the trial directory, fork failed).
 [[nodiscard]] caf::expected<trial_report> run_trial(const trial_request& req);
 
+/// The loss reference a TrialSpec carries (its `loss_reference`), or nullopt when it carries none.
+std::optional<tuning::loss_reference> loss_reference_of(const wire::TrialSpec& spec);
+
 /// A TrialSpec message for a request (what the node-runner receives and the log records), with
-/// the trial's purpose ("baseline", "explore", ...).
+/// the trial's purpose ("baseline", "explore", ...) and req.loss_reference when set.
 messages::trial_spec_msg make_trial_spec(const trial_request& req, const std::string& purpose = {});
 
 } // namespace infrarsi::adapters

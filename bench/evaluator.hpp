@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "tuning/contract_check.hpp"
 #include "tuning/task.hpp"
 #include "tuning/trial.hpp"
 
@@ -60,12 +61,19 @@ public:
   ///    tuning/contract_check.hpp (loss_drift, tokens, constraint, ...);
   ///  - `device_seconds`: what the trial cost (a failed trial costs what it used before it
   ///    failed; a trial refused before launch costs 0); `detail`: the failure in words.
+  /// `early_stop` (nullptr: the trial runs to its end): the loss reference the trial's TrialSpec
+  /// carries (decide::early_stop_reference, adapters::loss_reference_of): as the node-runner,
+  /// the trial stops at the first step tuning::early_violation proves a violation, and ends
+  /// contract_violation with the steps read so far, detail and violations[0]
+  /// tuning::early_stop_detail, and the cost of what ran until then.
   /// Never throws for a bad configuration (that is an outcome); throws std::runtime_error only
   /// when the evaluator itself cannot run (an unreadable workload file).
   [[nodiscard]] virtual tuning::trial_record measure(const tuning::configuration& config,
                                                      std::uint64_t trial_id,
                                                      std::uint32_t attempt,
-                                                     const std::string& purpose) = 0;
+                                                     const std::string& purpose,
+                                                     const tuning::loss_reference* early_stop =
+                                                       nullptr) = 0;
 
   /// Noise-free step time of `config`, seconds; nullopt when it would not give a usable trial
   /// (breaks a constraint, invalid layout, a patch that does not apply, out of memory, breaks

@@ -372,13 +372,10 @@ private:
 
 class optuna_tpe_policy final : public tuning::planner_policy {
 public:
-  optuna_tpe_policy(std::string script, std::string python, bool failures_as_pruned)
-    : script_(std::move(script)), python_(std::move(python)),
-      failures_as_pruned_(failures_as_pruned) {}
+  optuna_tpe_policy(std::string script, std::string python, optuna_failures failures)
+    : script_(std::move(script)), python_(std::move(python)), failures_(failures) {}
 
-  [[nodiscard]] std::string name() const override {
-    return failures_as_pruned_ ? "optuna_tpe_fair/1" : "optuna_tpe/1";
-  }
+  [[nodiscard]] std::string name() const override { return optuna_policy_name(failures_); }
 
   [[nodiscard]] std::vector<tuning::proposal> propose(const tuning::planner_input& in,
                                                       std::size_t n) const override {
@@ -405,13 +402,18 @@ public:
         ++complete;
       } else {
         // optuna_tpe_fair/1: pruned, so TPE ranks the failed configuration below every complete
-        // one and moves away from it (as it does for a rejected proposal).
-        history.push_back(
-          history_entry(t.config, failures_as_pruned_ ? "pruned" : "fail", std::nullopt));
+        // one and moves away from it (as it does for a rejected proposal);
+        // optuna_tpe_constrained/1: a complete trial that violates the constraint.
+        const char* state = failures_ == optuna_failures::pruned       ? "pruned"
+                            : failures_ == optuna_failures::constraint ? "infeasible"
+                                                                       : "fail";
+        history.push_back(history_entry(t.config, state, std::nullopt));
       }
     }
     json request = {
         {"space", space.to_json()}, {"history", std::move(history)}, {"seed", in.seed}, {"n", 1}};
+    if (failures_ == optuna_failures::constraint)
+      request["constraints"] = true;
 
     std::lock_guard<std::mutex> lock(mutex_);
     std::size_t pruned = 0; // rejected proposals told so far in this batch
@@ -480,17 +482,26 @@ private:
 
   std::string script_;
   std::string python_;
-  bool failures_as_pruned_ = false;
+  optuna_failures failures_ = optuna_failures::fail;
   mutable std::mutex mutex_;
   mutable std::unique_ptr<child_process> child_;
 };
 
 } // namespace
 
+const char* optuna_policy_name(optuna_failures failures) {
+  switch (failures) {
+    case optuna_failures::pruned: return "optuna_tpe_fair/1";
+    case optuna_failures::constraint: return "optuna_tpe_constrained/1";
+    case optuna_failures::fail: break;
+  }
+  return "optuna_tpe/1";
+}
+
 std::unique_ptr<tuning::planner_policy> make_optuna_policy(const std::string& script,
                                                            const std::string& python,
-                                                           bool failures_as_pruned) {
-  return std::make_unique<optuna_tpe_policy>(script, python, failures_as_pruned);
+                                                           optuna_failures failures) {
+  return std::make_unique<optuna_tpe_policy>(script, python, failures);
 }
 
 } // namespace infrarsi::bench

@@ -38,11 +38,25 @@ namespace infrarsi::bench {
 /// (interpreter or optuna missing, protocol error, no response within 300 s) are thrown by
 /// propose()/plan() as std::runtime_error naming the script and interpreter, how the child
 /// ended and the tail of its stderr; the next call then starts a fresh child.
-/// Optuna's TPE as a policy. `failures_as_pruned` false: "optuna_tpe/1", failed trials told
-/// as FAIL (TPE ignores them); true: "optuna_tpe_fair/1", told as PRUNED (TPE ranks them below
-/// every complete trial and moves away from them: the fairest Optuna this protocol allows).
+/// How failed trials (OOM, crash, timeout, launch error, contract violation) are told to TPE.
+enum class optuna_failures {
+  /// "optuna_tpe/1": as FAIL; TPE ignores them.
+  fail,
+  /// "optuna_tpe_fair/1": as PRUNED; TPE ranks them below every complete trial and moves away.
+  pruned,
+  /// "optuna_tpe_constrained/1": TPESampler with Optuna's constraints_func; a failed trial is a
+  /// COMPLETE trial whose constraint is violated (bench/optuna_tpe.py "constraints"), so TPE
+  /// ranks every feasible trial above it and it counts towards the start-up trials.
+  constraint,
+};
+
+/// The policy's name for each way ("optuna_tpe/1", "optuna_tpe_fair/1",
+/// "optuna_tpe_constrained/1").
+const char* optuna_policy_name(optuna_failures failures);
+
+/// Optuna's TPE as a policy, telling failed trials as `failures` says.
 std::unique_ptr<tuning::planner_policy>
 make_optuna_policy(const std::string& script, const std::string& python = "/usr/bin/python3",
-                   bool failures_as_pruned = false);
+                   optuna_failures failures = optuna_failures::fail);
 
 } // namespace infrarsi::bench

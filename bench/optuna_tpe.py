@@ -10,11 +10,12 @@ Request:
   {"space": {"knobs":   [{"name": "tp", "values": [1, 2, 4, 8]}, ...],
              "patches": ["fused_rmsnorm", ...]},
    "history": [{"config": {"knobs": {"tp": 2, ...}, "patches": ["fused_rope"]},
-                "state": "ok" | "fail" | "pruned" | "pending",
+                "state": "ok" | "fail" | "pruned" | "pending" | "infeasible",
                 "value": 3.09 | null,
                 "invalid": true}, ...],
    "seed": 7,
-   "n": 1}
+   "n": 1,
+   "constraints": false}
 
   space.knobs    every knob with its finite list of values (JSON types are kept: integers stay
                  int, reals float, booleans bool, choices str); each becomes a
@@ -28,7 +29,9 @@ Request:
                  (value null) -- the caller uses it for a proposal its constraint check rejected
                  (marked "invalid": true; not a trial of the benchmark). "pending": RUNNING (an
                  earlier proposal of the same batch, not yet measured). "invalid" is informative
-                 only. TPE (Optuna 3.1) models COMPLETE trials and ranks PRUNED ones below every
+                 only. "infeasible" (only with "constraints": true): a failed trial told as
+                 COMPLETE with a violated constraint (below). TPE (Optuna 3.1) models COMPLETE
+                 trials and ranks PRUNED ones below every
                  COMPLETE one, so it learns to avoid their values; FAIL and RUNNING trials are
                  ignored (they change nothing but the seed, below). This is the Optuna
                  maintainers' advice for infeasible combinations (raise TrialPruned;
@@ -37,6 +40,17 @@ Request:
                  of the space a listed value and name only patches of the space.
   seed           non-negative integer.
   n              number of proposals (>= 0; default 1).
+  constraints    (default false) TPE with Optuna's constraints_func (experimental in Optuna
+                 3.x; Ozaki et al. 2022, "Multiobjective tree-structured Parzen estimator",
+                 JAIR 73, section on constraints): every told trial carries one constraint value
+                 in its system attributes ("constraints", Optuna's key): 0 (feasible) for "ok",
+                 1 (violated) for "infeasible" and "pruned". "infeasible" trials are COMPLETE
+                 with the worst "ok" value of the history (0 when there is none): TPE splits
+                 feasible trials from infeasible ones first (a feasible trial always ranks
+                 above an infeasible one), so the value only orders infeasible trials among
+                 themselves. This is Optuna's own way to say "this configuration cannot run",
+                 and its fairest use for OOMs and crashes: they count towards the start-up
+                 trials and TPE's density of bad configurations.
 
 Response:
   {"proposals": [{"knobs": {"tp": 4, ...}, "patches": ["fused_rope", ...]}, ...],
@@ -82,7 +96,8 @@ warnings.simplefilter("ignore")  # ExperimentalWarning etc. must never reach a t
 PATCH_PREFIX = "patch:"
 N_STARTUP_TRIALS = 10  # TPESampler's default, written out because the response reports it
 _STATES = {"ok": TrialState.COMPLETE, "fail": TrialState.FAIL, "pruned": TrialState.PRUNED,
-           "pending": TrialState.RUNNING}
+           "pending": TrialState.RUNNING, "infeasible": TrialState.COMPLETE}
+CONSTRAINTS_KEY = "constraints"  # optuna.samplers._base._CONSTRAINTS_KEY in Optuna 3.1
 
 
 class RequestError(Exception):
@@ -178,25 +193,46 @@ def answer(request):
         raise RequestError("seed: expected a non-negative integer")
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise RequestError("n: expected a non-negative integer")
+    constrained = request.get("constraints", False)
+    if not isinstance(constrained, bool):
+        raise RequestError("constraints: expected true or false")
 
-    sampler = optuna.samplers.TPESampler(seed=_derived_seed(seed, history),
-                                         n_startup_trials=N_STARTUP_TRIALS)
+    if constrained:
+        ok_values = [h.get("value") for h in history
+                     if isinstance(h, dict) and h.get("state") == "ok"
+                     and isinstance(h.get("value"), (int, float))
+                     and not isinstance(h.get("value"), bool) and math.isfinite(h.get("value"))]
+        worst = max(ok_values) if ok_values else 0.0
+        sampler = optuna.samplers.TPESampler(
+            seed=_derived_seed(seed, history), n_startup_trials=N_STARTUP_TRIALS,
+            constraints_func=lambda t: t.system_attrs.get(CONSTRAINTS_KEY, (1.0,)))
+    else:
+        sampler = optuna.samplers.TPESampler(seed=_derived_seed(seed, history),
+                                             n_startup_trials=N_STARTUP_TRIALS)
     study = optuna.create_study(direction="minimize", sampler=sampler)
     for i, h in enumerate(history):
         where = f"history[{i}]"
         if not isinstance(h, dict) or h.get("state") not in _STATES:
             raise RequestError(f"{where}.state: expected one of {sorted(_STATES)}")
+        if h["state"] == "infeasible" and not constrained:
+            raise RequestError(f"{where}.state: \"infeasible\" needs \"constraints\": true")
         state = _STATES[h["state"]]
         value = h.get("value")
-        if state == TrialState.COMPLETE:
+        if h["state"] == "infeasible":
+            value = worst
+        elif state == TrialState.COMPLETE:
             if (not isinstance(value, (int, float)) or isinstance(value, bool)
                     or not math.isfinite(value)):
                 raise RequestError(f"{where}.value: expected a finite number for state ok")
         else:
             value = None
         params = _params(h.get("config"), dists, knob_names, where + ".config")
+        system_attrs = None
+        if constrained and state != TrialState.RUNNING:
+            system_attrs = {CONSTRAINTS_KEY: (0.0 if h["state"] == "ok" else 1.0,)}
         study.add_trial(optuna.trial.create_trial(state=state, value=value, params=params,
-                                                  distributions=dists))
+                                                  distributions=dists,
+                                                  system_attrs=system_attrs))
     told = sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in study.trials)
     proposals = []
     for _ in range(n):  # asked trials stay RUNNING: `told` does not change

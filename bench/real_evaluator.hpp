@@ -96,7 +96,9 @@ public:
   /// no baseline trial of the run completed its timed window.
   [[nodiscard]] tuning::trial_record measure(const tuning::configuration& config,
                                              std::uint64_t trial_id, std::uint32_t attempt,
-                                             const std::string& purpose) override;
+                                             const std::string& purpose,
+                                             const tuning::loss_reference* early_stop =
+                                               nullptr) override;
   /// The grid median of a knob-only configuration whose every repeat passed; nullopt for a
   /// configuration with patches (no exhaustive truth), one outside the grid or one the grid saw
   /// fail or break the contract.

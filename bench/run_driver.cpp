@@ -64,7 +64,8 @@ private:
   std::uint64_t version_ = 0;
 };
 
-messages::trial_spec_msg spec_for(const tuning::task_spec& task, const decide::launch& l) {
+messages::trial_spec_msg spec_for(const tuning::task_spec& task, const store::run_state& run,
+                                  const decide::launch& l) {
   adapters::trial_request req;
   req.knobs = l.config.knobs;
   req.patches = l.config.patches;
@@ -72,6 +73,7 @@ messages::trial_spec_msg spec_for(const tuning::task_spec& task, const decide::l
   req.attempt = l.attempt;
   req.timeout_s = task.limits.timeout_s;
   req.memory_cap_bytes = task.limits.memory_cap_bytes;
+  req.loss_reference = decide::early_stop_reference(run); // as the supervisor's spec_for
   return decide::trial_spec(req, l.kind, l.candidate_trial, l.round);
 }
 
@@ -82,8 +84,10 @@ messages::trial_result_msg result_message(const tuning::trial_record& rec) {
   r.trial_id = rec.trial_id;
   r.attempt = rec.attempt;
   auto outcome = rec.outcome;
-  // A trial that ran its steps and failed only the contract check left the node-runner as ok.
-  if (outcome == tuning::trial_outcome::contract_violation && !rec.steps.empty())
+  // A trial that ran its steps and failed only the contract check left the node-runner as ok;
+  // one the node-runner stopped early left it as contract_violation with its detail.
+  const bool early = tuning::is_early_stop(rec.detail);
+  if (outcome == tuning::trial_outcome::contract_violation && !rec.steps.empty() && !early)
     outcome = tuning::trial_outcome::ok;
   r.outcome = static_cast<wire::Outcome>(static_cast<std::uint8_t>(outcome));
   auto phase = [&rec](const char* name) -> flatbuffers::Optional<double> {
@@ -114,7 +118,7 @@ messages::trial_result_msg result_message(const tuning::trial_record& rec) {
   r.wall_time_s = rec.wall_time_s;
   r.device_seconds = rec.device_seconds;
   r.detail = rec.detail;
-  if (rec.outcome == tuning::trial_outcome::contract_violation && rec.steps.empty() &&
+  if (rec.outcome == tuning::trial_outcome::contract_violation && (rec.steps.empty() || early) &&
       !rec.violations.empty())
     r.detail = rec.violations.front(); // refused before launch: the verifier reads the detail
   if (rec.declared.final_seen) {
@@ -257,7 +261,7 @@ driven_run drive_run(evaluator& ev, const driver_options& o) {
           std::vector<store::new_event> events;
           std::vector<std::pair<decide::launch, messages::trial_spec_msg>> sends;
           for (const auto& l : s.launches) {
-            auto spec = spec_for(task, l);
+            auto spec = spec_for(task, run, l);
             if (!l.proposed)
               events.push_back(event(wire::EventKind::TrialProposed, spec.bytes()));
             std::string violation;
@@ -283,7 +287,10 @@ driven_run drive_run(evaluator& ev, const driver_options& o) {
             shape.purpose = tuning::label(l.kind);
             shape.candidate_trial = l.candidate_trial;
             shape.round = l.round;
-            auto rec = ev.measure(l.config, l.trial_id, l.attempt, tuning::purpose_text(shape));
+            // What the node-runner would get: the reference the TrialSpec carries.
+            auto early_stop = adapters::loss_reference_of(*spec);
+            auto rec = ev.measure(l.config, l.trial_id, l.attempt, tuning::purpose_text(shape),
+                                  early_stop ? &*early_stop : nullptr);
             rec.trial_id = l.trial_id;
             rec.attempt = l.attempt;
             rec.kind = l.kind;
@@ -342,7 +349,7 @@ driven_run drive_run(evaluator& ev, const driver_options& o) {
           const auto& items = b->document["planner"]["proposals"];
           for (std::size_t i = 0; i < b->launches.size(); ++i) {
             const auto& l = b->launches[i];
-            events.push_back(event(wire::EventKind::TrialProposed, spec_for(task, l).bytes()));
+            events.push_back(event(wire::EventKind::TrialProposed, spec_for(task, run, l).bytes()));
             if (i < items.size())
               out.proposals[l.trial_id] = items[i];
           }

@@ -71,6 +71,8 @@ namespace {
 constexpr const char* optuna_policy_name = "optuna_tpe/1";
 /// Optuna TPE told failed trials as pruned (bench/optuna_policy.hpp).
 constexpr const char* optuna_fair_policy_name = "optuna_tpe_fair/1";
+/// Optuna TPE with its constraints function: failed trials are complete and infeasible.
+constexpr const char* optuna_constrained_policy_name = "optuna_tpe_constrained/1";
 /// Trials of the doctor stage, candidates re-verified, interleaved pairs per re-verification
 /// (the task defaults of budget_spec, fixed here so that every task is scored the same way).
 constexpr std::size_t baseline_repeats = 3;
@@ -91,7 +93,7 @@ struct options {
   std::uint32_t budget = 40;            ///< search trials per run
   std::uint32_t nodes = 1;              ///< node slots (trials in flight at most)
   std::string out = std::string{INFRARSI_SOURCE_DIR} + "/bench/results";
-  bool optuna = true;                   ///< include optuna_tpe/1 and optuna_tpe_fair/1 (when built)
+  bool optuna = true; ///< include the three Optuna TPE variants (when built)
   std::string optuna_script = std::string{INFRARSI_SOURCE_DIR} + "/bench/optuna_tpe.py";
   std::string python = "/usr/bin/python3";
   bool quiet = false;
@@ -1097,7 +1099,8 @@ int main_impl(int argc, char** argv) {
       "bench/search_quality, which builds it first."};
   app.add_option("--policies", o.policies,
                  "Comma-separated policy names (default: every policy tuning::make_policy "
-                 "builds, plus optuna_tpe/1 and optuna_tpe_fair/1 unless --no-optuna)");
+                 "builds, plus optuna_tpe/1, optuna_tpe_fair/1 and optuna_tpe_constrained/1 "
+                 "unless --no-optuna)");
   app.add_option("--tasks", o.tasks,
                  "Comma-separated task files, or names under config/tasks/ (default: "
                  "sim-dense-1node,sim-dense-multinode,sim-moe-1node,sim-moe-multinode)");
@@ -1112,8 +1115,9 @@ int main_impl(int argc, char** argv) {
       ->check(CLI::Range(1u, 1024u));
   app.add_option("--out", o.out, "Output directory (default: bench/results of the source tree)");
   app.add_flag("--optuna,!--no-optuna", o.optuna,
-               "Include optuna_tpe/1 and optuna_tpe_fair/1 (failed trials told as pruned) in "
-               "the default policies (default on; needs the "
+               "Include optuna_tpe/1, optuna_tpe_fair/1 (failed trials told as pruned) and "
+               "optuna_tpe_constrained/1 (told as infeasible through Optuna's constraints_func) "
+               "in the default policies (default on; needs the "
                "infrarsi_bench_optuna library at build time and /usr/bin/python3 with optuna)");
   app.add_option("--optuna-script", o.optuna_script, "bench/optuna_tpe.py (default: the source tree's)");
   app.add_option("--python", o.python, "Interpreter with optuna (default /usr/bin/python3)");
@@ -1187,9 +1191,11 @@ int main_impl(int argc, char** argv) {
     if (o.optuna && optuna_built) {
       names.push_back(optuna_policy_name);
       names.push_back(optuna_fair_policy_name);
+      names.push_back(optuna_constrained_policy_name);
     } else if (o.optuna && !o.quiet) {
-      std::cerr << "infrarsi_search_quality: optuna_tpe/1 and optuna_tpe_fair/1 skipped: this "
-                   "binary was built without the infrarsi_bench_optuna library\n";
+      std::cerr << "infrarsi_search_quality: optuna_tpe/1, optuna_tpe_fair/1 and "
+                   "optuna_tpe_constrained/1 skipped: this binary was built without the "
+                   "infrarsi_bench_optuna library\n";
     }
   } else {
     names = split_list(o.policies);
@@ -1204,7 +1210,8 @@ int main_impl(int argc, char** argv) {
       std::cerr << "infrarsi_search_quality: --policies: '" << n << "' given twice\n";
       return 2;
     }
-    if (n == optuna_policy_name || n == optuna_fair_policy_name) {
+    if (n == optuna_policy_name || n == optuna_fair_policy_name ||
+        n == optuna_constrained_policy_name) {
       if (!o.optuna) {
         std::cerr << "infrarsi_search_quality: --policies names " << n
                   << " but --no-optuna is given\n";
@@ -1216,7 +1223,10 @@ int main_impl(int argc, char** argv) {
                   << "'\n";
         return 2;
       }
-      policies[n] = make_optuna_policy(o.optuna_script, o.python, n == optuna_fair_policy_name);
+      auto failures = n == optuna_fair_policy_name          ? optuna_failures::pruned
+                      : n == optuna_constrained_policy_name ? optuna_failures::constraint
+                                                            : optuna_failures::fail;
+      policies[n] = make_optuna_policy(o.optuna_script, o.python, failures);
       continue;
 #else
       std::cerr << "infrarsi_search_quality: --policies: " << n << " is not available: this "
@@ -1231,7 +1241,8 @@ int main_impl(int argc, char** argv) {
         if (tuning::make_policy(k))
           known += (known.empty() ? "" : ", ") + k;
       if (optuna_built)
-        known += std::string{", "} + optuna_policy_name + ", " + optuna_fair_policy_name;
+        known += std::string{", "} + optuna_policy_name + ", " + optuna_fair_policy_name + ", " +
+                 optuna_constrained_policy_name;
       std::cerr << "infrarsi_search_quality: --policies: unknown or unavailable policy '" << n
                 << "' (available: " << known << ")\n";
       return 2;

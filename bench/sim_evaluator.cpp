@@ -227,7 +227,8 @@ std::optional<double> sim_evaluator::true_step_time(const tuning::configuration&
 
 tuning::trial_record sim_evaluator::measure(const tuning::configuration& config,
                                             std::uint64_t trial_id, std::uint32_t attempt,
-                                            const std::string& purpose) {
+                                            const std::string& purpose,
+                                            const tuning::loss_reference* early_stop) {
   tuning::trial_record rec;
   rec.trial_id = trial_id;
   rec.attempt = attempt;
@@ -262,7 +263,13 @@ tuning::trial_record sim_evaluator::measure(const tuning::configuration& config,
   opt.attempt = attempt;
   auto lines = sim::simulate_run(p.cfg, p.truth, opt);
   std::map<std::string, double> phase_sum;
+  std::optional<std::string> stopped; // the early stop's violation, as the node-runner's
+  double unrun_s = 0;                 // simulated seconds of the steps an early stop saved
   for (std::size_t i = 0; i + 1 < lines.size(); ++i) {
+    if (stopped) {
+      unrun_s += lines[i].value("step_time_s", 0.0);
+      continue;
+    }
     const auto& j = lines[i];
     tuning::step_point s;
     s.step = j.value("step", 0u);
@@ -275,6 +282,10 @@ tuning::trial_record sim_evaluator::measure(const tuning::configuration& config,
       phase_sum[phase] += j.value(std::string{phase} + "_s", 0.0);
     rec.peak_memory_bytes = std::max(rec.peak_memory_bytes, j.value("peak_memory_bytes",
                                                                     std::uint64_t{0}));
+    if (early_stop != nullptr)
+      if (auto v = tuning::early_violation(task_.contract, *early_stop, rec.steps,
+                                           rec.steps.size() - 1))
+        stopped = tuning::early_stop_detail(*v, s.step, task_.contract.steps);
   }
   if (!rec.steps.empty())
     for (const auto& [phase, sum] : phase_sum)
@@ -289,6 +300,18 @@ tuning::trial_record sim_evaluator::measure(const tuning::configuration& config,
                                               fin["timed_steps"][1].get<std::uint32_t>());
   rec.device_seconds = fin.value("device_seconds", 0.0);
   rec.wall_time_s = fin.value("simulated_wall_s", 0.0);
+  if (stopped) {
+    // Stopped by the early stop: the steps after it did not run. The simulated wall time is
+    // start-up plus the steps, so the trial cost its wall time less theirs, on every GPU.
+    double full_s = rec.wall_time_s;
+    rec.wall_time_s = std::max(0.0, full_s - unrun_s);
+    rec.device_seconds = full_s > 0 ? rec.device_seconds * rec.wall_time_s / full_s : 0.0;
+    rec.declared = {};
+    rec.outcome = tuning::trial_outcome::contract_violation;
+    rec.detail = *stopped;
+    rec.violations = {*stopped};
+    return rec;
+  }
   rec.outcome = tuning::trial_outcome::ok;
   rec.timed_step_time_s = tuning::timed_step_time(task_.contract, rec.steps);
   rec.violations = tuning::check_contract(task_.contract, reference_, rec);

@@ -64,7 +64,9 @@ public:
   void begin_run(std::uint64_t seed) override { seed_ = seed; }
   [[nodiscard]] tuning::trial_record measure(const tuning::configuration& config,
                                              std::uint64_t trial_id, std::uint32_t attempt,
-                                             const std::string& purpose) override;
+                                             const std::string& purpose,
+                                             const tuning::loss_reference* early_stop =
+                                               nullptr) override;
   [[nodiscard]] std::optional<double> true_step_time(const tuning::configuration& config) override;
   [[nodiscard]] double optimum_step_time() override { return optimum_step_s_; }
   [[nodiscard]] std::string optimum_description() override { return optimum_text_; }

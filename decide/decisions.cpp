@@ -1100,6 +1100,12 @@ nlohmann::json contract_locked_doc(const tuning::task_spec& task, const nlohmann
           {"memory_capacity_bytes", memory_capacity_bytes(task)}};
 }
 
+std::optional<tuning::loss_reference> early_stop_reference(const store::run_state& run) {
+  if (run.reference.loss.empty())
+    return std::nullopt;
+  return tuning::early_stop_reference(run.reference);
+}
+
 messages::trial_spec_msg trial_spec(const adapters::trial_request& req, tuning::purpose_kind kind,
                                     std::uint64_t candidate_trial, std::uint32_t round) {
   auto packed = adapters::make_trial_spec(req, tuning::label(kind));

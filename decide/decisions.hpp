@@ -273,6 +273,12 @@ nlohmann::json contract_locked_doc(const tuning::task_spec& task, const nlohmann
                                    const std::string& task_text, std::uint64_t seed,
                                    std::uint32_t search_trials);
 
+/// The loss reference a trial of `run` carries for the node-runner's early stop
+/// (trial_request::loss_reference; docs/node-runner.md "Early stop"):
+/// tuning::early_stop_reference(run.reference) once the doctor has calibrated (run.reference.loss
+/// not empty), else nullopt. The supervisor and the bench's run driver both call it.
+std::optional<tuning::loss_reference> early_stop_reference(const store::run_state& run);
+
 /// The TrialSpec of an attempt: `req` (adapters::make_trial_spec) with its structured purpose.
 messages::trial_spec_msg trial_spec(const adapters::trial_request& req, tuning::purpose_kind kind,
                                     std::uint64_t candidate_trial, std::uint32_t round);

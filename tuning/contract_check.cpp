@@ -62,13 +62,102 @@ double pointwise_tolerance(const contract_spec& contract, const std::map<std::ui
   return std::max({contract.loss_atol, contract.loss_rtol * r, 3.0 * spread});
 }
 
-/// loss_mode pointwise: loss_not_falling and loss_drift at the checkpoints (appended to `v`).
-void pointwise_loss_checks(const contract_spec& contract, const loss_reference& ref,
-                           const std::vector<step_point>& steps, std::vector<std::string>& v) {
+/// "tokens: ..." when step `s` reported other than the contract's tokens per step.
+std::optional<std::string> tokens_violation(const contract_spec& contract, const step_point& s) {
+  if (contract.tokens_per_step == 0 || s.tokens == contract.tokens_per_step)
+    return std::nullopt;
+  return "tokens: step " + std::to_string(s.step) + " reported " + std::to_string(s.tokens)
+         + " tokens, the contract says " + std::to_string(contract.tokens_per_step);
+}
+
+/// "loss_non_finite: ..." when step `s` reported a NaN or infinite training loss.
+std::optional<std::string> non_finite_violation(const step_point& s) {
+  if (std::isfinite(s.loss))
+    return std::nullopt;
+  return "loss_non_finite: step " + std::to_string(s.step) + " reported a loss of " + num(s.loss);
+}
+
+/// "loss_non_finite: ..." when step `s` reported an eval loss that is not finite.
+std::optional<std::string> eval_non_finite_violation(const step_point& s) {
+  if (!s.eval_loss || std::isfinite(*s.eval_loss))
+    return std::nullopt;
+  return "loss_non_finite: step " + std::to_string(s.step) + " reported an eval loss of "
+         + num(*s.eval_loss);
+}
+
+/// Pointwise loss_drift at checkpoint `cp` (reference `reference`) of a finite `loss`.
+std::optional<std::string> pointwise_drift(const contract_spec& contract, const loss_reference& ref,
+                                           std::uint32_t cp, double reference, double loss) {
+  double tol = loss_tolerance(contract, ref, cp);
+  double diff = std::abs(loss - reference);
+  if (diff <= tol)
+    return std::nullopt;
+  return "loss_drift: step " + std::to_string(cp) + " loss " + num(loss)
+         + " differs from the reference " + num(reference) + " by " + num(diff) + " (tolerance "
+         + num(tol) + ")";
+}
+
+std::string window_range(const loss_window_reference& w) {
+  return std::to_string(w.first) + ".." + std::to_string(w.last);
+}
+
+/// Window loss_drift of window `w` when the trial reported all of its steps with a finite loss;
+/// `incomplete` is set when it did not (the caller decides what that means).
+std::optional<std::string> window_drift(const contract_spec& contract,
+                                        const loss_window_reference& w,
+                                        const std::vector<step_point>& steps, bool& incomplete) {
+  auto t = window_of(steps, w.first, w.last);
+  auto want = static_cast<std::size_t>(w.last - w.first) + 1;
+  incomplete = t.n != want;
+  if (incomplete)
+    return "loss_drift: steps " + window_range(w) + ": " + std::to_string(t.n) + " of "
+           + std::to_string(want) + " steps reported a finite loss";
+  double tol = window_tolerance(contract, w, t.variance, t.n);
+  double diff = std::abs(t.mean - w.mean);
+  if (diff <= tol)
+    return std::nullopt;
+  return "loss_drift: steps " + window_range(w) + " mean loss " + num(t.mean)
+         + " differs from the reference " + num(w.mean) + " by " + num(diff) + " (tolerance "
+         + num(tol) + " = max(atol, rtol x |reference|, " + num(loss_window_k)
+         + " x the standard error of the window means))";
+}
+
+/// Eval-mode loss_drift at eval step `e` (reference `reference`) of a finite eval loss `got`.
+std::optional<std::string> eval_drift(const contract_spec& contract, const loss_reference& ref,
+                                      std::uint32_t e, double reference, double got) {
+  double tol = eval_loss_tolerance(contract, ref, e);
+  double diff = std::abs(got - reference);
+  if (diff <= tol)
+    return std::nullopt;
+  return "loss_drift: step " + std::to_string(e) + " eval loss " + num(got)
+         + " differs from the reference " + num(reference) + " by " + num(diff) + " (tolerance "
+         + num(tol) + ")";
+}
+
+/// The checkpoints of pointwise mode: contract.loss_checkpoints, or every step of the reference.
+std::vector<std::uint32_t> pointwise_checkpoints(const contract_spec& contract,
+                                                 const loss_reference& ref) {
   std::vector<std::uint32_t> checkpoints = contract.loss_checkpoints;
   if (checkpoints.empty())
     for (const auto& [step, loss] : ref.loss)
       checkpoints.push_back(step);
+  return checkpoints;
+}
+
+/// The eval steps of eval mode: contract.eval_steps, or every eval step of the reference.
+std::vector<std::uint32_t> eval_checkpoints(const contract_spec& contract,
+                                            const loss_reference& ref) {
+  std::vector<std::uint32_t> eval_steps = contract.eval_steps;
+  if (eval_steps.empty())
+    for (const auto& [step, loss] : ref.eval_loss)
+      eval_steps.push_back(step);
+  return eval_steps;
+}
+
+/// loss_mode pointwise: loss_not_falling and loss_drift at the checkpoints (appended to `v`).
+void pointwise_loss_checks(const contract_spec& contract, const loss_reference& ref,
+                           const std::vector<step_point>& steps, std::vector<std::string>& v) {
+  std::vector<std::uint32_t> checkpoints = pointwise_checkpoints(contract, ref);
   auto loss_at = [&steps](std::uint32_t step) -> const step_point* {
     for (const auto& s : steps)
       if (s.step == step)
@@ -107,12 +196,8 @@ void pointwise_loss_checks(const contract_spec& contract, const loss_reference& 
     }
     if (!std::isfinite(s->loss))
       break; // reported above
-    double tol = loss_tolerance(contract, ref, cp);
-    double diff = std::abs(s->loss - r->second);
-    if (!(diff <= tol)) {
-      v.push_back("loss_drift: step " + std::to_string(cp) + " loss " + num(s->loss)
-                  + " differs from the reference " + num(r->second) + " by " + num(diff)
-                  + " (tolerance " + num(tol) + ")");
+    if (auto drift = pointwise_drift(contract, ref, cp, r->second, s->loss)) {
+      v.push_back(*drift);
       break;
     }
   }
@@ -122,9 +207,6 @@ void pointwise_loss_checks(const contract_spec& contract, const loss_reference& 
 /// window's mean (appended to `v`).
 void window_loss_checks(const contract_spec& contract, const loss_reference& ref,
                         const std::vector<step_point>& steps, std::vector<std::string>& v) {
-  auto range = [](const loss_window_reference& w) {
-    return std::to_string(w.first) + ".." + std::to_string(w.last);
-  };
   // The loss must fall where the reference falls (the pointwise rule on window means): the
   // reference's drop from the first to the last window exceeds twice the last window's
   // tolerance between two baseline-like runs, and the trial fell by less than half as much.
@@ -138,7 +220,7 @@ void window_loss_checks(const contract_spec& contract, const loss_reference& ref
                                   static_cast<std::size_t>(last.last - last.first) + 1);
     if (ref_drop > 2.0 * tol && f.n > 0 && l.n > 0 && !(f.mean - l.mean > 0.5 * ref_drop))
       v.push_back("loss_not_falling: the mean loss went " + num(f.mean) + " -> " + num(l.mean)
-                  + " from steps " + range(first) + " to steps " + range(last)
+                  + " from steps " + window_range(first) + " to steps " + window_range(last)
                   + " while the reference fell " + num(first.mean) + " -> " + num(last.mean)
                   + " (backward or optimizer step skipped?)");
   }
@@ -146,20 +228,9 @@ void window_loss_checks(const contract_spec& contract, const loss_reference& ref
     v.push_back("loss_drift: no baseline reported a whole window of contract.loss_window = "
                 + std::to_string(contract.loss_window) + " steps");
   for (const auto& w : ref.windows) {
-    auto t = window_of(steps, w.first, w.last);
-    auto want = static_cast<std::size_t>(w.last - w.first) + 1;
-    if (t.n != want) {
-      v.push_back("loss_drift: steps " + range(w) + ": " + std::to_string(t.n) + " of "
-                  + std::to_string(want) + " steps reported a finite loss");
-      break;
-    }
-    double tol = window_tolerance(contract, w, t.variance, t.n);
-    double diff = std::abs(t.mean - w.mean);
-    if (!(diff <= tol)) {
-      v.push_back("loss_drift: steps " + range(w) + " mean loss " + num(t.mean)
-                  + " differs from the reference " + num(w.mean) + " by " + num(diff)
-                  + " (tolerance " + num(tol) + " = max(atol, rtol x |reference|, "
-                  + num(loss_window_k) + " x the standard error of the window means))");
+    bool incomplete = false;
+    if (auto drift = window_drift(contract, w, steps, incomplete)) {
+      v.push_back(*drift);
       break;
     }
   }
@@ -173,17 +244,13 @@ void eval_loss_checks(const contract_spec& contract, const loss_reference& ref,
                       std::vector<std::string>& v) {
   if (!train_non_finite)
     for (const auto& s : steps)
-      if (s.eval_loss && !std::isfinite(*s.eval_loss)) {
-        v.push_back("loss_non_finite: step " + std::to_string(s.step)
-                    + " reported an eval loss of " + num(*s.eval_loss));
+      if (auto bad = eval_non_finite_violation(s)) {
+        v.push_back(*bad);
         break;
       }
   if (ref.loss.empty())
     return; // not calibrated yet (the doctor's own baselines)
-  std::vector<std::uint32_t> eval_steps = contract.eval_steps;
-  if (eval_steps.empty())
-    for (const auto& [step, loss] : ref.eval_loss)
-      eval_steps.push_back(step);
+  std::vector<std::uint32_t> eval_steps = eval_checkpoints(contract, ref);
   if (eval_steps.empty()) {
     v.push_back("loss_drift: the baselines reported no eval loss (contract.loss_mode = \"eval\" "
                 "compares the metrics field eval_loss)");
@@ -226,12 +293,8 @@ void eval_loss_checks(const contract_spec& contract, const loss_reference& ref,
     }
     if (!std::isfinite(*got))
       break; // reported above
-    double tol = eval_loss_tolerance(contract, ref, e);
-    double diff = std::abs(*got - r->second);
-    if (!(diff <= tol)) {
-      v.push_back("loss_drift: step " + std::to_string(e) + " eval loss " + num(*got)
-                  + " differs from the reference " + num(r->second) + " by " + num(diff)
-                  + " (tolerance " + num(tol) + ")");
+    if (auto drift = eval_drift(contract, ref, e, r->second, *got)) {
+      v.push_back(*drift);
       break;
     }
   }
@@ -517,14 +580,11 @@ std::vector<std::string> check_contract(const contract_spec& contract, const los
       }
   }
   // Work: tokens per step.
-  if (contract.tokens_per_step > 0)
-    for (const auto& s : steps)
-      if (s.tokens != contract.tokens_per_step) {
-        v.push_back("tokens: step " + std::to_string(s.step) + " reported "
-                    + std::to_string(s.tokens) + " tokens, the contract says "
-                    + std::to_string(contract.tokens_per_step));
-        break;
-      }
+  for (const auto& s : steps)
+    if (auto bad = tokens_violation(contract, s)) {
+      v.push_back(*bad);
+      break;
+    }
   // Work the final line declares: where the workload prints a final line, it must declare the
   // contract's global batch, parameter and layer counts (a missing key is not a pass).
   auto declared_check = [&](const char* key, std::uint64_t want,
@@ -543,9 +603,8 @@ std::vector<std::string> check_contract(const contract_spec& contract, const los
   declared_check("layers", contract.layers, declared.layers);
   // Numerics: finite loss everywhere.
   for (const auto& s : steps)
-    if (!std::isfinite(s.loss)) {
-      v.push_back("loss_non_finite: step " + std::to_string(s.step) + " reported a loss of "
-                  + num(s.loss));
+    if (auto bad = non_finite_violation(s)) {
+      v.push_back(*bad);
       break;
     }
   if (contract.loss_mode == loss_mode::eval) {
@@ -636,6 +695,85 @@ std::vector<std::string> check_contract(const contract_spec& contract, const los
     }
   }
   return v;
+}
+
+std::optional<std::string> early_violation(const contract_spec& contract,
+                                           const loss_reference& ref,
+                                           const std::vector<step_point>& steps,
+                                           std::size_t from) {
+  for (std::size_t i = from; i < steps.size(); ++i) {
+    const auto& s = steps[i];
+    if (auto bad = tokens_violation(contract, s))
+      return bad;
+    if (auto bad = non_finite_violation(s))
+      return bad;
+    if (ref.loss.empty())
+      continue; // the doctor has not calibrated: nothing to compare the loss with
+    if (contract.loss_mode == loss_mode::pointwise) {
+      auto cps = pointwise_checkpoints(contract, ref);
+      auto r = ref.loss.find(s.step);
+      if (r != ref.loss.end() && std::find(cps.begin(), cps.end(), s.step) != cps.end())
+        if (auto drift = pointwise_drift(contract, ref, s.step, r->second, s.loss))
+          return drift;
+    } else if (contract.loss_mode == loss_mode::window) {
+      const std::vector<step_point> prefix(steps.begin(),
+                                           steps.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+      for (const auto& w : ref.windows)
+        if (w.last == s.step) {
+          bool incomplete = false;
+          auto drift = window_drift(contract, w, prefix, incomplete);
+          if (drift && !incomplete)
+            return drift;
+        }
+    } else if (s.eval_loss) {
+      if (auto bad = eval_non_finite_violation(s))
+        return bad;
+      auto evals = eval_checkpoints(contract, ref);
+      auto r = ref.eval_loss.find(s.step);
+      if (r != ref.eval_loss.end() && std::find(evals.begin(), evals.end(), s.step) != evals.end())
+        if (auto drift = eval_drift(contract, ref, s.step, r->second, *s.eval_loss))
+          return drift;
+    }
+  }
+  return std::nullopt;
+}
+
+namespace {
+constexpr const char* early_stop_marker = "; stopped early at step ";
+} // namespace
+
+std::string early_stop_detail(const std::string& violation, std::uint32_t step,
+                              std::uint32_t contract_steps) {
+  return violation + early_stop_marker + std::to_string(step)
+         + (contract_steps > 0 ? " of " + std::to_string(contract_steps) : std::string{});
+}
+
+bool is_early_stop(const std::string& detail) {
+  return detail.find(early_stop_marker) != std::string::npos;
+}
+
+loss_reference early_stop_reference(const loss_reference& ref, std::size_t max_points) {
+  loss_reference out;
+  for (const auto& [step, loss] : ref.loss) {
+    if (out.loss.size() >= max_points)
+      break;
+    out.loss[step] = loss;
+    if (auto sp = ref.spread.find(step); sp != ref.spread.end())
+      out.spread[step] = sp->second;
+  }
+  for (const auto& w : ref.windows) {
+    if (out.windows.size() >= max_points)
+      break;
+    out.windows.push_back(w);
+  }
+  for (const auto& [step, loss] : ref.eval_loss) {
+    if (out.eval_loss.size() >= max_points)
+      break;
+    out.eval_loss[step] = loss;
+    if (auto sp = ref.eval_spread.find(step); sp != ref.eval_spread.end())
+      out.eval_spread[step] = sp->second;
+  }
+  return out;
 }
 
 } // namespace infrarsi::tuning

@@ -187,6 +187,39 @@ std::vector<std::string> check_contract(const contract_spec& contract, const los
                                         const trial_record& trial,
                                         const clock_options& clock = {});
 
+/// The first violation that steps[from..] of a running trial already prove, judging each step as
+/// the newest one reported (call it with `from` = the index of the first new step after each
+/// read), or nullopt. Only checks check_contract makes on the finished trial, with its messages,
+/// on evidence that is complete when the step is reported:
+///   tokens           the step reported other than contract.tokens_per_step;
+///   loss_non_finite  a NaN or infinite training loss (or, in eval mode, eval loss);
+///   loss_drift       pointwise: the step is a checkpoint with a reference and its loss is outside
+///                    loss_tolerance; window: the step ends a reference window whose steps were
+///                    all reported finite and the window's mean is outside window_tolerance; eval:
+///                    the step is an eval step with a reference and its eval loss is outside
+///                    eval_loss_tolerance.
+/// A trial with such a step fails check_contract whatever it reports later, so stopping it then
+/// (the node-runner's early stop, docs/node-runner.md) changes no verdict and saves the
+/// device-seconds of its remaining steps. With an empty `ref.loss` (before the doctor's
+/// calibration) only tokens and loss_non_finite are judged.
+std::optional<std::string> early_violation(const contract_spec& contract,
+                                           const loss_reference& ref,
+                                           const std::vector<step_point>& steps,
+                                           std::size_t from = 0);
+
+/// The detail of a trial stopped early: "VIOLATION; stopped early at step S of N" (" of N" only
+/// when contract_steps > 0). Its violation code is the violation's (violation_code).
+std::string early_stop_detail(const std::string& violation, std::uint32_t step,
+                              std::uint32_t contract_steps);
+
+/// Whether `detail` is an early_stop_detail.
+bool is_early_stop(const std::string& detail);
+
+/// The part of `ref` a trial carries for early_violation: the first `max_points` steps of the
+/// per-step reference (with their spreads), windows and eval steps (a long run's early steps are
+/// where stopping saves the most; later ones are judged by check_contract at the end).
+loss_reference early_stop_reference(const loss_reference& ref, std::size_t max_points = 256);
+
 /// The harness-clock cross-check of the timed window (no violation text; for reports and tests).
 struct clock_check_result {
   /// False when it could not be made (fewer than two observed steps in the window, or the

@@ -53,6 +53,23 @@ TEST(Classify, TheFirstCauseInTimeWins) {
   EXPECT_EQ(v.exit_code, 1);
 }
 
+TEST(Classify, AnEarlyStopForAContractViolationIsContractViolationWithItsDetail) {
+  // The launcher stopped the trial when the metrics proved a loss drift; the ranks' SIGTERM
+  // exits after that are consequences.
+  auto o = base();
+  o.first_metrics_at_s = 1.0;
+  o.stop_began_at_s = 1.5;
+  o.causes = {{kind::contract_violation, 1.5, -1, 0,
+               "loss_drift: step 0 loss 5.5; stopped early at step 0 of 10"},
+              {kind::killed_by_signal, 1.6, 0, 15, "killed by signal 15"}};
+  auto v = classify(o);
+  EXPECT_EQ(v.outcome, wire::Outcome::ContractViolation);
+  EXPECT_EQ(v.detail, "loss_drift: step 0 loss 5.5; stopped early at step 0 of 10");
+  // An OOM before it is still the cause.
+  o.causes.insert(o.causes.begin(), {kind::oom_text, 1.2, 1, 0, "out of memory"});
+  EXPECT_EQ(classify(o).outcome, wire::Outcome::Oom);
+}
+
 TEST(Classify, EventsAfterTheLauncherBeganStoppingAreConsequences) {
   auto o = base();
   o.first_metrics_at_s = 0.5;

@@ -201,6 +201,113 @@ TEST_F(TrialLauncherTest, CrashAfterMetricsIsCrash) {
   EXPECT_EQ(r.result->steps()->size(), 2u); // what it measured before dying is kept
 }
 
+/// The fake's own loss curve (5.0 - 0.1 x step, tests/data/workloads/fake_train.py) as the
+/// doctor's reference over `steps` steps, with no spread between baselines.
+tuning::loss_reference fake_reference(std::uint32_t steps) {
+  tuning::loss_reference ref;
+  for (std::uint32_t i = 0; i < steps; ++i) {
+    ref.loss[i] = 5.0 - 0.1 * i;
+    ref.spread[i] = 0.0;
+  }
+  return ref;
+}
+
+TEST_F(TrialLauncherTest, ATrialWhoseLossLeavesTheReferenceIsStoppedAtThatStep) {
+  // 40 steps of 0.1 s: 4 s to the end. --loss-scale 1.1 drifts by 10 % from step 0 on.
+  auto task = fake_task({"--loss-scale", "1.1"});
+  task.contract.steps = 40;
+  task.contract.tokens_per_step = 1024;
+  task.contract.loss_rtol = 0.01;
+  trial_request req;
+  req.task = &task;
+  req.knobs = {{"steps", std::int64_t{40}}, {"step_time", 0.1}};
+  req.trial_dir = dir.sub("stopped");
+  req.trial_id = 8;
+  req.loss_reference = fake_reference(40);
+  auto t0 = std::chrono::steady_clock::now();
+  auto rep = run_trial(req);
+  double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(rep) << describe(rep.error());
+  const auto* r = rep->result.get();
+  EXPECT_EQ(r->outcome(), wire::Outcome::ContractViolation) << r->detail()->str();
+  auto detail = r->detail()->str();
+  EXPECT_EQ(detail.rfind("loss_drift: step 0 loss 5.5 differs from the reference 5 by 0.5", 0), 0u)
+    << detail;
+  EXPECT_NE(detail.find("; stopped early at step 0 of 40"), std::string::npos) << detail;
+  EXPECT_TRUE(tuning::is_early_stop(detail));
+  ASSERT_NE(r->steps(), nullptr);
+  EXPECT_GE(r->steps()->size(), 1u);
+  EXPECT_LT(r->steps()->size(), 10u); // the rest never ran
+  EXPECT_LT(wall, 3.0);               // not the 4 s of the whole trial
+  EXPECT_EQ(live_processes_with_argument("fake_train.py"), 0);
+
+  // Without a reference (a baseline, or before the doctor's calibration) it runs to its end.
+  req.loss_reference.reset();
+  req.knobs = {{"steps", std::int64_t{5}}, {"step_time", 0.01}};
+  req.trial_dir = dir.sub("whole");
+  rep = run_trial(req);
+  ASSERT_TRUE(rep) << describe(rep.error());
+  EXPECT_EQ(rep->result->outcome(), wire::Outcome::Ok) << rep->result->detail()->str();
+  EXPECT_EQ(rep->result->steps()->size(), 5u);
+}
+
+TEST_F(TrialLauncherTest, AnHonestTrialWithAReferenceRunsToItsEndAndFewerTokensStopAtOnce) {
+  auto task = fake_task();
+  task.contract.steps = 5;
+  task.contract.tokens_per_step = 1024;
+  task.contract.loss_rtol = 0.01;
+  trial_request req;
+  req.task = &task;
+  req.knobs = {{"steps", std::int64_t{5}}, {"step_time", 0.01}};
+  req.trial_dir = dir.sub("honest");
+  req.trial_id = 9;
+  req.loss_reference = fake_reference(5);
+  auto rep = run_trial(req);
+  ASSERT_TRUE(rep) << describe(rep.error());
+  EXPECT_EQ(rep->result->outcome(), wire::Outcome::Ok) << rep->result->detail()->str();
+  EXPECT_EQ(rep->result->steps()->size(), 5u);
+  // Half the tokens (a data loader that skips samples): stopped at the first step.
+  auto cheat = fake_task({"--tokens", "512"});
+  cheat.contract = task.contract;
+  req.task = &cheat;
+  req.knobs = {{"steps", std::int64_t{40}}, {"step_time", 0.1}};
+  req.trial_dir = dir.sub("tokens");
+  rep = run_trial(req);
+  ASSERT_TRUE(rep) << describe(rep.error());
+  EXPECT_EQ(rep->result->outcome(), wire::Outcome::ContractViolation)
+    << rep->result->detail()->str();
+  EXPECT_EQ(rep->result->detail()->str(),
+            "tokens: step 0 reported 512 tokens, the contract says 1024; stopped early at step 0 "
+            "of 5");
+}
+
+TEST_F(TrialLauncherTest, TheLossReferenceTravelsInTheTrialSpec) {
+  auto task = fake_task();
+  trial_request req;
+  req.task = &task;
+  req.trial_id = 3;
+  auto bare = make_trial_spec(req, "baseline");
+  EXPECT_FALSE(loss_reference_of(*bare).has_value());
+  tuning::loss_reference ref = fake_reference(3);
+  ref.spread[1] = 0.25;
+  ref.windows.push_back({0, 2, 4.9, 0.01, 0.002, 3});
+  ref.eval_loss[2] = 4.5;
+  ref.eval_spread[2] = 0.125;
+  req.loss_reference = ref;
+  auto spec = make_trial_spec(req, "explore");
+  auto back = loss_reference_of(*spec);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->loss, ref.loss);
+  EXPECT_EQ(back->spread, ref.spread);
+  ASSERT_EQ(back->windows.size(), 1u);
+  EXPECT_EQ(back->windows[0].last, 2u);
+  EXPECT_DOUBLE_EQ(back->windows[0].mean, 4.9);
+  EXPECT_DOUBLE_EQ(back->windows[0].between_var, 0.002);
+  EXPECT_EQ(back->windows[0].runs, 3u);
+  EXPECT_EQ(back->eval_loss, ref.eval_loss);
+  EXPECT_EQ(back->eval_spread, ref.eval_spread);
+}
+
 TEST_F(TrialLauncherTest, ExitZeroWithoutFinalLineIsCrash) {
   auto task = fake_task({"--no-final"});
   auto r = run(task);

@@ -62,7 +62,8 @@ public:
   const tuning::task_spec& task() const override { return task_; }
   void begin_run(std::uint64_t seed) override { seed_ = seed; }
   tuning::trial_record measure(const tuning::configuration& config, std::uint64_t trial_id,
-                               std::uint32_t attempt, const std::string& purpose) override {
+                               std::uint32_t attempt, const std::string& purpose,
+                               const tuning::loss_reference* /*early_stop*/) override {
     std::uint64_t state = seed_ * 1000003ULL + trial_id * 131ULL + attempt;
     double truth = *true_step_time(config);
     double level = truth * std::exp(m_.run_cv * normal(state));

@@ -4,6 +4,7 @@
 // recomputed from the events before it, and the OOM setting never proposed again.
 
 #include "runtime/tune.hpp"
+#include "runtime/replay.hpp"
 
 #include <sys/stat.h>
 
@@ -20,6 +21,7 @@
 
 #include "actors/actors.hpp"
 #include "adapters/trial_copy.hpp"
+#include "adapters/trial_launcher.hpp"
 #include "decide/resources.hpp"
 #include "decide/report.hpp"
 #include "adapters/task_file.hpp"
@@ -358,6 +360,106 @@ TEST_F(TuneEndToEnd, AnOomSettingIsNotProposedAgainUnchanged) {
   for (const auto& t : state->trials)
     hungry += std::get<std::int64_t>(t.config.knobs.at("alloc_mb")) == 300 ? 1 : 0;
   EXPECT_EQ(hungry, 1);
+}
+
+/// The early stop end to end (docs/node-runner.md "Early stop"): a knob that scales the loss by
+/// 1.2 is a numerics change the contract rejects; once the doctor has calibrated, its trial
+/// carries the loss reference, is stopped at its first step and ends contract_violation, and the
+/// run still replays decision for decision.
+TEST(TuneEarlyStop, ATrialWhoseLossDriftsIsStoppedAtItsFirstStepAndTheRunReplays) {
+  test::temp_dir dir;
+  fs::copy(std::string{INFRARSI_TEST_DATA_DIR} + "/workloads", dir.sub("workloads"),
+           fs::copy_options::recursive);
+  fs::create_directories(dir.sub("tasks"));
+  std::ofstream{dir.sub("tasks/drift.toml")} << R"(name = "drift"
+[workload]
+workdir = "../workloads"
+argv = ["python3", "fake_train.py", "--steps", "20", "--step-time", "0.1", "--tokens", "1024",
+        "--loss-scale", "{loss_scale}"]
+[limits]
+timeout_s = 60
+kill_grace_s = 1
+[contract]
+steps = 20
+tokens_per_step = 1024
+timed_steps = [1, 19]
+loss_checkpoints = "all"
+loss_rtol = 0.01
+[budget]
+trials = 1
+baseline_repeats = 2
+seed = 3
+[[knobs]]
+name = "loss_scale"
+type = "real"
+values = [1.0, 1.2]
+default = 1.0
+)";
+  tune_options o;
+  o.task_path = dir.sub("tasks/drift.toml");
+  o.store_dir = dir.sub("store");
+  std::ostringstream out;
+  std::ostringstream err;
+  ASSERT_EQ(run_tune(o, out, err), 0) << err.str();
+  store::rocksdb_event_log_options ro;
+  ro.read_only = true;
+  auto log = store::rocksdb_event_log::open(dir.sub("store/events"), ro);
+  ASSERT_TRUE(log) << describe(log.error());
+  auto runs = (*log)->list_runs();
+  ASSERT_TRUE(runs && runs->size() == 1u);
+  const auto id = runs->front().run_id;
+  auto state = store::load_run(**log, id);
+  ASSERT_TRUE(state);
+  std::size_t stopped = 0;
+  for (const auto& t : state->trials) {
+    if (t.kind == tuning::purpose_kind::baseline) {
+      EXPECT_EQ(t.outcome, tuning::trial_outcome::ok) << t.detail;
+      EXPECT_EQ(t.steps.size(), 20u); // 2 s of steps: they ran to their end
+      continue;
+    }
+    if (t.kind != tuning::purpose_kind::explore)
+      continue;
+    ASSERT_EQ(std::get<double>(t.config.knobs.at("loss_scale")), 1.2);
+    ++stopped;
+    EXPECT_EQ(t.outcome, tuning::trial_outcome::contract_violation) << t.detail;
+    EXPECT_EQ(t.detail.rfind("loss_drift: step 0 loss 6 differs from the reference 5 by 1", 0), 0u)
+      << t.detail;
+    EXPECT_NE(t.detail.find("; stopped early at step 0 of 20"), std::string::npos) << t.detail;
+    EXPECT_LT(t.steps.size(), 10u);
+    EXPECT_LT(t.wall_time_s, 1.5) << "the whole trial takes over 2 s";
+  }
+  EXPECT_EQ(stopped, 1u);
+  // The explore trial's TrialDispatched carried the doctor's reference; the baselines' did not.
+  std::size_t with_reference = 0;
+  std::size_t without = 0;
+  ASSERT_FALSE((*log)->for_each_in_stream(id, 0, [&](const store::recorded_event& ev) {
+    if (static_cast<wire::EventKind>(ev.kind) != wire::EventKind::TrialDispatched)
+      return true;
+    auto s = messages::trial_spec_msg::decode(ev.payload);
+    EXPECT_TRUE(s);
+    auto ref = adapters::loss_reference_of(**s);
+    if ((*s)->purpose_kind() == wire::Purpose::Baseline) {
+      EXPECT_FALSE(ref.has_value());
+      ++without;
+    } else if ((*s)->purpose_kind() == wire::Purpose::Explore) {
+      EXPECT_TRUE(ref.has_value());
+      if (ref) {
+        EXPECT_EQ(ref->loss.size(), 20u);
+        EXPECT_DOUBLE_EQ(ref->loss.at(0), 5.0);
+      }
+      ++with_reference;
+    }
+    return true;
+  }));
+  EXPECT_GE(without, 2u);
+  EXPECT_EQ(with_reference, 1u);
+  // The run replays, decision for decision.
+  replay_options ro2;
+  ro2.store_dir = dir.sub("store");
+  ro2.run_id = id;
+  std::ostringstream rout;
+  std::ostringstream rerr;
+  EXPECT_EQ(run_replay(ro2, rout, rerr), 0) << rout.str() << rerr.str();
 }
 
 } // namespace

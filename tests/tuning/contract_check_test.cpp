@@ -46,6 +46,70 @@ TEST(ContractCheck, ReferenceAndCalibratedTolerance) {
     << v[0];
 }
 
+TEST(ContractCheck, EarlyStopJudgesEachNewStepWithCheckContractsMessages) {
+  auto a = run(0.0);
+  auto b = run(0.002);
+  auto ref = make_loss_reference({a, b}); // tolerance 0.003 at every step
+  // An honest trial is never stopped, whichever steps are read.
+  auto honest = run(0.0025);
+  EXPECT_FALSE(early_violation(contract(), ref, honest.steps).has_value());
+  // Drift from step 2 on: steps 0 and 1 read alone prove nothing; step 2 does, with the message
+  // check_contract gives the whole trial.
+  auto drift = run(0.0);
+  for (std::size_t i = 2; i < drift.steps.size(); ++i)
+    drift.steps[i].loss += 0.01;
+  std::vector<step_point> two(drift.steps.begin(), drift.steps.begin() + 2);
+  EXPECT_FALSE(early_violation(contract(), ref, two).has_value());
+  std::vector<step_point> three(drift.steps.begin(), drift.steps.begin() + 3);
+  auto v = early_violation(contract(), ref, three, 2);
+  ASSERT_TRUE(v.has_value());
+  auto full = check_contract(contract(), ref, drift);
+  ASSERT_FALSE(full.empty());
+  EXPECT_EQ(*v, full.front());
+  EXPECT_EQ(v->rfind("loss_drift: step 2 loss 4.01 differs from the reference 4.001", 0), 0u) << *v;
+  // `from` past the drifting step: only the newer steps are judged.
+  EXPECT_FALSE(early_violation(contract(), ref, three, 3).has_value());
+  // Fewer tokens and a NaN loss stop at the step that shows them, also before the calibration
+  // (an empty reference: the loss itself is not compared then).
+  auto fewer = run(0.0, 2048);
+  EXPECT_EQ(early_violation(contract(), loss_reference{}, fewer.steps).value_or(""),
+            "tokens: step 0 reported 2048 tokens, the contract says 4096");
+  auto nan = run(0.0);
+  nan.steps[1].loss = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_EQ(early_violation(contract(), loss_reference{}, nan.steps).value_or(""),
+            "loss_non_finite: step 1 reported a loss of nan");
+  EXPECT_FALSE(early_violation(contract(), loss_reference{}, drift.steps).has_value());
+  // Checkpoints the contract names: a drifting step that is not one is not judged.
+  auto c = contract();
+  c.loss_checkpoints = {0, 1};
+  EXPECT_FALSE(early_violation(c, ref, drift.steps).has_value());
+  // The detail of a stopped trial keeps the violation's code.
+  auto detail = early_stop_detail(*v, 2, 4);
+  EXPECT_EQ(detail, *v + "; stopped early at step 2 of 4");
+  EXPECT_EQ(violation_code(detail), "loss_drift");
+  EXPECT_TRUE(is_early_stop(detail));
+  EXPECT_FALSE(is_early_stop(*v));
+}
+
+TEST(ContractCheck, TheEarlyStopReferenceIsTheFirstEntriesOfEachList) {
+  trial_record long_run;
+  for (std::uint32_t i = 0; i < 1000; ++i)
+    long_run.steps.push_back({i, 5.0 - 0.001 * i, 4096, 0.5});
+  auto other = long_run;
+  for (auto& s : other.steps)
+    s.loss += 0.002;
+  auto ref = make_loss_reference({long_run, other});
+  ASSERT_EQ(ref.loss.size(), 1000u);
+  auto cut = early_stop_reference(ref, 256);
+  ASSERT_EQ(cut.loss.size(), 256u);
+  EXPECT_EQ(cut.loss.rbegin()->first, 255u);
+  EXPECT_DOUBLE_EQ(cut.loss.at(255), ref.loss.at(255));
+  EXPECT_DOUBLE_EQ(cut.spread.at(255), ref.spread.at(255));
+  EXPECT_EQ(cut.spread.size(), 256u);
+  // The tolerance at a carried step is the verifier's.
+  EXPECT_DOUBLE_EQ(loss_tolerance(contract(), cut, 10), loss_tolerance(contract(), ref, 10));
+}
+
 TEST(ContractCheck, FewerTokensOrStepsAreCaught) {
   auto ref = make_loss_reference({run()});
   auto v = check_contract(contract(), ref, run(0, 2048));

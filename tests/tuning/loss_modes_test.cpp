@@ -383,5 +383,62 @@ TEST(ContractCheckLossModes, EvalStepsMissingNonFiniteOrWithoutReferenceAreViola
   EXPECT_EQ(v[0].rfind("loss_drift: the baselines reported no eval loss", 0), 0u) << v[0];
 }
 
+// The early stop (tuning::early_violation) in every mode: it never stops an honest split, it
+// stops every planted drift before the trial's end, and a trial it stops fails check_contract
+// with the same first loss violation.
+TEST(ContractCheckLossModes, EarlyStopCatchesEveryDriftBeforeTheEndAndNeverStopsAnHonestSplit) {
+  for (auto mode : {loss_mode::pointwise, loss_mode::window, loss_mode::eval}) {
+    SCOPED_TRACE(to_string(mode));
+    auto c = contract_for(mode);
+    auto ref = make_loss_reference(c, baselines());
+    if (mode != loss_mode::pointwise) // pointwise rejects the honest splits (test above)
+      for (int mb : honest_splits) {
+        SCOPED_TRACE(mb);
+        EXPECT_FALSE(early_violation(c, ref, fake_run(mb).steps).has_value());
+      }
+    for (int mb : {baseline_micro_batch, 32, 1}) {
+      SCOPED_TRACE(mb);
+      auto t = fake_run(mb, cheat::drift);
+      // Step by step, as the node-runner reads them.
+      std::vector<step_point> seen;
+      std::optional<std::string> stop;
+      for (const auto& s : t.steps) {
+        seen.push_back(s);
+        stop = early_violation(c, ref, seen, seen.size() - 1);
+        if (stop)
+          break;
+      }
+      ASSERT_TRUE(stop.has_value());
+      EXPECT_EQ(violation_code(*stop), "loss_drift") << *stop;
+      EXPECT_LT(seen.back().step, steps - 1) << *stop; // before the end
+      // The whole trial fails check_contract with the same evidence.
+      auto full = check_contract(c, ref, t);
+      ASSERT_FALSE(full.empty());
+      EXPECT_NE(std::find(full.begin(), full.end(), *stop), full.end())
+        << *stop << " vs " << ::testing::PrintToString(full);
+    }
+  }
+  // The window mode judges a window only once its last step is read: the window that proves the
+  // drift in the finished trial proves it at its last step, and not one step before.
+  auto c = contract_for(loss_mode::window);
+  auto ref = make_loss_reference(c, baselines());
+  auto t = fake_run(baseline_micro_batch, cheat::drift);
+  auto full = check_contract(c, ref, t);
+  ASSERT_EQ(full.size(), 1u);
+  const loss_window_reference* caught = nullptr;
+  for (const auto& w : ref.windows)
+    if (full[0].rfind("loss_drift: steps " + std::to_string(w.first) + ".." +
+                        std::to_string(w.last) + " ",
+                      0) == 0)
+      caught = &w;
+  ASSERT_NE(caught, nullptr) << full[0];
+  std::vector<step_point> before(t.steps.begin(), t.steps.begin() + caught->last);
+  EXPECT_FALSE(early_violation(c, ref, before).has_value());
+  std::vector<step_point> at(t.steps.begin(), t.steps.begin() + caught->last + 1);
+  auto v = early_violation(c, ref, at, at.size() - 1);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(*v, full[0]);
+}
+
 } // namespace
 } // namespace infrarsi::tuning
