@@ -85,16 +85,22 @@ std::optional<std::string> eval_non_finite_violation(const step_point& s) {
          + num(*s.eval_loss);
 }
 
+/// loss_drift of `value` ("loss" or "eval loss", `what`) at `step` when it is farther than `tol`
+/// from `reference` (a NaN is never within).
+std::optional<std::string> band_drift(const char* what, std::uint32_t step, double value,
+                                      double reference, double tol) {
+  double diff = std::abs(value - reference);
+  if (diff <= tol)
+    return std::nullopt;
+  return "loss_drift: step " + std::to_string(step) + " " + what + " " + num(value)
+         + " differs from the reference " + num(reference) + " by " + num(diff) + " (tolerance "
+         + num(tol) + ")";
+}
+
 /// Pointwise loss_drift at checkpoint `cp` (reference `reference`) of a finite `loss`.
 std::optional<std::string> pointwise_drift(const contract_spec& contract, const loss_reference& ref,
                                            std::uint32_t cp, double reference, double loss) {
-  double tol = loss_tolerance(contract, ref, cp);
-  double diff = std::abs(loss - reference);
-  if (diff <= tol)
-    return std::nullopt;
-  return "loss_drift: step " + std::to_string(cp) + " loss " + num(loss)
-         + " differs from the reference " + num(reference) + " by " + num(diff) + " (tolerance "
-         + num(tol) + ")";
+  return band_drift("loss", cp, loss, reference, loss_tolerance(contract, ref, cp));
 }
 
 std::string window_range(const loss_window_reference& w) {
@@ -125,13 +131,7 @@ std::optional<std::string> window_drift(const contract_spec& contract,
 /// Eval-mode loss_drift at eval step `e` (reference `reference`) of a finite eval loss `got`.
 std::optional<std::string> eval_drift(const contract_spec& contract, const loss_reference& ref,
                                       std::uint32_t e, double reference, double got) {
-  double tol = eval_loss_tolerance(contract, ref, e);
-  double diff = std::abs(got - reference);
-  if (diff <= tol)
-    return std::nullopt;
-  return "loss_drift: step " + std::to_string(e) + " eval loss " + num(got)
-         + " differs from the reference " + num(reference) + " by " + num(diff) + " (tolerance "
-         + num(tol) + ")";
+  return band_drift("eval loss", e, got, reference, eval_loss_tolerance(contract, ref, e));
 }
 
 /// The checkpoints of pointwise mode: contract.loss_checkpoints, or every step of the reference.

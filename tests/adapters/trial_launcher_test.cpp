@@ -212,18 +212,30 @@ tuning::loss_reference fake_reference(std::uint32_t steps) {
   return ref;
 }
 
+/// The fake task with `extra` arguments, a contract of `steps` steps of 1,024 tokens and a 1 %
+/// loss tolerance, and a request for it that carries fake_reference(steps).
+struct early_stop_case {
+  tuning::task_spec task;
+  trial_request req;
+  early_stop_case(std::vector<std::string> extra, std::uint32_t steps, const std::string& dir)
+    : task(fake_task(std::move(extra))) {
+    task.contract.steps = steps;
+    task.contract.tokens_per_step = 1024;
+    task.contract.loss_rtol = 0.01;
+    req.task = &task;
+    req.trial_dir = dir;
+    req.trial_id = 8;
+    req.loss_reference = fake_reference(steps);
+  }
+  early_stop_case(const early_stop_case&) = delete; // req.task points into this object
+  early_stop_case& operator=(const early_stop_case&) = delete;
+};
+
 TEST_F(TrialLauncherTest, ATrialWhoseLossLeavesTheReferenceIsStoppedAtThatStep) {
   // 40 steps of 0.1 s: 4 s to the end. --loss-scale 1.1 drifts by 10 % from step 0 on.
-  auto task = fake_task({"--loss-scale", "1.1"});
-  task.contract.steps = 40;
-  task.contract.tokens_per_step = 1024;
-  task.contract.loss_rtol = 0.01;
-  trial_request req;
-  req.task = &task;
+  early_stop_case c({"--loss-scale", "1.1"}, 40, dir.sub("stopped"));
+  auto& req = c.req;
   req.knobs = {{"steps", std::int64_t{40}}, {"step_time", 0.1}};
-  req.trial_dir = dir.sub("stopped");
-  req.trial_id = 8;
-  req.loss_reference = fake_reference(40);
   auto t0 = std::chrono::steady_clock::now();
   auto rep = run_trial(req);
   double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -252,27 +264,17 @@ TEST_F(TrialLauncherTest, ATrialWhoseLossLeavesTheReferenceIsStoppedAtThatStep) 
 }
 
 TEST_F(TrialLauncherTest, AnHonestTrialWithAReferenceRunsToItsEndAndFewerTokensStopAtOnce) {
-  auto task = fake_task();
-  task.contract.steps = 5;
-  task.contract.tokens_per_step = 1024;
-  task.contract.loss_rtol = 0.01;
-  trial_request req;
-  req.task = &task;
+  early_stop_case honest({}, 5, dir.sub("honest"));
+  auto& req = honest.req;
   req.knobs = {{"steps", std::int64_t{5}}, {"step_time", 0.01}};
-  req.trial_dir = dir.sub("honest");
-  req.trial_id = 9;
-  req.loss_reference = fake_reference(5);
   auto rep = run_trial(req);
   ASSERT_TRUE(rep) << describe(rep.error());
   EXPECT_EQ(rep->result->outcome(), wire::Outcome::Ok) << rep->result->detail()->str();
   EXPECT_EQ(rep->result->steps()->size(), 5u);
   // Half the tokens (a data loader that skips samples): stopped at the first step.
-  auto cheat = fake_task({"--tokens", "512"});
-  cheat.contract = task.contract;
-  req.task = &cheat;
-  req.knobs = {{"steps", std::int64_t{40}}, {"step_time", 0.1}};
-  req.trial_dir = dir.sub("tokens");
-  rep = run_trial(req);
+  early_stop_case cheat({"--tokens", "512"}, 5, dir.sub("tokens"));
+  cheat.req.knobs = {{"steps", std::int64_t{40}}, {"step_time", 0.1}};
+  rep = run_trial(cheat.req);
   ASSERT_TRUE(rep) << describe(rep.error());
   EXPECT_EQ(rep->result->outcome(), wire::Outcome::ContractViolation)
     << rep->result->detail()->str();
