@@ -436,6 +436,7 @@ tuning::planner_input planner_input_for(const tuning::task_spec& task,
       run.contract_doc->value("memory_capacity_bytes", in.memory_capacity_bytes);
   }
   in.initial_design = std::min<std::size_t>(4, std::max<std::size_t>(1, budget / 3));
+  in.search_budget = budget;
   return in;
 }
 

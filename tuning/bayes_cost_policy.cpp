@@ -25,7 +25,8 @@ struct scored {
   configuration config;
   std::vector<int> active;
   sparse_features x;
-  double ei = 0;     // expected improvement of log step time
+  double ei = 0;     // expected improvement of log step time (in the end game: with sd scaled)
+  double ei_full = 0; // the expected improvement with the whole posterior sd (the stopping rule's)
   double p_fit = 1;  // 1 - P(OOM)
   double p_ok = 1;   // 1 - P(fail) (crash, timeout, launch error, contract violation)
   double cost = 1;   // expected cost of the trial, in units of one baseline trial (see below)
@@ -35,14 +36,19 @@ struct scored {
   /// Predicted to fit (P(fits) >= safe_p_fit) and unlikely to fail (P(fail) <= 0.25):
   /// preferred over every unsafe candidate.
   [[nodiscard]] bool safe() const { return p_fit >= safe_p_fit && p_ok >= 0.75; }
-  [[nodiscard]] double acquisition() const { return ei * p_fit * p_ok / cost; }
-  [[nodiscard]] bool better_than(const scored& o) const {
+  /// `full`: with ei_full instead of ei (the same outside the end game).
+  [[nodiscard]] double acquisition(bool full = false) const {
+    return (full ? ei_full : ei) * p_fit * p_ok / cost;
+  }
+  [[nodiscard]] bool better_than(const scored& o, bool full = false) const {
     if (safe() != o.safe())
       return safe();
-    if (acquisition() != o.acquisition())
-      return acquisition() > o.acquisition();
-    if (ei != o.ei)
-      return ei > o.ei;
+    if (acquisition(full) != o.acquisition(full))
+      return acquisition(full) > o.acquisition(full);
+    const double e = full ? ei_full : ei;
+    const double oe = full ? o.ei_full : o.ei;
+    if (e != oe)
+      return e > oe;
     return p_fit * p_ok > o.p_fit * o.p_ok;
   }
 };
@@ -200,13 +206,35 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
       any = true;
     }
   }
+  // The end game (options::end_game): the search trials left, the trials in flight counted as
+  // spent.
+  double sd_scale = 1.0;
+  std::string end_game;
+  if (options_.end_game && in.search_budget > 0) {
+    std::size_t spent = 0;
+    for (const auto& t : in.history)
+      spent += t.purpose == "explore" ? 1 : 0;
+    std::size_t left = in.search_budget - std::min(in.search_budget, spent);
+    if (static_cast<double>(left)
+        <= options_.end_game_share * static_cast<double>(in.search_budget)) {
+      sd_scale = options_.end_game_sd_scale;
+      end_game = "; end game (" + std::to_string(left) + " of " + std::to_string(in.search_budget)
+                 + " search trials left): EI with the posterior sd x" + fmt("%.2f", sd_scale);
+    }
+  }
   auto rescore = [&](scored& s) {
     auto pr = model.predict(s.x);
     s.mean = pr.mean;
     s.sd = pr.sd;
-    s.ei = expected_improvement(best, pr.mean, pr.sd);
+    s.ei = expected_improvement(best, pr.mean, sd_scale * pr.sd);
     if (!std::isfinite(s.ei))
       s.ei = 0.0;
+    s.ei_full = s.ei;
+    if (sd_scale != 1.0) {
+      s.ei_full = expected_improvement(best, pr.mean, pr.sd);
+      if (!std::isfinite(s.ei_full))
+        s.ei_full = 0.0;
+    }
     s.cost = 0.5 * (1.0 + s.p_fit * s.p_ok * std::exp(s.mean) + (1.0 - s.p_fit) * oom_cost
                     + s.p_fit * (1.0 - s.p_ok) * fail_cost);
   };
@@ -610,9 +638,16 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
       if (pool[i].better_than(pool[bi]))
         bi = i;
     const auto& b = pool[bi];
-    if (out.proposals.empty() && b.acquisition() < stop_below && all_tried) {
+    // The stopping rule reads the whole posterior sd, in the end game too: scaling the sd down
+    // ranks the candidates; it must not make the run stop sooner.
+    std::size_t bf = bi;
+    if (sd_scale != 1.0)
+      for (std::size_t i = 0; i < pool.size(); ++i)
+        if (pool[i].better_than(pool[bf], true))
+          bf = i;
+    if (out.proposals.empty() && pool[bf].acquisition(true) < stop_below && all_tried) {
       out.stop_reason = "best expected improvement x P(fits) x P(no failure) / cost "
-                        + fmt("%.4f", b.acquisition())
+                        + fmt("%.4f", pool[bf].acquisition(true))
                         + " (log units) is below log(min detectable speedup "
                         + fmt("%.4f", in.min_detectable_speedup) + ") = " + fmt("%.4f", stop_below)
                         + ", and every setting and patch has been tried or excluded";
@@ -631,7 +666,8 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
                                           : "");
     p.reason = "EI " + fmt("%.4f", b.ei) + " x " + fits + " x P(no failure) " + fmt("%.2f", b.p_ok)
                + " / cost " + fmt("%.2f", b.cost) + ": predicted " + fmt("%.3f", std::exp(-b.mean))
-               + "x (log sd " + fmt("%.3f", b.sd) + ")" + (b.paired.empty() ? "" : "; " + b.paired);
+               + "x (log sd " + fmt("%.3f", b.sd) + ")" + (b.paired.empty() ? "" : "; " + b.paired)
+               + end_game;
     chosen.insert(b.config.key());
     auto fantasy = b.x;
     double fantasy_mean = b.mean;

@@ -48,7 +48,6 @@
 ///
 /// Pure and deterministic: the same input gives the same proposals, byte for byte.
 
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -85,7 +84,8 @@ private:
   options options_;
 };
 
-/// "bayes_ei/2" (issue 18), the default policy: bayes_ei/1's models and batch, with
+/// "bayes_ei/2" (issue 18), and "bayes_ei/3", the default policy: bayes_ei/2 with the end game of
+/// options::end_game. bayes_ei/2 is bayes_ei/1's models and batch, with
 ///  1. no enumeration of the space: candidates are the single changes of the baseline and of the
 ///     six fastest usable configurations, 400 seeded random configurations and 16 Thompson draws
 ///     of the time model (the best setting of every knob and patch under one posterior draw),
@@ -110,22 +110,24 @@ class bayes_ei_cost final : public planner_policy {
 public:
   struct options {
     bool stop_rule = true;
-    time_model_options time = tight_time_priors();
+    time_model_options time;
+    /// The end game ("bayes_ei/3"): in the last `end_game_share` of the search budget
+    /// (planner_input::search_budget; never when it is unknown) the expected improvement is
+    /// computed with the posterior sd scaled by `end_game_sd_scale`, so the last trials refine
+    /// the configurations the time model predicts fastest instead of exploring uncertain ones
+    /// (what is promoted comes from the measured configurations, so a late exploratory trial
+    /// rarely pays). A decaying exploration weight as in GP-UCB (Srinivas, Krause, Kakade,
+    /// Seeger 2010, "Gaussian process optimization in the bandit setting", ICML) applied to EI;
+    /// the share and scale were chosen on the four sim tasks (bench/README.md, "The end game").
+    bool end_game = false;
+    double end_game_share = 0.25;
+    double end_game_sd_scale = 0.3;
   };
-  /// The time model's priors of bayes_ei/2: INFRARSI_MAIN_SD etc. (experiment).
-  static time_model_options tight_time_priors() {
-    time_model_options t;
-    if (const char* v = std::getenv("INFRARSI_MAIN_SD"))
-      t.main_sd = std::atof(v);
-    if (const char* v = std::getenv("INFRARSI_INT_SD"))
-      t.interaction_sd = std::atof(v);
-    if (const char* v = std::getenv("INFRARSI_ORD_SD"))
-      t.ordinal_sd = std::atof(v);
-    return t;
-  }
   bayes_ei_cost() = default;
   explicit bayes_ei_cost(options o) : options_(o) {}
-  [[nodiscard]] std::string name() const override { return "bayes_ei/2"; }
+  [[nodiscard]] std::string name() const override {
+    return options_.end_game ? "bayes_ei/3" : "bayes_ei/2";
+  }
   [[nodiscard]] std::vector<proposal> propose(const planner_input& in,
                                               std::size_t n) const override {
     return plan(in, n).proposals;
@@ -161,7 +163,7 @@ struct run_memory_model {
 };
 
 /// How the memory model is fitted: "bayes_ei/1" fits it with both off (so that its logs replay);
-/// "bayes_ei/2" with all on (issue 18, part 1).
+/// "bayes_ei/2" and "bayes_ei/3" with all on (issue 18, part 1).
 struct run_memory_options {
   /// Coefficient priors from the task's memory tags (docs/task-contract.md: a knob without a
   /// memory tag is memory-neutral): the log2 trend of a "memory-hungry" numeric knob has prior
@@ -183,7 +185,7 @@ struct run_memory_options {
   bool ep = false;
 };
 
-/// The options of the named policy ("bayes_ei/2": all on; anything else: all off).
+/// The options of the named policy ("bayes_ei/2", "bayes_ei/3": all on; anything else: all off).
 run_memory_options memory_options_for(const std::string& policy_name);
 
 /// Fits the model over the finished ok (peak > 0) and OOM trials of `history`. `priors` may be

@@ -63,6 +63,9 @@ struct planner_input {
   /// Memory one rank may use before it runs out, bytes (task limits.device_memory_bytes, else
   /// limits.memory_cap_bytes); 0: unknown (the memory model then cannot price OOMs).
   double memory_capacity_bytes = 0.0;
+  /// Search trials the run may spend (the task's budget.trials, or tune --trials); 0: unknown.
+  /// bayes_ei/3 exploits in the last quarter of it (tuning/bayes_policy.hpp, the end game).
+  std::size_t search_budget = 0;
 };
 
 /// One proposal and why it was chosen.
@@ -105,8 +108,8 @@ public:
   }
 };
 
-/// Names of the built-in policies: "bayes_ei/2" (the default), "bayes_ei/1" (the default before
-/// it; a task picks either with `budget.policy`), "seeded_local_search/1" (the
+/// Names of the built-in policies: "bayes_ei/3" (the default), "bayes_ei/2" and "bayes_ei/1"
+/// (the defaults before it; a task picks any with `budget.policy`), "seeded_local_search/1" (the
 /// first policy; kept so that old logs replay), and the baselines for benchmarks only:
 /// "random/1", "greedy_coordinate/1", "settings_only/1".
 std::vector<std::string> policy_names();
@@ -115,7 +118,7 @@ std::vector<std::string> policy_names();
 std::unique_ptr<planner_policy> make_policy(const std::string& name);
 
 /// The name new runs use.
-inline constexpr const char* default_policy_name = "bayes_ei/2";
+inline constexpr const char* default_policy_name = "bayes_ei/3";
 
 /// The policy described in the file comment.
 class seeded_local_search final : public planner_policy {

@@ -315,7 +315,7 @@ struct budget_spec {
   std::uint32_t ablations = 2;
   /// Seed of every random choice. Default 0.
   std::uint64_t seed = 0;
-  /// The search policy a new run uses (a name of tuning::policy_names(), e.g. "bayes_ei/2");
+  /// The search policy a new run uses (a name of tuning::policy_names(), e.g. "bayes_ei/3");
   /// empty: tuning::default_policy_name. Recorded at init (ContractLocked `policy`), so a resume
   /// and a replay keep it whatever the default becomes.
   std::string policy;

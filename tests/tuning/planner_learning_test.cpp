@@ -334,5 +334,89 @@ TEST(Pairing, NeverPicksAMemoryRaisingSaver) {
   EXPECT_GT(paired, 0) << "no proposal was a pair: the check above never ran";
 }
 
+// --- the end game (bayes_ei/3) ------------------------------------------------------------------
+
+/// Six knobs whose effects on log step time add up, with one interaction (threads x
+/// batch_split), so that after a few trials the time model is sure of some settings and unsure
+/// of others.
+task_spec end_game_task() {
+  task_spec t;
+  t.name = "end-game";
+  t.knobs = {int_knob("threads", {1, 2, 4, 8}, 1), int_knob("batch_split", {1, 2, 4}, 1),
+             bool_knob("pin_memory"), bool_knob("fuse"), bool_knob("prefetch"),
+             choice_knob("layout", {"a", "b", "c"}, "a")};
+  return t;
+}
+
+double end_game_time(const configuration& c) {
+  double y = -0.12 * std::log2(static_cast<double>(int_of(c, "threads")));
+  y += -0.04 * std::log2(static_cast<double>(int_of(c, "batch_split")));
+  y += 0.03 * std::log2(static_cast<double>(int_of(c, "threads")))
+       * std::log2(static_cast<double>(int_of(c, "batch_split")));
+  y += std::get<bool>(c.knobs.at("pin_memory")) ? -0.03 : 0.0;
+  y += std::get<bool>(c.knobs.at("fuse")) ? -0.08 : 0.0;
+  y += std::get<bool>(c.knobs.at("prefetch")) ? 0.02 : 0.0;
+  const auto& l = std::get<std::string>(c.knobs.at("layout"));
+  y += l == "b" ? -0.05 : l == "c" ? 0.04 : 0.0;
+  return std::exp(y);
+}
+
+TEST(EndGame, TheLastQuarterOfTheBudgetExploitsAndEarlierTrialsAreBayesEi2s) {
+  auto task = end_game_task();
+  auto base = baseline_configuration(task);
+  auto v2 = make_policy("bayes_ei/2");
+  auto v3 = make_policy("bayes_ei/3");
+  ASSERT_NE(v3, nullptr);
+  EXPECT_EQ(v3->name(), "bayes_ei/3");
+  EXPECT_EQ(std::string{default_policy_name}, "bayes_ei/3");
+  int differed = 0;
+  for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+    planner_input in;
+    in.task = &task;
+    in.seed = seed;
+    in.noise_log_sd = 0.01;
+    in.initial_design = 3;
+    in.search_budget = 10;
+    std::uint64_t id = 0;
+    for (; id < 3; ++id)
+      in.history.push_back(ok(id, base, "baseline", 1.0, 1e9));
+    // Eight search trials chosen by bayes_ei/3 itself: outside the end game (10 - 8 = 2 left
+    // is the first step inside it: 2 <= 0.25 x 10), so it must choose what bayes_ei/2 chooses.
+    for (int trial = 0; trial < 8; ++trial) {
+      auto a = v3->plan(in, 1);
+      auto b = v2->plan(in, 1);
+      ASSERT_EQ(a.proposals.size(), 1u);
+      ASSERT_EQ(b.proposals.size(), 1u);
+      EXPECT_EQ(a.proposals[0].config, b.proposals[0].config) << "seed " << seed;
+      EXPECT_EQ(a.proposals[0].reason, b.proposals[0].reason) << "seed " << seed;
+      const auto& c = a.proposals[0].config;
+      in.history.push_back(ok(id++, c, "explore", end_game_time(c), 1e9));
+    }
+    auto a = v3->plan(in, 1);
+    auto b = v2->plan(in, 1);
+    ASSERT_EQ(a.proposals.size(), 1u);
+    ASSERT_EQ(b.proposals.size(), 1u);
+    EXPECT_NE(a.proposals[0].reason.find(
+                "; end game (2 of 10 search trials left): EI with the posterior sd x0.30"),
+              std::string::npos)
+      << a.proposals[0].reason;
+    EXPECT_EQ(b.proposals[0].reason.find("end game"), std::string::npos);
+    // Exploitation: what the end game picks is predicted at least as fast as what bayes_ei/2
+    // picks, and on some seeds faster (it gives up a more uncertain candidate).
+    EXPECT_GE(a.proposals[0].predicted_speedup, b.proposals[0].predicted_speedup - 1e-12)
+      << "seed " << seed << ": " << a.proposals[0].reason << " | " << b.proposals[0].reason;
+    differed += a.proposals[0].config == b.proposals[0].config ? 0 : 1;
+    // Unknown budget: no end game.
+    in.search_budget = 0;
+    auto unknown = v3->plan(in, 1);
+    ASSERT_EQ(unknown.proposals.size(), 1u);
+    EXPECT_EQ(unknown.proposals[0].config, b.proposals[0].config);
+    EXPECT_EQ(unknown.proposals[0].reason, b.proposals[0].reason);
+  }
+  std::cout << "the end game chose another configuration than bayes_ei/2 on " << differed
+            << " of 6 seeds\n";
+  EXPECT_GT(differed, 0);
+}
+
 } // namespace
 } // namespace infrarsi::tuning
