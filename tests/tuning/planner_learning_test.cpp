@@ -46,6 +46,16 @@ trial_record ok(std::uint64_t id, const configuration& c, const char* purpose, d
   return r;
 }
 
+/// A planner input for a toy task: seed, noise log-sd 0.01 and `design` initial-design trials.
+planner_input toy_input(const task_spec& task, std::uint64_t seed, std::size_t design) {
+  planner_input in;
+  in.task = &task;
+  in.seed = seed;
+  in.noise_log_sd = 0.01;
+  in.initial_design = design;
+  return in;
+}
+
 // --- memory ----------------------------------------------------------------------------------
 
 task_spec memory_task() {
@@ -174,11 +184,7 @@ TEST(FailureBlame, AWorkloadThatCrashesWithMoreThanOneRankGetsItAtMostTwiceInTwe
   auto policy = make_policy("bayes_ei/2");
   ASSERT_NE(policy, nullptr);
   for (std::uint64_t seed : {1, 2, 3, 4, 5}) {
-    planner_input in;
-    in.task = &task;
-    in.seed = seed;
-    in.noise_log_sd = 0.01;
-    in.initial_design = 4;
+    auto in = toy_input(task, seed, 4);
     std::uint64_t id = 0;
     for (; id < 3; ++id)
       in.history.push_back(ok(id, base, "baseline", 1.0, 1e9));
@@ -286,11 +292,7 @@ TEST(Pairing, NeverPicksAMemoryRaisingSaver) {
   auto policy = make_policy("bayes_ei/2");
   int paired = 0;
   for (std::uint64_t seed = 1; seed <= 6; ++seed) {
-    planner_input in;
-    in.task = &task;
-    in.seed = seed;
-    in.noise_log_sd = 0.01;
-    in.initial_design = 3;
+    auto in = toy_input(task, seed, 3);
     in.memory_capacity_bytes = capacity;
     std::uint64_t id = 0;
     for (; id < 3; ++id)
@@ -371,11 +373,7 @@ TEST(EndGame, TheLastQuarterOfTheBudgetExploitsAndEarlierTrialsAreBayesEi2s) {
   EXPECT_EQ(std::string{default_policy_name}, "bayes_ei/3");
   int differed = 0;
   for (std::uint64_t seed = 1; seed <= 6; ++seed) {
-    planner_input in;
-    in.task = &task;
-    in.seed = seed;
-    in.noise_log_sd = 0.01;
-    in.initial_design = 3;
+    auto in = toy_input(task, seed, 3);
     in.search_budget = 10;
     std::uint64_t id = 0;
     for (; id < 3; ++id)
