@@ -11,6 +11,7 @@
 #include "adapters/environment.hpp"
 #include "decide/llm.hpp"
 #include "decide/minimal_change.hpp"
+#include "decide/next_step.hpp"
 #include "decide/patch_exclusion.hpp"
 #include "decide/report.hpp"
 #include "messages/errc.hpp"
@@ -437,6 +438,7 @@ tuning::planner_input planner_input_for(const tuning::task_spec& task,
   }
   in.initial_design = std::min<std::size_t>(4, std::max<std::size_t>(1, budget / 3));
   in.search_budget = budget;
+  in.search_spent = search_trials(run);
   return in;
 }
 

@@ -214,6 +214,7 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
     std::size_t spent = 0;
     for (const auto& t : in.history)
       spent += t.purpose == "explore" ? 1 : 0;
+    spent = std::max(spent, in.search_spent);
     std::size_t left = in.search_budget - std::min(in.search_budget, spent);
     if (static_cast<double>(left)
         <= options_.end_game_share * static_cast<double>(in.search_budget)) {

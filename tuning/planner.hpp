@@ -66,6 +66,10 @@ struct planner_input {
   /// Search trials the run may spend (the task's budget.trials, or tune --trials); 0: unknown.
   /// bayes_ei/3 exploits in the last quarter of it (tuning/bayes_policy.hpp, the end game).
   std::size_t search_budget = 0;
+  /// Search trials counted against that budget so far (distinct explore trial ids, lost attempts
+  /// included: decide::search_trials); the policy takes the larger of this and the explore trials
+  /// in `history`, so a resumed run whose lost attempts are not re-queued yet counts them.
+  std::size_t search_spent = 0;
 };
 
 /// One proposal and why it was chosen.
