@@ -227,15 +227,12 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
     auto pr = model.predict(s.x);
     s.mean = pr.mean;
     s.sd = pr.sd;
-    s.ei = expected_improvement(best, pr.mean, sd_scale * pr.sd);
-    if (!std::isfinite(s.ei))
-      s.ei = 0.0;
-    s.ei_full = s.ei;
-    if (sd_scale != 1.0) {
-      s.ei_full = expected_improvement(best, pr.mean, pr.sd);
-      if (!std::isfinite(s.ei_full))
-        s.ei_full = 0.0;
-    }
+    auto ei_at = [&](double sd) {
+      double ei = expected_improvement(best, pr.mean, sd);
+      return std::isfinite(ei) ? ei : 0.0;
+    };
+    s.ei = ei_at(sd_scale * pr.sd);
+    s.ei_full = sd_scale != 1.0 ? ei_at(pr.sd) : s.ei;
     s.cost = 0.5 * (1.0 + s.p_fit * s.p_ok * std::exp(s.mean) + (1.0 - s.p_fit) * oom_cost
                     + s.p_fit * (1.0 - s.p_ok) * fail_cost);
   };
