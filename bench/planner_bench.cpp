@@ -149,7 +149,7 @@ int main(int argc, char** argv) {
     return rc;
   }
   for (const auto* name :
-       {"bayes_ei/3", "bayes_ei/2", "bayes_ei/1", "random/1", "seeded_local_search/1"}) {
+       {"bayes_ei/4", "bayes_ei/3", "bayes_ei/2", "bayes_ei/1", "random/1", "seeded_local_search/1"}) {
     benchmark::RegisterBenchmark((std::string{"plan/"} + name).c_str(),
                                  [name](benchmark::State& s) { proposal_step(s, name); })
         ->Arg(100)

@@ -231,13 +231,8 @@ nlohmann::json memory_model_of(const tuning::task_spec& task, const store::run_s
     doc["why"] = m.why.empty() ? std::string{"the fit did not converge"} : m.why;
     return doc;
   }
-  const auto D = static_cast<Eigen::Index>(1 + fs.model_size());
   auto x_of = [&](const tuning::configuration& c) {
-    Eigen::VectorXd x = Eigen::VectorXd::Zero(D);
-    x[0] = 1.0;
-    for (const auto& [i, v] : fs.point(task, c))
-      x[1 + static_cast<Eigen::Index>(i)] = v;
-    return x;
+    return m.features(fs.point(task, c), fs.model_size());
   };
   const auto base = tuning::baseline_configuration(task);
   const Eigen::VectorXd xb = x_of(base);

@@ -174,16 +174,8 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
                                memory_options_for(name()));
   const memory_fit& mem = memory.fit;
   const bool have_mem = memory.fitted;
-  const double log_capacity = memory.capacity_bytes > 0 ? std::log(memory.capacity_bytes) : 0.0;
-  auto dense = [&](const sparse_features& sx) {
-    Eigen::VectorXd x = Eigen::VectorXd::Zero(static_cast<Eigen::Index>(M + 1));
-    x[0] = 1.0;
-    for (const auto& [i, v] : sx)
-      x[1 + i] = v;
-    return x;
-  };
   auto p_oom = [&](const sparse_features& sx) {
-    return have_mem ? mem.p_oom(dense(sx), log_capacity) : 0.0;
+    return have_mem ? memory.p_oom_point(sx, M) : 0.0;
   };
 
   // Costs, relative to one baseline trial: a trial that runs costs its predicted step-time
@@ -587,9 +579,9 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
         hungry_list.push_back(pool[i]);
     }
     for (const auto& hungry : hungry_list) {
-      Eigen::VectorXd xh = dense(hungry.x);
+      Eigen::VectorXd xh = memory.features(hungry.x, M);
       for (const auto& m : single_changes(task, hungry.config)) {
-        Eigen::VectorXd d = dense(fs.point(task, m)) - xh;
+        Eigen::VectorXd d = memory.features(fs.point(task, m), M) - xh;
         double delta = d.dot(mem.coef);
         double upper = delta + 1.645 * std::sqrt(std::max(0.0, d.dot(mem.coef_cov * d)));
         if (!(upper < 0))

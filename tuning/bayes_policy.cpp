@@ -73,8 +73,22 @@ std::vector<configuration> single_changes(const task_spec& task, const configura
 
 run_memory_options memory_options_for(const std::string& policy_name) {
   run_memory_options o;
-  o.tag_priors = o.tight_sigma = o.monotone = o.ep = policy_name == "bayes_ei/2" || policy_name == "bayes_ei/3";
+  o.tag_priors = o.tight_sigma = o.monotone = o.ep =
+    policy_name == "bayes_ei/2" || policy_name == "bayes_ei/3" || policy_name == "bayes_ei/4";
+  o.interactions = policy_name == "bayes_ei/4";
   return o;
+}
+
+Eigen::VectorXd run_memory_model::features(const sparse_features& point,
+                                           std::size_t model_size) const {
+  const auto M = static_cast<Eigen::Index>(model_size);
+  Eigen::VectorXd x = Eigen::VectorXd::Zero(1 + M + static_cast<Eigen::Index>(pairs.size()));
+  x[0] = 1.0;
+  for (const auto& [i, v] : point)
+    x[1 + i] = v;
+  for (std::size_t k = 0; k < pairs.size(); ++k)
+    x[1 + M + static_cast<Eigen::Index>(k)] = x[1 + pairs[k].first] * x[1 + pairs[k].second];
+  return x;
 }
 
 double run_memory_model::p_oom(const task_spec& task, const feature_space& fs,
@@ -82,13 +96,7 @@ double run_memory_model::p_oom(const task_spec& task, const feature_space& fs,
   for (const auto& o : ooms)
     if (at_least_as_hungry(task, c, o))
       return 1.0;
-  if (!fitted)
-    return 0.0;
-  Eigen::VectorXd x = Eigen::VectorXd::Zero(fit.coef.size());
-  x[0] = 1.0;
-  for (const auto& [i, v] : fs.point(task, c))
-    x[1 + i] = v;
-  return fit.p_oom(x, std::log(capacity_bytes));
+  return p_oom_point(fs.point(task, c), fs.model_size());
 }
 
 run_memory_model fit_run_memory(const task_spec& task, const feature_space& fs,
@@ -100,6 +108,91 @@ run_memory_model fit_run_memory(const task_spec& task, const feature_space& fs,
   for (const auto& t : history)
     point.push_back(fs.point(task, t.config));
   return fit_run_memory(task, fs, history, point, given, capacity_bytes, options);
+}
+
+namespace {
+
+/// run_memory_options::interactions: the pairs of features of two different knobs that both
+/// carry a memory tag get a coefficient each (prior N(0, interaction_sd^2)), and the posterior
+/// of all coefficients is the sparse EP posterior (tuning::ep_posterior_sparse) at the residual
+/// sd of `out.fit`, the main-effects MAP fit of the same trials. On failure `out` keeps the
+/// main-effects fit (its EP posterior) and no pairs.
+void fit_interactions(const task_spec& task, const feature_space& fs,
+                      const std::vector<trial_record>& history,
+                      const std::vector<sparse_features>& point,
+                      std::vector<coefficient_prior> priors, double capacity,
+                      const run_memory_options& options, run_memory_model& out) {
+  const auto M = fs.model_size();
+  auto tagged = [&](std::size_t i) {
+    int k = fs.model_knob(i);
+    if (k < 0)
+      return false;
+    const auto& knob = task.knobs[static_cast<std::size_t>(k)];
+    return has_tag(knob, "memory-hungry") || has_tag(knob, "memory-saver");
+  };
+  out.pairs.clear();
+  out.pair_index.assign(M * M, -1);
+  for (std::size_t i = 0; i < M; ++i)
+    for (std::size_t j = i + 1; j < M; ++j)
+      if (tagged(i) && tagged(j) && fs.model_knob(i) != fs.model_knob(j)) {
+        out.pair_index[i * M + j] = static_cast<int>(out.pairs.size());
+        out.pairs.emplace_back(static_cast<int>(i), static_cast<int>(j));
+      }
+  for (std::size_t k = 0; k < out.pairs.size(); ++k)
+    priors.push_back({0.0, options.interaction_sd});
+  std::vector<sparse_memory_observation> obs;
+  for (std::size_t ti = 0; ti < history.size(); ++ti) {
+    const auto& t = history[ti];
+    if (!t.finished)
+      continue;
+    bool measured = t.outcome == trial_outcome::ok && t.peak_memory_bytes > 0;
+    bool oom = t.outcome == trial_outcome::oom;
+    if (!measured && !oom)
+      continue;
+    obs.push_back({out.expand(point[ti], M), oom ? std::log(capacity)
+                                                   : std::log(static_cast<double>(t.peak_memory_bytes)),
+                   oom});
+  }
+  auto fit = ep_posterior_sparse(obs, priors, out.fit.sigma);
+  if (!fit.converged) {
+    out.pairs.clear();
+    out.pair_index.clear();
+    return;
+  }
+  fit.iterations = out.fit.iterations;
+  fit.log_posterior = out.fit.log_posterior;
+  out.fit = std::move(fit);
+}
+
+} // namespace
+
+std::vector<std::pair<int, double>> run_memory_model::expand(const sparse_features& point,
+                                                            std::size_t model_size) const {
+  std::vector<std::pair<int, double>> x;
+  x.reserve(1 + point.size() * (point.size() + 1) / 2);
+  x.emplace_back(0, 1.0);
+  for (const auto& [i, v] : point)
+    x.emplace_back(1 + i, v);
+  if (pairs.empty())
+    return x;
+  for (std::size_t a = 0; a < point.size(); ++a)
+    for (std::size_t b = a + 1; b < point.size(); ++b) {
+      auto i = static_cast<std::size_t>(std::min(point[a].first, point[b].first));
+      auto j = static_cast<std::size_t>(std::max(point[a].first, point[b].first));
+      int k = pair_index[i * model_size + j];
+      if (k >= 0)
+        x.emplace_back(static_cast<int>(1 + model_size) + k, point[a].second * point[b].second);
+    }
+  return x;
+}
+
+double run_memory_model::p_oom_point(const sparse_features& point, std::size_t model_size) const {
+  if (!fitted)
+    return 0.0;
+  // The additive model keeps its dense evaluation (the numbers bayes_ei/2 and /3 logged).
+  if (pairs.empty())
+    return fit.p_oom(features(point, model_size), std::log(capacity_bytes));
+  return fit.p_oom(expand(point, model_size), std::log(capacity_bytes));
 }
 
 run_memory_model fit_run_memory(const task_spec& task, const feature_space& fs,
@@ -231,11 +324,14 @@ run_memory_model fit_run_memory(const task_spec& task, const feature_space& fs,
       out.fit = options.tight_sigma
                     ? fit_censored_memory(obs, priors, out.why, 0.02, sigma_prior{0.03, 0.3})
                     : fit_censored_memory(obs, priors, out.why, 0.02);
-      if (options.ep && out.why.empty())
+      if (options.interactions && out.why.empty())
+        fit_interactions(task, fs, history, point, priors, capacity, options, out);
+      else if (options.ep && out.why.empty())
         out.fit = ep_posterior(obs, priors, out.fit);
       // A fit with a non-finite coefficient or covariance, or a negative variance (a Hessian
       // that was not negative definite) is not used: P(fits) is then n/a, never NaN.
-      out.fitted = out.why.empty() && out.fit.coef.size() == static_cast<Eigen::Index>(M + 1)
+      out.fitted = out.why.empty()
+                 && out.fit.coef.size() == static_cast<Eigen::Index>(M + 1 + out.pairs.size())
                  && out.fit.coef.allFinite() && out.fit.coef_cov.allFinite()
                  && (out.fit.coef_cov.diagonal().array() >= 0).all() && std::isfinite(out.fit.sigma);
     }

@@ -84,8 +84,10 @@ private:
   options options_;
 };
 
-/// "bayes_ei/2" (issue 18), and "bayes_ei/3", the default policy: bayes_ei/2 with the end game of
-/// options::end_game. bayes_ei/2 is bayes_ei/1's models and batch, with
+/// "bayes_ei/2" (issue 18), "bayes_ei/3", the default policy: bayes_ei/2 with the end game of
+/// options::end_game, and "bayes_ei/4": bayes_ei/3 whose memory model has the pairwise
+/// interactions of the memory-tagged knobs (options::memory_interactions). bayes_ei/2 is
+/// bayes_ei/1's models and batch, with
 ///  1. no enumeration of the space: candidates are the single changes of the baseline and of the
 ///     six fastest usable configurations, 400 seeded random configurations and 16 Thompson draws
 ///     of the time model (the best setting of every knob and patch under one posterior draw),
@@ -122,11 +124,16 @@ public:
     bool end_game = false;
     double end_game_share = 0.25;
     double end_game_sd_scale = 0.3;
+    /// "bayes_ei/4": bayes_ei/3 with the memory model's pairwise interactions of the
+    /// memory-tagged knobs (run_memory_options::interactions, through memory_options_for).
+    bool memory_interactions = false;
   };
   bayes_ei_cost() = default;
   explicit bayes_ei_cost(options o) : options_(o) {}
   [[nodiscard]] std::string name() const override {
-    return options_.end_game ? "bayes_ei/3" : "bayes_ei/2";
+    return options_.memory_interactions ? "bayes_ei/4"
+           : options_.end_game              ? "bayes_ei/3"
+                                            : "bayes_ei/2";
   }
   [[nodiscard]] std::vector<proposal> propose(const planner_input& in,
                                               std::size_t n) const override {
@@ -154,6 +161,23 @@ struct run_memory_model {
   memory_fit fit;
   /// With run_memory_options::monotone: the configurations that ran out of memory.
   std::vector<configuration> ooms;
+  /// Interaction coefficients (run_memory_options::interactions): pairs (i, j), i < j, of model
+  /// features (feature_space::model_size() indices) whose product is coefficient 1 + M + k of
+  /// `fit` for pairs[k]. Empty: the additive model.
+  std::vector<std::pair<int, int>> pairs;
+  /// pair_index[i * M + j] (i < j, M = feature_space::model_size()): k of pairs[k], -1 if none.
+  std::vector<int> pair_index;
+
+  /// The fit's feature vector of a configuration with model features `point`
+  /// (feature_space::point): [1, point, products of `pairs`], size fit.coef.size().
+  [[nodiscard]] Eigen::VectorXd features(const sparse_features& point, std::size_t model_size) const;
+  /// The same features as (index, value) of the nonzero ones: the intercept, `point` (shifted
+  /// by 1) and the products of the pairs present in `point`.
+  [[nodiscard]] std::vector<std::pair<int, double>> expand(const sparse_features& point,
+                                                           std::size_t model_size) const;
+  /// P(OOM) of a configuration from its features alone (no monotone rule): the fit's, 0 when not
+  /// fitted. The additive model evaluates densely, the model with pairs sparsely (O(A^2)).
+  [[nodiscard]] double p_oom_point(const sparse_features& point, std::size_t model_size) const;
 
   /// P(OOM) of `c`: 1 when it is at least as memory-hungry by the task's tags as a configuration
   /// that ran out of memory (tuning::at_least_as_hungry; with run_memory_options::monotone), else
@@ -162,8 +186,9 @@ struct run_memory_model {
                              const configuration& c) const;
 };
 
-/// How the memory model is fitted: "bayes_ei/1" fits it with both off (so that its logs replay);
-/// "bayes_ei/2" and "bayes_ei/3" with all on (issue 18, part 1).
+/// How the memory model is fitted: "bayes_ei/1" fits it with all off (so that its logs replay);
+/// "bayes_ei/2" and "bayes_ei/3" with all on but `interactions` (issue 18, part 1);
+/// "bayes_ei/4" with all on.
 struct run_memory_options {
   /// Coefficient priors from the task's memory tags (docs/task-contract.md: a knob without a
   /// memory tag is memory-neutral): the log2 trend of a "memory-hungry" numeric knob has prior
@@ -183,9 +208,21 @@ struct run_memory_options {
   /// The coefficients' posterior by expectation propagation at the fit's residual sd
   /// (tuning::ep_posterior) instead of the Laplace approximation at the mode.
   bool ep = false;
+  /// Pairwise interactions of the memory-tagged knobs' features (log peak memory is not
+  /// additive in them: what pipeline stages save depends on what recomputation keeps), each with
+  /// prior N(0, interaction_sd^2) in log bytes (0.15: a pair changes memory by 16 % at 1 sd
+  /// beyond the product of its two factors). Fitted as the second-order model of the time
+  /// model (BOCS, tuning/time_model.hpp) but censored: the residual sd comes from the
+  /// main-effects MAP fit, the coefficients' posterior from tuning::ep_posterior_sparse. An
+  /// untried pair of memory settings then has a P(OOM) with the pair's uncertainty in it,
+  /// where the additive model multiplies two measured factors and is sure. Off: main effects
+  /// only.
+  bool interactions = false;
+  double interaction_sd = 0.15;
 };
 
-/// The options of the named policy ("bayes_ei/2", "bayes_ei/3": all on; anything else: all off).
+/// The options of the named policy ("bayes_ei/4": all on; "bayes_ei/2", "bayes_ei/3": all on but
+/// `interactions`; anything else: all off).
 run_memory_options memory_options_for(const std::string& policy_name);
 
 /// Fits the model over the finished ok (peak > 0) and OOM trials of `history`. `priors` may be

@@ -272,6 +272,34 @@ memory_fit fit(const std::vector<memory_observation>& data,
   return out;
 }
 
+/// One EP site of an OOM trial (ep_posterior): the posterior's mean m and variance v of x'b
+/// with the site (tau, nu) in it; the site is refitted by matching the moments of the cavity
+/// N(f; mc, vc) times the censored likelihood P(f + e > c), e ~ N(0, s2). False when the cavity
+/// or the moments are not usable (the site is then left as it is).
+bool site_update(double m, double v, double tau, double nu, double s2, double c, double& tau_new,
+                 double& nu_new) {
+  if (!(v > 0))
+    return false;
+  // Cavity (the posterior without the site).
+  double tc = 1.0 / v - tau;
+  if (!(tc > 0))
+    return false;
+  double nc = m / v - nu;
+  double mc = nc / tc;
+  double vc = 1.0 / tc;
+  // Moments of N(f; mc, vc) x P(f + e > c), e ~ N(0, s^2).
+  double sd = std::sqrt(s2 + vc);
+  double z = (mc - c) / sd;
+  double r = std::exp(log_normal_pdf(z) - log_normal_survival(-z)); // phi(z) / Phi(z)
+  double mh = mc + vc * r / sd;
+  double vh = vc - vc * vc * r * (z + r) / (s2 + vc);
+  if (!(vh > 0) || !std::isfinite(mh))
+    return false;
+  tau_new = std::max(0.0, 1.0 / vh - tc);
+  nu_new = mh / vh - nc;
+  return true;
+}
+
 } // namespace
 
 double normal_survival(double z) { return 0.5 * std::erfc(z / std::sqrt(2.0)); }
@@ -292,6 +320,18 @@ double memory_fit::sd(const Eigen::VectorXd& x) const {
 
 double memory_fit::p_oom(const Eigen::VectorXd& x, double capacity_bytes) const {
   return normal_survival((capacity_bytes - mean(x)) / sd(x));
+}
+
+double memory_fit::p_oom(const std::vector<std::pair<int, double>>& x,
+                         double capacity_bytes) const {
+  double m = 0.0;
+  double var = 0.0;
+  for (const auto& [a, va] : x) {
+    m += va * coef[a];
+    for (const auto& [b, vb] : x)
+      var += va * vb * coef_cov(a, b);
+  }
+  return normal_survival((capacity_bytes - m) / std::sqrt(sigma * sigma + var));
 }
 
 double memory_fit::price_sd(std::size_t j) const {
@@ -353,25 +393,10 @@ memory_fit ep_posterior(const std::vector<memory_observation>& data,
       sx.noalias() = cov * o.x;
       double v = o.x.dot(sx);
       double m = o.x.dot(mean);
-      if (!(v > 0))
+      double tau_new = 0.0;
+      double nu_new = 0.0;
+      if (!site_update(m, v, tau[i], nu[i], s2, o.bytes, tau_new, nu_new))
         continue;
-      // Cavity (the posterior without site i).
-      double tc = 1.0 / v - tau[i];
-      if (!(tc > 0))
-        continue;
-      double nc = m / v - nu[i];
-      double mc = nc / tc;
-      double vc = 1.0 / tc;
-      // Moments of N(f; mc, vc) x P(f + e > c), e ~ N(0, s^2).
-      double sd = std::sqrt(s2 + vc);
-      double z = (mc - o.bytes) / sd;
-      double r = std::exp(log_normal_pdf(z) - log_normal_survival(-z)); // phi(z) / Phi(z)
-      double mh = mc + vc * r / sd;
-      double vh = vc - vc * vc * r * (z + r) / (s2 + vc);
-      if (!(vh > 0) || !std::isfinite(mh))
-        continue;
-      double tau_new = std::max(0.0, 1.0 / vh - tc);
-      double nu_new = mh / vh - nc;
       double dt = tau_new - tau[i];
       double dn = nu_new - nu[i];
       change = std::max({change, std::abs(dt) * v, std::abs(dn) * std::sqrt(v)});
@@ -390,6 +415,94 @@ memory_fit ep_posterior(const std::vector<memory_observation>& data,
   memory_fit out = map;
   out.coef = mean;
   out.coef_cov = 0.5 * (cov + cov.transpose());
+  return out;
+}
+
+memory_fit ep_posterior_sparse(const std::vector<sparse_memory_observation>& data,
+                               const std::vector<coefficient_prior>& priors, double sigma) {
+  memory_fit out;
+  const auto p = static_cast<Eigen::Index>(priors.size());
+  if (p == 0 || !(sigma > 0))
+    return out;
+  Eigen::MatrixXd prec = Eigen::MatrixXd::Zero(p, p);
+  Eigen::VectorXd h = Eigen::VectorXd::Zero(p);
+  for (Eigen::Index j = 0; j < p; ++j) {
+    const auto& pr = priors[static_cast<std::size_t>(j)];
+    if (!(pr.sd > 0))
+      return out;
+    prec(j, j) = 1.0 / (pr.sd * pr.sd);
+    h[j] = pr.mean / (pr.sd * pr.sd);
+  }
+  const double s2 = sigma * sigma;
+  std::vector<const sparse_memory_observation*> censored;
+  for (const auto& o : data) {
+    for (const auto& [a, va] : o.x)
+      if (a < 0 || a >= p)
+        return out;
+    if (o.oom) {
+      censored.push_back(&o);
+      continue;
+    }
+    for (const auto& [a, va] : o.x) {
+      h[a] += va * (o.bytes / s2);
+      for (const auto& [b, vb] : o.x)
+        if (b <= a)
+          prec(a, b) += va * vb / s2;
+    }
+  }
+  Eigen::LLT<Eigen::MatrixXd> llt(prec.selfadjointView<Eigen::Lower>());
+  if (llt.info() != Eigen::Success)
+    return out;
+  Eigen::MatrixXd cov = llt.solve(Eigen::MatrixXd::Identity(p, p));
+  Eigen::VectorXd mean = cov * h;
+  std::vector<double> tau(censored.size(), 0.0);
+  std::vector<double> nu(censored.size(), 0.0);
+  Eigen::VectorXd sx(p);
+  int sweep = 0;
+  for (; sweep < 50 && !censored.empty(); ++sweep) {
+    double change = 0.0;
+    for (std::size_t i = 0; i < censored.size(); ++i) {
+      const auto& o = *censored[i];
+      sx.setZero();
+      for (const auto& [a, va] : o.x)
+        sx += va * cov.col(a);
+      double v = 0.0;
+      double m = 0.0;
+      for (const auto& [a, va] : o.x) {
+        v += va * sx[a];
+        m += va * mean[a];
+      }
+      double tau_new = 0.0;
+      double nu_new = 0.0;
+      if (!site_update(m, v, tau[i], nu[i], s2, o.bytes, tau_new, nu_new))
+        continue;
+      double dt = tau_new - tau[i];
+      double dn = nu_new - nu[i];
+      double moved = std::max(std::abs(dt) * v, std::abs(dn) * std::sqrt(v));
+      change = std::max(change, moved);
+      if (moved < 1e-12)
+        continue;
+      tau[i] = tau_new;
+      nu[i] = nu_new;
+      // Sherman-Morrison: C' = C - k (Cx)(Cx)', k = dt / (1 + dt v); with h' = h + dn x the
+      // mean C'h' = mean + Cx (dn - k m - k dn v), since x'Ch = m and x'Cx = v.
+      double k = dt / (1.0 + dt * v);
+      for (const auto& [a, va] : o.x)
+        h[a] += dn * va;
+      mean += sx * (dn - k * m - k * dn * v);
+      cov.noalias() -= k * (sx * sx.transpose());
+    }
+    if (change < 1e-8)
+      break;
+  }
+  mean.noalias() = cov * h;
+  if (!mean.allFinite() || !cov.allFinite())
+    return out;
+  out.coef = mean;
+  out.coef_cov = 0.5 * (cov + cov.transpose());
+  out.sigma = sigma;
+  out.iterations = sweep;
+  out.converged = true;
   return out;
 }
 

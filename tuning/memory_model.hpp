@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <Eigen/Dense>
@@ -59,6 +60,10 @@ struct memory_fit {
   [[nodiscard]] double sd(const Eigen::VectorXd& x) const;
   /// P(peak > capacity) for features x under the predictive distribution.
   [[nodiscard]] double p_oom(const Eigen::VectorXd& x, double capacity_bytes) const;
+  /// p_oom for features given by their nonzero entries (index, value): the same formula,
+  /// O(A^2) for A entries.
+  [[nodiscard]] double p_oom(const std::vector<std::pair<int, double>>& x,
+                             double capacity_bytes) const;
   /// The price of one unit of feature j: coefficient and its posterior standard deviation, bytes.
   [[nodiscard]] double price(std::size_t j) const { return coef[static_cast<Eigen::Index>(j)]; }
   [[nodiscard]] double price_sd(std::size_t j) const;
@@ -104,6 +109,27 @@ memory_fit fit_censored_memory(const std::vector<memory_observation>& data,
 /// is no OOM observation or the sites do not converge to finite values).
 memory_fit ep_posterior(const std::vector<memory_observation>& data,
                         const std::vector<coefficient_prior>& priors, const memory_fit& map);
+
+/// One trial for ep_posterior_sparse: the nonzero features (index, value), the intercept's
+/// (0, 1.0) included, with bytes and oom as in memory_observation.
+struct sparse_memory_observation {
+  std::vector<std::pair<int, double>> x;
+  double bytes = 0.0;
+  bool oom = false;
+};
+
+/// The same posterior as ep_posterior (measured trials exact, each OOM an EP site fitted by
+/// moment matching), for `priors.size()` coefficients of which each trial has few nonzero
+/// features (the memory model with pairwise interactions: 100-200 coefficients, 20-40 nonzero),
+/// at residual sd `sigma` (bytes, > 0; from a MAP fit). Costs O(N A^2) to accumulate the
+/// measured trials (A nonzero features per trial), O(p^3) once, and per OOM site and sweep
+/// O(p A) plus O(p^2) only when the site's parameters move (a site whose change is below 1e-12,
+/// e.g. an OOM far past the capacity that the model already predicts, is not applied; the
+/// sweeps stop below 1e-8 as ep_posterior's). Without OOM trials it is the conjugate Gaussian
+/// posterior. Returns converged = false (and coef empty) when the sizes disagree, sigma <= 0 or
+/// the result is not finite.
+memory_fit ep_posterior_sparse(const std::vector<sparse_memory_observation>& data,
+                               const std::vector<coefficient_prior>& priors, double sigma);
 
 /// The naive fit a tuner that drops OOM trials would make: ordinary least squares (with the same
 /// priors) on the measured trials only. For comparison in tests and benchmarks.

@@ -112,8 +112,9 @@ public:
   }
 };
 
-/// Names of the built-in policies: "bayes_ei/3" (the default), "bayes_ei/2" and "bayes_ei/1"
-/// (the defaults before it; a task picks any with `budget.policy`), "seeded_local_search/1" (the
+/// Names of the built-in policies: "bayes_ei/4" (bayes_ei/3 with memory interactions; opt-in),
+/// "bayes_ei/3" (the default), "bayes_ei/2" and "bayes_ei/1" (the defaults before it; a task
+/// picks any with `budget.policy`), "seeded_local_search/1" (the
 /// first policy; kept so that old logs replay), and the baselines for benchmarks only:
 /// "random/1", "greedy_coordinate/1", "settings_only/1".
 std::vector<std::string> policy_names();

@@ -157,6 +157,74 @@ TEST(CensoredMemoryModel, PriorsPullAndIdenticalInputsGiveIdenticalFits) {
   EXPECT_EQ(why, "need one prior per feature (3), got 1");
 }
 
+TEST(CensoredMemoryModel, TheSparseEpPosteriorIsTheDenseOneOnTheSameTrials) {
+  // ep_posterior_sparse (the memory model with interactions) against ep_posterior: the same
+  // trials, priors and residual sd give the same posterior up to rounding, and the same P(OOM).
+  rng r{11};
+  auto data = observe(draw(r, 300));
+  std::size_t ooms = 0;
+  for (const auto& o : data)
+    ooms += o.oom ? 1 : 0;
+  ASSERT_GT(ooms, 50u);
+  std::vector<coefficient_prior> priors = {{1e9, 1e9}, {100e6, 100e6}, {0.0, 300e6}};
+  std::string why;
+  auto map = fit_censored_memory(data, priors, why);
+  ASSERT_TRUE(why.empty()) << why;
+  auto dense = ep_posterior(data, priors, map);
+  std::vector<sparse_memory_observation> sparse;
+  for (const auto& o : data) {
+    sparse_memory_observation s{{}, o.bytes, o.oom};
+    for (int j = 0; j < 3; ++j)
+      if (o.x[j] != 0.0)
+        s.x.emplace_back(j, o.x[j]);
+    sparse.push_back(s);
+  }
+  auto fast = ep_posterior_sparse(sparse, priors, map.sigma);
+  ASSERT_TRUE(fast.converged);
+  ASSERT_EQ(fast.coef.size(), 3);
+  EXPECT_NE(dense.coef, map.coef); // EP moved the coefficients: the comparison is not vacuous
+  for (int j = 0; j < 3; ++j) {
+    EXPECT_NEAR(fast.coef[j], dense.coef[j], 1e-6 * std::abs(dense.coef[j]) + 1.0) << j;
+    for (int k = 0; k < 3; ++k)
+      EXPECT_NEAR(fast.coef_cov(j, k), dense.coef_cov(j, k),
+                  1e-6 * std::sqrt(dense.coef_cov(j, j) * dense.coef_cov(k, k)))
+        << j << "," << k;
+  }
+  EXPECT_EQ(fast.sigma, map.sigma);
+  for (const auto& s : sparse) {
+    Eigen::VectorXd x = Eigen::VectorXd::Zero(3);
+    for (const auto& [j, v] : s.x)
+      x[j] = v;
+    EXPECT_NEAR(fast.p_oom(s.x, capacity), dense.p_oom(x, capacity), 1e-6);
+  }
+  // Without OOM trials it is the conjugate posterior: the ridge solution of the measured trials.
+  std::vector<sparse_memory_observation> measured;
+  for (const auto& s : sparse)
+    if (!s.oom)
+      measured.push_back(s);
+  auto conj = ep_posterior_sparse(measured, priors, map.sigma);
+  ASSERT_TRUE(conj.converged);
+  Eigen::MatrixXd prec = Eigen::MatrixXd::Zero(3, 3);
+  Eigen::VectorXd h = Eigen::VectorXd::Zero(3);
+  for (int j = 0; j < 3; ++j) {
+    prec(j, j) = 1.0 / (priors[j].sd * priors[j].sd);
+    h[j] = priors[j].mean / (priors[j].sd * priors[j].sd);
+  }
+  for (const auto& s : measured) {
+    Eigen::VectorXd x = Eigen::VectorXd::Zero(3);
+    for (const auto& [j, v] : s.x)
+      x[j] = v;
+    prec += x * x.transpose() / (map.sigma * map.sigma);
+    h += x * s.bytes / (map.sigma * map.sigma);
+  }
+  Eigen::VectorXd ridge = prec.ldlt().solve(h);
+  for (int j = 0; j < 3; ++j)
+    EXPECT_NEAR(conj.coef[j], ridge[j], 1e-6 * std::abs(ridge[j]) + 1.0) << j;
+  // Bad input: a feature index outside the priors, a non-positive sd.
+  EXPECT_FALSE(ep_posterior_sparse({{{{3, 1.0}}, 1e9, false}}, priors, map.sigma).converged);
+  EXPECT_FALSE(ep_posterior_sparse(sparse, priors, 0.0).converged);
+}
+
 TEST(CensoredMemoryModel, NormalTailsAreAccurate) {
   EXPECT_NEAR(normal_survival(0.0), 0.5, 1e-15);
   EXPECT_NEAR(normal_survival(1.959963984540054), 0.025, 1e-12);
