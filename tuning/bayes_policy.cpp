@@ -115,13 +115,15 @@ namespace {
 /// run_memory_options::interactions: the pairs of features of two different knobs that both
 /// carry a memory tag get a coefficient each (prior N(0, interaction_sd^2)), and the posterior
 /// of all coefficients is the sparse EP posterior (tuning::ep_posterior_sparse) at the residual
-/// sd of `out.fit`, the main-effects MAP fit of the same trials. On failure `out` keeps the
-/// main-effects fit (its EP posterior) and no pairs.
+/// sd of `out.fit`, the main-effects MAP fit of the same trials `obs` (obs[k] is the trial
+/// with features point[obs_trial[k]]). On failure `out` keeps the main-effects MAP fit and no
+/// pairs.
 void fit_interactions(const task_spec& task, const feature_space& fs,
-                      const std::vector<trial_record>& history,
+                      const std::vector<memory_observation>& obs,
+                      const std::vector<std::size_t>& obs_trial,
                       const std::vector<sparse_features>& point,
-                      std::vector<coefficient_prior> priors, double capacity,
-                      const run_memory_options& options, run_memory_model& out) {
+                      std::vector<coefficient_prior> priors, const run_memory_options& options,
+                      run_memory_model& out) {
   const auto M = fs.model_size();
   auto tagged = [&](std::size_t i) {
     int k = fs.model_knob(i);
@@ -140,20 +142,11 @@ void fit_interactions(const task_spec& task, const feature_space& fs,
       }
   for (std::size_t k = 0; k < out.pairs.size(); ++k)
     priors.push_back({0.0, options.interaction_sd});
-  std::vector<sparse_memory_observation> obs;
-  for (std::size_t ti = 0; ti < history.size(); ++ti) {
-    const auto& t = history[ti];
-    if (!t.finished)
-      continue;
-    bool measured = t.outcome == trial_outcome::ok && t.peak_memory_bytes > 0;
-    bool oom = t.outcome == trial_outcome::oom;
-    if (!measured && !oom)
-      continue;
-    obs.push_back({out.expand(point[ti], M), oom ? std::log(capacity)
-                                                   : std::log(static_cast<double>(t.peak_memory_bytes)),
-                   oom});
-  }
-  auto fit = ep_posterior_sparse(obs, priors, out.fit.sigma);
+  std::vector<sparse_memory_observation> sparse;
+  sparse.reserve(obs.size());
+  for (std::size_t k = 0; k < obs.size(); ++k)
+    sparse.push_back({out.expand(point[obs_trial[k]], M), obs[k].bytes, obs[k].oom});
+  auto fit = ep_posterior_sparse(sparse, priors, out.fit.sigma);
   if (!fit.converged) {
     out.pairs.clear();
     out.pair_index.clear();
@@ -223,6 +216,7 @@ run_memory_model fit_run_memory(const task_spec& task, const feature_space& fs,
   }
   if (capacity > 0) {
     std::vector<memory_observation> obs;
+    std::vector<std::size_t> obs_trial; // obs[k] is history[obs_trial[k]]
     for (std::size_t ti = 0; ti < history.size(); ++ti) {
       const auto& t = history[ti];
       if (!t.finished)
@@ -231,6 +225,7 @@ run_memory_model fit_run_memory(const task_spec& task, const feature_space& fs,
       bool oom = t.outcome == trial_outcome::oom;
       if (!measured && !oom)
         continue;
+      obs_trial.push_back(ti);
       memory_observation o;
       o.x = Eigen::VectorXd::Zero(static_cast<Eigen::Index>(M + 1));
       o.x[0] = 1.0;
@@ -325,7 +320,7 @@ run_memory_model fit_run_memory(const task_spec& task, const feature_space& fs,
                     ? fit_censored_memory(obs, priors, out.why, 0.02, sigma_prior{0.03, 0.3})
                     : fit_censored_memory(obs, priors, out.why, 0.02);
       if (options.interactions && out.why.empty())
-        fit_interactions(task, fs, history, point, priors, capacity, options, out);
+        fit_interactions(task, fs, obs, obs_trial, point, priors, options, out);
       else if (options.ep && out.why.empty())
         out.fit = ep_posterior(obs, priors, out.fit);
       // A fit with a non-finite coefficient or covariance, or a negative variance (a Hessian
