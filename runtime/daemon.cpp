@@ -512,12 +512,16 @@ caf::expected<std::string> start_run(controller_ptr self, const std::string& tas
   so.pool_slots = r.max_slots != 0 ? r.max_slots : 64;
   // The run's end comes back tagged with its id.
   auto ctl = caf::actor_cast<caf::actor>(self);
-  so.reply_to = self->spawn([ctl, run_id](caf::event_based_actor* relay) -> caf::behavior {
-    return {[=](std::string& summary, int status) {
-      caf::anon_send(ctl, ended_atom::value, run_id, std::move(summary), status);
-      relay->quit();
-    }};
-  });
+  // (What the relay needs travels as spawn arguments, not captures: CAF 0.17 dereferences a null
+  // argument tuple for a function actor spawned without any, which UBSan reports.)
+  so.reply_to = self->spawn(
+    [](caf::event_based_actor* relay, caf::actor to, std::string id) -> caf::behavior {
+      return {[=](std::string& summary, int status) {
+        caf::anon_send(to, ended_atom::value, id, std::move(summary), status);
+        relay->quit();
+      }};
+    },
+    ctl, run_id);
   r.supervisor = caf::actor_cast<caf::actor>(self->spawn(actors::supervisor, std::move(so)));
   caf::anon_send(st.pool, actors::join_atom_v, run_id, r.max_slots, run_text, r.task->source,
                  r.supervisor);
@@ -1254,19 +1258,21 @@ int run_daemon(const daemon_config& config, std::ostream& out, std::ostream& err
     }
     auto syncer =
       sys.spawn<caf::detached>(sync_worker, &config, log->get(), bank->get(), &sync_cancel);
-    ctl = sys.spawn([&](caf::stateful_actor<controller_state>* self) {
+    // The sync worker as a spawn argument: CAF 0.17 dereferences a null argument tuple for a
+    // function actor spawned without any (undefined behaviour that UBSan aborts on).
+    ctl = sys.spawn([&](caf::stateful_actor<controller_state>* self, caf::actor sync_actor) {
       self->state.config = &config;
       self->state.log = log->get();
       self->state.bank = bank->get();
       self->state.identity = &*identity;
-      self->state.syncer = syncer;
+      self->state.syncer = std::move(sync_actor);
       self->state.sync_cancel = &sync_cancel;
       self->state.pool = pool;
       self->state.broker = &broker;
       self->state.out = &log_out;
       self->state.main = caf::actor{main};
       return controller(self);
-    });
+    }, syncer);
     if (dashboard)
       dashboard->serve(dashboard_source{
         // Asked of the controller like a client's status request; never on an actor's thread.

@@ -166,7 +166,20 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
                                                 : data.front().second;
   for (auto& d : data)
     d.second -= baseline_log;
-  time_model model{fs, options_.time};
+  // Search trials spent: the explore trials, in flight included, or the count the supervisor
+  // gives when larger (lost attempts not re-queued yet).
+  std::size_t spent = 0;
+  for (const auto& t : in.history)
+    spent += t.purpose == "explore" ? 1 : 0;
+  spent = std::max(spent, in.search_spent);
+  time_model_options time_options = options_.time;
+  std::string narrowed;
+  if (options_.late_interaction_sd > 0 && spent >= options_.late_after(in.search_budget)) {
+    time_options.interaction_sd = options_.late_interaction_sd;
+    narrowed = "; interaction prior sd " + fmt("%.2f", time_options.interaction_sd) + " after "
+               + std::to_string(options_.late_after(in.search_budget)) + " search trials";
+  }
+  time_model model{fs, time_options};
   model.fit(data, in.noise_log_sd);
 
   const auto M = fs.model_size();
@@ -203,10 +216,6 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
   double sd_scale = 1.0;
   std::string end_game;
   if (options_.end_game && in.search_budget > 0) {
-    std::size_t spent = 0;
-    for (const auto& t : in.history)
-      spent += t.purpose == "explore" ? 1 : 0;
-    spent = std::max(spent, in.search_spent);
     std::size_t left = in.search_budget - std::min(in.search_budget, spent);
     if (static_cast<double>(left)
         <= options_.end_game_share * static_cast<double>(in.search_budget)) {
@@ -657,7 +666,7 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
     p.reason = "EI " + fmt("%.4f", b.ei) + " x " + fits + " x P(no failure) " + fmt("%.2f", b.p_ok)
                + " / cost " + fmt("%.2f", b.cost) + ": predicted " + fmt("%.3f", std::exp(-b.mean))
                + "x (log sd " + fmt("%.3f", b.sd) + ")" + (b.paired.empty() ? "" : "; " + b.paired)
-               + end_game;
+               + narrowed + end_game;
     chosen.insert(b.config.key());
     auto fantasy = b.x;
     double fantasy_mean = b.mean;

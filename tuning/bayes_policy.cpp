@@ -74,7 +74,8 @@ std::vector<configuration> single_changes(const task_spec& task, const configura
 run_memory_options memory_options_for(const std::string& policy_name) {
   run_memory_options o;
   o.tag_priors = o.tight_sigma = o.monotone = o.ep =
-    policy_name == "bayes_ei/2" || policy_name == "bayes_ei/3" || policy_name == "bayes_ei/4";
+    policy_name == "bayes_ei/2" || policy_name == "bayes_ei/3" || policy_name == "bayes_ei/4"
+    || policy_name == "bayes_ei/5";
   o.interactions = policy_name == "bayes_ei/4";
   return o;
 }
