@@ -174,10 +174,11 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
   spent = std::max(spent, in.search_spent);
   time_model_options time_options = options_.time;
   std::string narrowed;
-  if (options_.late_interaction_sd > 0 && spent >= options_.late_after(in.search_budget)) {
+  if (const auto after = options_.late_after(in.search_budget);
+      options_.late_interaction_sd > 0 && spent >= after) {
     time_options.interaction_sd = options_.late_interaction_sd;
     narrowed = "; interaction prior sd " + fmt("%.2f", time_options.interaction_sd) + " after "
-               + std::to_string(options_.late_after(in.search_budget)) + " search trials";
+               + std::to_string(after) + " search trials";
   }
   time_model model{fs, time_options};
   model.fit(data, in.noise_log_sd);

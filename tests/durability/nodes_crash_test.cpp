@@ -73,8 +73,8 @@ trace_state read_trace(const std::string& file) {
   return t;
 }
 
-/// sleep 0.3 s before every trial, so that four really are in flight at once.
-/// The trials' program: the simulator after 0.3 s, so that four trials stay in flight a while.
+/// The trials' program: the simulator after 0.3 s, so that four trials really are in flight at
+/// once.
 const std::string script = "sleep 0.3 && exec \"$0\" \"$@\"";
 
 std::string write_task(const test::temp_dir& dir) {
