@@ -13,6 +13,9 @@ struct constraint_expr::node {
   knob_value value = std::int64_t{0};
   std::string name;
   std::string op;
+  /// `op` as a code, set by the parser: evaluation switches on it instead of comparing text.
+  enum class op_t { none, neg, not_, or_, and_, eq, ne, lt, le, gt, ge, add, sub, mul, div, mod };
+  op_t code = op_t::none;
   std::shared_ptr<const node> lhs;
   std::shared_ptr<const node> rhs;
   /// Levels of the subtree (1 for a leaf; see max_expr_depth).
@@ -23,6 +26,18 @@ namespace {
 
 using node = constraint_expr::node;
 using node_ptr = std::shared_ptr<const node>;
+
+node::op_t op_code(const std::string& op) {
+  using o = node::op_t;
+  static const std::pair<const char*, o> codes[] = {
+    {"-", o::sub},  {"!", o::not_}, {"||", o::or_}, {"&&", o::and_}, {"==", o::eq},
+    {"!=", o::ne},  {"<", o::lt},   {"<=", o::le},  {">", o::gt},    {">=", o::ge},
+    {"+", o::add},  {"*", o::mul},  {"/", o::div},  {"%", o::mod}};
+  for (const auto& [text, code] : codes)
+    if (op == text)
+      return code;
+  return o::none;
+}
 
 struct parser {
   const std::string& s;
@@ -65,6 +80,7 @@ struct parser {
       return nullptr;
     auto n = std::make_shared<node>();
     n->kind = node::kind_t::binary;
+    n->code = op_code(op);
     n->op = std::move(op);
     n->depth = 1 + std::max(l->depth, r->depth);
     n->lhs = std::move(l);
@@ -129,6 +145,7 @@ struct parser {
         auto n = std::make_shared<node>();
         n->kind = node::kind_t::unary;
         n->op = op;
+        n->code = op_code(n->op);
         n->depth = 1 + operand->depth;
         n->lhs = operand;
         if (n->depth > max_expr_depth)
@@ -242,7 +259,7 @@ struct evaluator {
         auto v = eval(*n.lhs);
         if (!v)
           return std::nullopt;
-        if (n.op == "!")
+        if (n.code == node::op_t::not_)
           return knob_value{!truthy(*v)};
         if (const auto* i = std::get_if<std::int64_t>(&*v)) {
           std::int64_t neg = 0;
@@ -259,13 +276,13 @@ struct evaluator {
       }
       case node::kind_t::binary: break;
     }
-    if (n.op == "&&" || n.op == "||") {
+    if (n.code == node::op_t::and_ || n.code == node::op_t::or_) {
       auto l = eval(*n.lhs);
       if (!l)
         return std::nullopt;
-      if (n.op == "&&" && !truthy(*l))
+      if (n.code == node::op_t::and_ && !truthy(*l))
         return knob_value{false};
-      if (n.op == "||" && truthy(*l))
+      if (n.code == node::op_t::or_ && truthy(*l))
         return knob_value{true};
       auto r = eval(*n.rhs);
       if (!r)
@@ -276,7 +293,7 @@ struct evaluator {
     auto r = l ? eval(*n.rhs) : std::nullopt;
     if (!l || !r)
       return std::nullopt;
-    if (n.op == "==" || n.op == "!=") {
+    if (n.code == node::op_t::eq || n.code == node::op_t::ne) {
       bool eq;
       if (is_number(*l) && is_number(*r))
         eq = as_double(*l) == as_double(*r);
@@ -286,19 +303,23 @@ struct evaluator {
         error = "cannot compare " + to_string(*l) + " with " + to_string(*r);
         return std::nullopt;
       }
-      return knob_value{n.op == "==" ? eq : !eq};
+      return knob_value{n.code == node::op_t::eq ? eq : !eq};
     }
     if (!is_number(*l) || !is_number(*r)) {
       error = "'" + n.op + "' needs numbers, got " + to_string(*l) + " and " + to_string(*r);
       return std::nullopt;
     }
     bool ints = std::holds_alternative<std::int64_t>(*l) && std::holds_alternative<std::int64_t>(*r);
-    if (n.op == "<" || n.op == "<=" || n.op == ">" || n.op == ">=") {
+    if (n.code == node::op_t::lt || n.code == node::op_t::le || n.code == node::op_t::gt
+        || n.code == node::op_t::ge) {
       double a = as_double(*l), b = as_double(*r);
-      bool res = n.op == "<" ? a < b : n.op == "<=" ? a <= b : n.op == ">" ? a > b : a >= b;
+      bool res = n.code == node::op_t::lt   ? a < b
+                 : n.code == node::op_t::le ? a <= b
+                 : n.code == node::op_t::gt ? a > b
+                                            : a >= b;
       return knob_value{res};
     }
-    if ((n.op == "/" || n.op == "%") && as_double(*r) == 0.0) {
+    if ((n.code == node::op_t::div || n.code == node::op_t::mod) && as_double(*r) == 0.0) {
       error = "division by zero";
       return std::nullopt;
     }
@@ -306,16 +327,16 @@ struct evaluator {
       auto a = std::get<std::int64_t>(*l), b = std::get<std::int64_t>(*r);
       std::int64_t res = 0;
       bool overflow = false;
-      if (n.op == "+")
+      if (n.code == node::op_t::add)
         overflow = __builtin_add_overflow(a, b, &res);
-      else if (n.op == "-")
+      else if (n.code == node::op_t::sub)
         overflow = __builtin_sub_overflow(a, b, &res);
-      else if (n.op == "*")
+      else if (n.code == node::op_t::mul)
         overflow = __builtin_mul_overflow(a, b, &res);
       else if (b == -1 && a == std::numeric_limits<std::int64_t>::min())
-        overflow = n.op == "/"; // INT64_MIN % -1 is 0
+        overflow = n.code == node::op_t::div; // INT64_MIN % -1 is 0
       else
-        res = n.op == "/" ? a / b : a % b;
+        res = n.code == node::op_t::div ? a / b : a % b;
       if (overflow) {
         error = "integer overflow in " + to_string(*l) + " " + n.op + " " + to_string(*r);
         return std::nullopt;
@@ -323,13 +344,13 @@ struct evaluator {
       return knob_value{res};
     }
     double a = as_double(*l), b = as_double(*r);
-    if (n.op == "+")
+    if (n.code == node::op_t::add)
       return knob_value{a + b};
-    if (n.op == "-")
+    if (n.code == node::op_t::sub)
       return knob_value{a - b};
-    if (n.op == "*")
+    if (n.code == node::op_t::mul)
       return knob_value{a * b};
-    if (n.op == "/")
+    if (n.code == node::op_t::div)
       return knob_value{a / b};
     return knob_value{std::fmod(a, b)};
   }

@@ -73,6 +73,31 @@ sparse_features& scratch() {
 
 } // namespace
 
+Eigen::MatrixXd inverse_from_cholesky(const Eigen::MatrixXd& llt) {
+  const Eigen::Index d = llt.rows();
+  // Block columns of L^-1 (lower triangular): columns [j0, j0 + b) are zero above row j0, so
+  // each block solves only the trailing system L[j0:, j0:] Y = I[j0:, j0:j0+b].
+  constexpr Eigen::Index block = 48;
+  Eigen::MatrixXd linv = Eigen::MatrixXd::Zero(d, d);
+  for (Eigen::Index j0 = 0; j0 < d; j0 += block) {
+    const Eigen::Index b = std::min(block, d - j0);
+    auto y = linv.block(j0, j0, d - j0, b);
+    y.topRows(b).setIdentity();
+    llt.bottomRightCorner(d - j0, d - j0).triangularView<Eigen::Lower>().solveInPlace(y);
+  }
+  // P^-1 = L^-T L^-1. Entry (i, j), i <= j, sums L^-1(k, i) L^-1(k, j) over rows k >= j (the
+  // rows where column j is not zero), so block column [j0, j0 + b) of the upper triangle is
+  // L^-1[j0:, :j0+b]' L^-1[j0:, j0:j0+b]; the lower triangle is mirrored.
+  Eigen::MatrixXd inv(d, d);
+  for (Eigen::Index j0 = 0; j0 < d; j0 += block) {
+    const Eigen::Index b = std::min(block, d - j0);
+    inv.block(0, j0, j0 + b, b).noalias() =
+      linv.block(j0, 0, d - j0, j0 + b).transpose() * linv.block(j0, j0, d - j0, b);
+  }
+  inv.triangularView<Eigen::StrictlyLower>() = inv.transpose();
+  return inv;
+}
+
 void time_model::fit(const std::vector<std::pair<sparse_features, double>>& data,
                      double noise_log_sd) {
   double noise = std::isfinite(noise_log_sd) ? std::max(noise_log_sd, 0.005) : 0.02;
@@ -118,19 +143,29 @@ void time_model::fit(const std::vector<std::pair<sparse_features, double>>& data
     observations_ = data.size();
   }
   mean_ = llt.solve(rhs);
-  cov_ = llt.solve(Eigen::MatrixXd::Identity(d, d));
+  cov_ = inverse_from_cholesky(llt.matrixLLT());
 }
 
 time_prediction time_model::predict(const sparse_features& x) const {
   auto& idx = scratch();
   expand_into(x, idx);
   time_prediction p;
-  double var = 0.0;
-  for (const auto& [a, va] : idx) {
+  // x' C x over the active coefficients, C symmetric: the diagonal plus twice the pairs below
+  // it, each pair read from coefficient a's column (contiguous in the column-major C).
+  double diag = 0.0;
+  double off = 0.0;
+  const auto rows = static_cast<std::size_t>(cov_.rows());
+  for (std::size_t k = 0; k < idx.size(); ++k) {
+    const auto [a, va] = idx[k];
     p.mean += va * mean_[a];
-    for (const auto& [b, vb] : idx)
-      var += va * vb * cov_(a, b);
+    const double* col = cov_.data() + static_cast<std::size_t>(a) * rows;
+    diag += va * va * col[a];
+    double s = 0.0;
+    for (std::size_t l = k + 1; l < idx.size(); ++l)
+      s += idx[l].second * col[idx[l].first];
+    off += va * s;
   }
+  double var = diag + 2.0 * off;
   p.sd = std::sqrt(std::max(0.0, var));
   return p;
 }

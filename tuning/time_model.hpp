@@ -70,6 +70,16 @@ struct time_prediction {
   double sd = 0.0;
 };
 
+/// The inverse of a symmetric positive-definite matrix P from its Cholesky factor: `llt` is
+/// Eigen::LLT::matrixLLT() (P = L L', L in the lower triangle; the upper triangle is ignored).
+/// Returns P^-1 = L^-T L^-1 (d x d, symmetric). L^-1 is computed block column by block column,
+/// each block solving only the rows below its diagonal (L^-1 is lower triangular), and the
+/// upper triangle of the product block column by block column over the rows where both factors
+/// are not zero: about 2/3 d^3 flops instead of the 2 d^3 of solving
+/// P X = I with the factor (the LAPACK potri route: Anderson et al. 1999, "LAPACK Users'
+/// Guide", dpotri = dtrtri + dlauum). Agrees with the solve to rounding.
+Eigen::MatrixXd inverse_from_cholesky(const Eigen::MatrixXd& llt);
+
 class time_model {
 public:
   /// `fs` gives the features and the prior means (copied; `fs` need not outlive the model).
