@@ -385,14 +385,27 @@ memory_fit ep_posterior(const std::vector<memory_observation>& data,
   // Sites: tau_i (x'b)^2 / 2 - nu_i x'b added to the negative log posterior.
   std::vector<double> tau(censored.size(), 0.0);
   std::vector<double> nu(censored.size(), 0.0);
+  // Each site's nonzero features (one-hot features: most are zero), so that C x costs
+  // O(nonzeros x p) instead of O(p^2).
+  std::vector<std::vector<std::pair<Eigen::Index, double>>> nonzero(censored.size());
+  for (std::size_t i = 0; i < censored.size(); ++i)
+    for (Eigen::Index j = 0; j < p; ++j)
+      if (censored[i]->x[j] != 0.0)
+        nonzero[i].emplace_back(j, censored[i]->x[j]);
   Eigen::VectorXd sx(p); // (no allocation per site: the same products, written in place)
   for (int sweep = 0; sweep < 50; ++sweep) {
     double change = 0.0;
     for (std::size_t i = 0; i < censored.size(); ++i) {
       const auto& o = *censored[i];
-      sx.noalias() = cov * o.x;
-      double v = o.x.dot(sx);
-      double m = o.x.dot(mean);
+      sx.setZero();
+      double m = 0.0;
+      for (const auto& [j, xj] : nonzero[i]) {
+        sx += xj * cov.col(j);
+        m += xj * mean[j];
+      }
+      double v = 0.0;
+      for (const auto& [j, xj] : nonzero[i])
+        v += xj * sx[j];
       double tau_new = 0.0;
       double nu_new = 0.0;
       if (!site_update(m, v, tau[i], nu[i], s2, o.bytes, tau_new, nu_new))
@@ -402,11 +415,21 @@ memory_fit ep_posterior(const std::vector<memory_observation>& data,
       change = std::max({change, std::abs(dt) * v, std::abs(dn) * std::sqrt(v)});
       tau[i] = tau_new;
       nu[i] = nu_new;
-      // Rank-one update of the posterior (Sherman-Morrison) and its mean.
-      h += dn * o.x;
-      cov -= (dt / (1.0 + dt * v)) * (sx * sx.transpose());
-      mean.noalias() = cov * h;
+      // Rank-one update of the posterior (Sherman-Morrison, k = dt / (1 + dt v)) and of its
+      // mean in O(p): C' (h + dn x) = mean + C x (dn - k (x' mean + dn v)), as C' = C - k C x x' C
+      // and x' C h = x' mean.
+      const double k = dt / (1.0 + dt * v);
+      for (const auto& [j, xj] : nonzero[i])
+        h[j] += dn * xj;
+      cov.noalias() -= k * (sx * sx.transpose());
+      mean += (dn - k * (m + dn * v)) * sx;
+      // Every 16 sites, and at the end of a sweep, the mean again from C h: the O(p) updates'
+      // rounding must not accumulate (left alone, it held the sweeps' change above 1e-8 on
+      // 1,600 sites: 28 sweeps instead of 17).
+      if (i % 16 == 15)
+        mean.noalias() = cov * h;
     }
+    mean.noalias() = cov * h;
     if (change < 1e-8)
       break;
   }
