@@ -225,8 +225,11 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
                  + " search trials left): EI with the posterior sd x" + fmt("%.2f", sd_scale);
     }
   }
+  // While the neighbours of one configuration are scored (for_each_neighbour), its expansion
+  // and C z: each neighbour's sd from the few features that differ (time_model::predict_near).
+  const time_model::centre* near = nullptr;
   auto rescore = [&](scored& s) {
-    auto pr = model.predict(s.x);
+    auto pr = near != nullptr ? model.predict_near(*near, s.x) : model.predict(s.x);
     s.mean = pr.mean;
     s.sd = pr.sd;
     auto ei_at = [&](double sd) {
@@ -306,7 +309,7 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
       value_text[k].push_back(task.knobs[k].name + "=" + to_string(v));
   for (std::size_t i = 0; i < fs.knob_by_name.size(); ++i)
     name_pos[static_cast<std::size_t>(fs.knob_by_name[i])] = i;
-  auto for_each_neighbour = [&](const configuration& c, auto&& f) {
+  auto for_each_neighbour_of = [&](const configuration& c, auto&& f) {
     bool in_step = c.knobs.size() == task.knobs.size();
     std::vector<std::string> seg;
     std::vector<const knob_value*> value(task.knobs.size(), nullptr);
@@ -374,6 +377,14 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
         return m;
       }));
     }
+  };
+  // The neighbours of c, scored around c (see `near`).
+  time_model::centre centre;
+  auto for_each_neighbour = [&](const configuration& c, auto&& f) {
+    model.prepare_centre(fs.point(task, c), centre);
+    near = &centre;
+    for_each_neighbour_of(c, f);
+    near = nullptr;
   };
   std::vector<const trial_record*> measured;
   for (const auto& t : in.history)

@@ -71,6 +71,29 @@ sparse_features& scratch() {
   return buf;
 }
 
+/// Scratch for predict_near's difference of expansions.
+sparse_features& diff_scratch() {
+  thread_local sparse_features buf;
+  return buf;
+}
+
+/// The symmetric quadratic form v' C v over sparse v (C column-major, `rows` rows): the
+/// diagonal plus twice the entries below it, read down each column.
+double quadratic_form(const sparse_features& v, const double* c, std::size_t rows) {
+  double diag = 0.0;
+  double off = 0.0;
+  for (std::size_t k = 0; k < v.size(); ++k) {
+    const auto [a, va] = v[k];
+    const double* col = c + static_cast<std::size_t>(a) * rows;
+    diag += va * va * col[a];
+    double s = 0.0;
+    for (std::size_t l = k + 1; l < v.size(); ++l)
+      s += v[l].second * col[v[l].first];
+    off += va * s;
+  }
+  return diag + 2.0 * off;
+}
+
 } // namespace
 
 Eigen::MatrixXd inverse_from_cholesky(const Eigen::MatrixXd& llt) {
@@ -150,22 +173,65 @@ time_prediction time_model::predict(const sparse_features& x) const {
   auto& idx = scratch();
   expand_into(x, idx);
   time_prediction p;
+  for (const auto& [a, va] : idx)
+    p.mean += va * mean_[a];
   // x' C x over the active coefficients, C symmetric: the diagonal plus twice the pairs below
   // it, each pair read from coefficient a's column (contiguous in the column-major C).
-  double diag = 0.0;
-  double off = 0.0;
-  const auto rows = static_cast<std::size_t>(cov_.rows());
-  for (std::size_t k = 0; k < idx.size(); ++k) {
-    const auto [a, va] = idx[k];
-    p.mean += va * mean_[a];
-    const double* col = cov_.data() + static_cast<std::size_t>(a) * rows;
-    diag += va * va * col[a];
-    double s = 0.0;
-    for (std::size_t l = k + 1; l < idx.size(); ++l)
-      s += idx[l].second * col[idx[l].first];
-    off += va * s;
+  double var = quadratic_form(idx, cov_.data(), static_cast<std::size_t>(cov_.rows()));
+  p.sd = std::sqrt(std::max(0.0, var));
+  return p;
+}
+
+void time_model::prepare_centre(const sparse_features& x, centre& out) const {
+  expand_into(x, out.expanded);
+  out.cz = Eigen::VectorXd::Zero(cov_.rows());
+  for (const auto& [a, va] : out.expanded)
+    out.cz += va * cov_.col(a);
+  out.var = 0.0;
+  for (const auto& [a, va] : out.expanded)
+    out.var += va * out.cz[a];
+}
+
+
+time_prediction time_model::predict_near(const centre& c, const sparse_features& x) const {
+  auto& idx = scratch();
+  expand_into(x, idx);
+  // d = z(x) - z over the union of the two index lists (ascending: see expand_into's order for
+  // features in ascending order; any order works, only the cost assumes few differences).
+  auto& d = diff_scratch();
+  d.clear();
+  std::size_t i = 0, j = 0;
+  const auto& z = c.expanded;
+  bool sorted = true;
+  for (std::size_t k = 1; k < idx.size() && sorted; ++k)
+    sorted = idx[k - 1].first < idx[k].first;
+  for (std::size_t k = 1; k < z.size() && sorted; ++k)
+    sorted = z[k - 1].first < z[k].first;
+  if (!sorted)
+    return predict(x);
+  while (i < idx.size() || j < z.size()) {
+    if (j == z.size() || (i < idx.size() && idx[i].first < z[j].first)) {
+      d.push_back(idx[i++]);
+    } else if (i == idx.size() || z[j].first < idx[i].first) {
+      d.emplace_back(z[j].first, -z[j].second);
+      ++j;
+    } else {
+      if (idx[i].second != z[j].second)
+        d.emplace_back(idx[i].first, idx[i].second - z[j].second);
+      ++i;
+      ++j;
+    }
   }
-  double var = diag + 2.0 * off;
+  if (2 * d.size() > idx.size())
+    return predict(x);
+  time_prediction p;
+  for (const auto& [a, va] : idx)
+    p.mean += va * mean_[a];
+  double cross = 0.0;
+  for (const auto& [a, va] : d)
+    cross += va * c.cz[a];
+  double var = c.var + 2.0 * cross
+               + quadratic_form(d, cov_.data(), static_cast<std::size_t>(cov_.rows()));
   p.sd = std::sqrt(std::max(0.0, var));
   return p;
 }
