@@ -225,11 +225,18 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
                  + " search trials left): EI with the posterior sd x" + fmt("%.2f", sd_scale);
     }
   }
-  // While the neighbours of one configuration are scored (for_each_neighbour), its expansion
-  // and C z: each neighbour's sd from the few features that differ (time_model::predict_near).
-  const time_model::centre* near = nullptr;
+  // While the neighbours of one configuration are scored (for_each_neighbour), that
+  // configuration, and once a neighbour is scored its expansion and C z: each neighbour's sd
+  // from the few features that differ (time_model::predict_near).
+  const configuration* near = nullptr;
+  bool centre_ready = false;
+  time_model::centre centre;
   auto rescore = [&](scored& s) {
-    auto pr = near != nullptr ? model.predict_near(*near, s.x) : model.predict(s.x);
+    if (near != nullptr && !centre_ready) {
+      model.prepare_centre(fs.point(task, *near), centre);
+      centre_ready = true;
+    }
+    auto pr = near != nullptr ? model.predict_near(centre, s.x) : model.predict(s.x);
     s.mean = pr.mean;
     s.sd = pr.sd;
     auto ei_at = [&](double sd) {
@@ -244,8 +251,8 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
   auto score = [&](const configuration& c, std::vector<int> a) {
     scored s;
     s.config = c;
+    s.x = fs.point(task, c, a);
     s.active = std::move(a);
-    s.x = fs.point(task, c);
     s.p_fit = 1.0 - p_oom(s.x);
     if (!std::isfinite(s.p_fit))
       s.p_fit = 0.5;
@@ -379,10 +386,9 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
     }
   };
   // The neighbours of c, scored around c (see `near`).
-  time_model::centre centre;
   auto for_each_neighbour = [&](const configuration& c, auto&& f) {
-    model.prepare_centre(fs.point(task, c), centre);
-    near = &centre;
+    near = &c;
+    centre_ready = false;
     for_each_neighbour_of(c, f);
     near = nullptr;
   };

@@ -34,6 +34,8 @@ struct problem {
   mutable Eigen::VectorXd at;
   mutable std::vector<double> mu_at;
   mutable std::vector<double> log_q_at;
+  /// Per observation: its nonzero features (index, value), for the Hessian (built once).
+  mutable std::vector<std::vector<std::pair<Eigen::Index, double>>> nonzero;
   void evaluate_at(const Eigen::VectorXd& th) const {
     if (at.size() == th.size() && at == th)
       return;
@@ -111,6 +113,13 @@ struct problem {
     Eigen::MatrixXd h = Eigen::MatrixXd::Zero(dim(), dim());
     Eigen::MatrixXd xx = Eigen::MatrixXd::Zero(p, p);
     evaluate_at(th);
+    if (nonzero.size() != data->size()) {
+      nonzero.assign(data->size(), {});
+      for (std::size_t i = 0; i < data->size(); ++i)
+        for (Eigen::Index j = 0; j < p; ++j)
+          if ((*data)[i].x[j] != 0.0)
+            nonzero[i].emplace_back(j, (*data)[i].x[j]);
+    }
     for (std::size_t i = 0; i < data->size(); ++i) {
       const auto& o = (*data)[i];
       double mu = mu_at[i];
@@ -128,7 +137,13 @@ struct problem {
         wbs = -2.0 * z * r / sigma;
         wss = -2.0 * z * z * r * r + (z * z - 1.0) * dr;
       }
-      xx.selfadjointView<Eigen::Lower>().rankUpdate(o.x, wbb);
+      // The lower triangle of wbb x x' over x's nonzero entries (one-hot features: most are 0).
+      for (const auto& [j, xj] : nonzero[i]) {
+        const double w = wbb * xj;
+        for (const auto& [k, xk] : nonzero[i])
+          if (k >= j)
+            xx(k, j) += w * xk;
+      }
       h.col(p).head(p) += wbs * o.x;
       h(p, p) += wss;
     }

@@ -173,8 +173,12 @@ bool for_each_knob_in_step(const task_spec& task, const feature_space& fs, const
 } // namespace
 
 sparse_features feature_space::point(const task_spec& task, const configuration& c) const {
+  return point(task, c, active(task, c));
+}
+
+sparse_features feature_space::point(const task_spec& task, const configuration& c,
+                                     const std::vector<int>& a) const {
   sparse_features out;
-  auto a = active(task, c);
   out.reserve(a.size() + ordinal_knob.size());
   for (int i : a)
     out.emplace_back(i, 1.0);

@@ -83,6 +83,9 @@ struct feature_space {
   [[nodiscard]] std::vector<int> active(const task_spec& task, const configuration& c) const;
   /// One-hot and ordinal features together (indices as above; zero entries left out).
   [[nodiscard]] sparse_features point(const task_spec& task, const configuration& c) const;
+  /// point() given active(task, c) (not computed again).
+  [[nodiscard]] sparse_features point(const task_spec& task, const configuration& c,
+                                      const std::vector<int>& active) const;
   /// F + O.
   [[nodiscard]] std::size_t model_size() const { return names.size() + ordinal_names.size(); }
   /// The knob of model feature i (-1: a patch).
