@@ -16,6 +16,8 @@ struct constraint_expr::node {
   /// `op` as a code, set by the parser: evaluation switches on it instead of comparing text.
   enum class op_t { none, neg, not_, or_, and_, eq, ne, lt, le, gt, ge, add, sub, mul, div, mod };
   op_t code = op_t::none;
+  /// A name's index in constraint_expr::slot_names().
+  std::size_t slot = 0;
   std::shared_ptr<const node> lhs;
   std::shared_ptr<const node> rhs;
   /// Levels of the subtree (1 for a leaf; see max_expr_depth).
@@ -44,6 +46,7 @@ struct parser {
   std::size_t pos = 0;
   std::string error;
   std::set<std::string>& names;
+  std::vector<std::string>& slots;
   /// Parentheses and unary operators open around the current position (bounds the recursion).
   std::size_t level = 0;
 
@@ -219,6 +222,9 @@ struct parser {
       n->kind = node::kind_t::name;
       n->name = word;
       names.insert(word);
+      n->slot = static_cast<std::size_t>(std::find(slots.begin(), slots.end(), word) - slots.begin());
+      if (n->slot == slots.size())
+        slots.push_back(word);
       return n;
     }
     return fail(std::string{"unexpected '"} + c + "'");
@@ -226,7 +232,9 @@ struct parser {
 };
 
 struct evaluator {
-  const std::map<std::string, knob_value>& vars;
+  /// The variables by name, or (when `slots` is set) by slot.
+  const std::map<std::string, knob_value>* vars = nullptr;
+  const std::vector<const knob_value*>* slots = nullptr;
   std::string error;
 
   static bool is_number(const knob_value& v) {
@@ -248,8 +256,16 @@ struct evaluator {
     switch (n.kind) {
       case node::kind_t::literal: return n.value;
       case node::kind_t::name: {
-        auto it = vars.find(n.name);
-        if (it == vars.end()) {
+        if (slots != nullptr) {
+          const knob_value* v = n.slot < slots->size() ? (*slots)[n.slot] : nullptr;
+          if (v == nullptr) {
+            error = "unknown name '" + n.name + "'";
+            return std::nullopt;
+          }
+          return *v;
+        }
+        auto it = vars->find(n.name);
+        if (it == vars->end()) {
           error = "unknown name '" + n.name + "'";
           return std::nullopt;
         }
@@ -366,7 +382,7 @@ std::optional<constraint_expr> constraint_expr::parse(const std::string& text, s
   }
   constraint_expr e;
   e.text_ = text;
-  parser p{text, 0, {}, e.names_};
+  parser p{text, 0, {}, e.names_, e.slots_};
   auto root = p.parse_or();
   p.skip();
   if (root && p.pos != text.size())
@@ -381,7 +397,18 @@ std::optional<constraint_expr> constraint_expr::parse(const std::string& text, s
 
 std::optional<bool> constraint_expr::holds(const std::map<std::string, knob_value>& vars,
                                            std::string& why) const {
-  evaluator ev{vars, {}};
+  evaluator ev{&vars, nullptr, {}};
+  auto v = ev.eval(*root_);
+  if (!v) {
+    why = ev.error;
+    return std::nullopt;
+  }
+  return evaluator::truthy(*v);
+}
+
+std::optional<bool> constraint_expr::holds(const std::vector<const knob_value*>& values,
+                                           std::string& why) const {
+  evaluator ev{nullptr, &values, {}};
   auto v = ev.eval(*root_);
   if (!v) {
     why = ev.error;

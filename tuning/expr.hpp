@@ -19,6 +19,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "tuning/task.hpp"
 
@@ -49,11 +50,20 @@ public:
   /// evaluated (unknown name, type mismatch, division by zero).
   std::optional<bool> holds(const std::map<std::string, knob_value>& vars, std::string& why) const;
 
+  /// The names in slot order (first occurrence in the text): holds(values) takes their values
+  /// in this order.
+  [[nodiscard]] const std::vector<std::string>& slot_names() const noexcept { return slots_; }
+  /// As holds(vars) with the names' values given by slot (`values[i]` the value of
+  /// slot_names()[i], nullptr for an unknown name): no name is looked up (the planners check
+  /// thousands of configurations per proposal).
+  std::optional<bool> holds(const std::vector<const knob_value*>& values, std::string& why) const;
+
   struct node;
 
 private:
   std::shared_ptr<const node> root_;
   std::set<std::string> names_;
+  std::vector<std::string> slots_;
   std::string text_;
 };
 

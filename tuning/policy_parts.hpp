@@ -34,8 +34,10 @@ struct constraint_set {
     if (exprs.empty())
       return true;
     // The variables are the task's constants with c's knobs over them. When c sets exactly the
-    // task's knobs (what the policies propose), the map of the last call is reused: the same
-    // names, every knob's value overwritten (no map built per call).
+    // task's knobs (what the policies propose), the map of the first such call is reused: the
+    // same names, every knob's value overwritten in place, and each constraint reads its names
+    // through pointers into the map bound once (constraint_expr::holds by slot; a map's
+    // elements do not move).
     bool every_knob = c.knobs.size() == knob_names_.size();
     if (every_knob) {
       auto name = knob_names_.begin();
@@ -52,20 +54,36 @@ struct constraint_set {
       vars_ = task->constants;
       for (const auto& [k, v] : c.knobs)
         vars_[k] = v;
-    } else {
-      auto it = vars_.begin();
-      for (const auto& [k, v] : c.knobs) {
-        while (it->first != k) // c's knobs are a subset of vars_'s names, both in name order
-          ++it;
-        it->second = v;
+      for (const auto& k : knob_names_)
+        knob_value_.push_back(&vars_.at(k));
+      for (const auto& e : exprs) {
+        std::vector<const knob_value*> values;
+        for (const auto& name : e.slot_names()) {
+          auto it = vars_.find(name);
+          values.push_back(it == vars_.end() ? nullptr : &it->second);
+        }
+        slot_values_.push_back(std::move(values));
       }
+    } else {
+      std::size_t i = 0;
+      for (const auto& kv : c.knobs) // in knob_names_'s order (checked above)
+        *knob_value_[i++] = kv.second;
     }
-    return first_violation(exprs, vars_).empty();
+    std::string why;
+    for (std::size_t e = 0; e < exprs.size(); ++e) {
+      auto holds = exprs[e].holds(slot_values_[e], why);
+      if (!holds || !*holds)
+        return false;
+    }
+    return true;
   }
 
 private:
   std::vector<std::string> knob_names_; // the task's knob names, sorted
   mutable std::map<std::string, knob_value> vars_;
+  /// vars_'s value of each knob of knob_names_, and of each slot of each expression.
+  mutable std::vector<knob_value*> knob_value_;
+  mutable std::vector<std::vector<const knob_value*>> slot_values_;
 };
 
 /// printf-style formatting of one number.
