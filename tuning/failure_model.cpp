@@ -141,10 +141,32 @@ failure_model::failure_model(const task_spec& task, const feature_space& fs,
   }
 }
 
+template <class F>
+void failure_model::for_each_column(const std::vector<int>& active, F&& f) const {
+  // Feature indices ascending give their knobs in non-decreasing order (feature_space numbers a
+  // knob's values together, knob by knob): the unique knobs are the changes of value.
+  for (std::size_t n = 1; n < active.size(); ++n)
+    if (active[n] <= active[n - 1]) {
+      for (int c : columns(active))
+        f(c);
+      return;
+    }
+  f(0);
+  for (int i : active)
+    f(1 + i);
+  int last = -1;
+  for (int i : active) {
+    int k = knob_of_[static_cast<std::size_t>(i)];
+    if (k >= 0 && k != last) {
+      f(1 + static_cast<int>(one_hot_) + k);
+      last = k;
+    }
+  }
+}
+
 double failure_model::p_fail(const std::vector<int>& active) const {
   double none = 1.0;
-  for (int c : columns(active))
-    none *= 1.0 - q_[static_cast<std::size_t>(c)];
+  for_each_column(active, [&](int c) { none *= 1.0 - q_[static_cast<std::size_t>(c)]; });
   return 1.0 - none;
 }
 
@@ -158,16 +180,24 @@ std::vector<blamed_setting> failure_model::suspects(double above) const {
 }
 
 bool failure_model::excluded(const std::vector<int>& active) const {
-  return !excluded_by(active).empty();
+  if (convicted_.empty())
+    return false;
+  bool found = false;
+  for_each_column(active, [&](int c) {
+    found = found || (c > 0 && !convicted_name_[static_cast<std::size_t>(c)].empty());
+  });
+  return found;
 }
 
 std::string failure_model::excluded_by(const std::vector<int>& active) const {
   if (convicted_.empty())
     return "";
-  for (int c : columns(active))
-    if (c > 0 && !convicted_name_[static_cast<std::size_t>(c)].empty())
-      return convicted_name_[static_cast<std::size_t>(c)];
-  return "";
+  const std::string* found = nullptr;
+  for_each_column(active, [&](int c) {
+    if (found == nullptr && c > 0 && !convicted_name_[static_cast<std::size_t>(c)].empty())
+      found = &convicted_name_[static_cast<std::size_t>(c)];
+  });
+  return found != nullptr ? *found : std::string{};
 }
 
 } // namespace infrarsi::tuning

@@ -107,6 +107,10 @@ public:
 
 private:
   [[nodiscard]] std::vector<int> columns(const std::vector<int>& active) const;
+  /// Calls f(column) for each of columns(active), in the same order, without allocating when
+  /// `active` is ascending (its knobs then come in order); otherwise walks columns(active).
+  template <class F>
+  void for_each_column(const std::vector<int>& active, F&& f) const;
   std::size_t one_hot_ = 0;
   std::vector<int> knob_of_;
   /// q per column (leak, one-hot features, knob changed).

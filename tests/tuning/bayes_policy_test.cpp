@@ -188,6 +188,94 @@ TEST(TimeModel, LearnsMainEffectsTrendAndInteraction) {
   EXPECT_NEAR(with.predict(fs.point(task, mb8)).mean, -0.36, 0.03);
 }
 
+// The posterior covariance is inverted from the precision's Cholesky factor by the potri route
+// (inverse_from_cholesky): the same matrix as solving P X = I with the factor, to rounding, at
+// sizes below, at and across the 48-column block.
+TEST(TimeModel, InverseFromTheCholeskyFactorIsTheSolve) {
+  splitmix64 rng{3};
+  for (int d : {1, 2, 47, 48, 49, 97, 130}) {
+    Eigen::MatrixXd a(d, d);
+    for (int i = 0; i < d; ++i)
+      for (int j = 0; j < d; ++j)
+        a(i, j) = static_cast<double>(rng.next() >> 11) / 9007199254740992.0 - 0.5;
+    // Sparse-ish like a Gram matrix of one-hot features: a third of the entries zero.
+    for (int i = 0; i < d; ++i)
+      for (int j = 0; j < d; ++j)
+        if ((i * 7 + j * 3) % 3 == 0)
+          a(i, j) = 0;
+    Eigen::MatrixXd p = a * a.transpose() + 0.1 * Eigen::MatrixXd::Identity(d, d);
+    Eigen::LLT<Eigen::MatrixXd> llt(p);
+    ASSERT_EQ(llt.info(), Eigen::Success);
+    Eigen::MatrixXd solved = llt.solve(Eigen::MatrixXd::Identity(d, d));
+    Eigen::MatrixXd inv = inverse_from_cholesky(llt.matrixLLT());
+    double scale = solved.cwiseAbs().maxCoeff();
+    EXPECT_LT((inv - solved).cwiseAbs().maxCoeff(), 1e-10 * scale) << "d = " << d;
+    EXPECT_EQ((inv - inv.transpose()).cwiseAbs().maxCoeff(), 0.0) << "d = " << d; // symmetric
+    EXPECT_LT((p * inv - Eigen::MatrixXd::Identity(d, d)).cwiseAbs().maxCoeff(), 1e-8) << d;
+  }
+}
+
+// Neighbours of one configuration are predicted from the features that differ
+// (time_model::predict_near): the mean bit for bit, the sd to rounding, for every one-setting
+// change and for a configuration far from the centre (the fallback to predict).
+TEST(TimeModel, PredictionNearACentreIsThePrediction) {
+  auto task = toy_task();
+  feature_space fs{task, nullptr};
+  splitmix64 rng{17};
+  auto candidates = enumerate_candidates(task, 0);
+  std::vector<std::pair<sparse_features, double>> data;
+  for (int i = 0; i < 25; ++i) {
+    const auto& c = candidates[rng.below(candidates.size())];
+    auto r = run_toy(c, static_cast<std::uint64_t>(i), "explore", rng);
+    data.emplace_back(fs.point(task, c), std::log(r.timed_step_time_s / 2.0));
+  }
+  time_model model{fs};
+  model.fit(data, 0.01);
+  auto centre_config = baseline_configuration(task);
+  centre_config.knobs["micro_batch"] = std::int64_t{4};
+  centre_config.knobs["overlap"] = true;
+  centre_config.patches = {"fused_a"};
+  time_model::centre centre;
+  model.prepare_centre(fs.point(task, centre_config), centre);
+  int compared = 0;
+  auto check = [&](const configuration& c) {
+    auto x = fs.point(task, c);
+    auto near = model.predict_near(centre, x);
+    auto full = model.predict(x);
+    EXPECT_EQ(near.mean, full.mean) << c.key();
+    EXPECT_NEAR(near.sd, full.sd, 1e-12) << c.key();
+    EXPECT_GT(full.sd, 0.0);
+    ++compared;
+  };
+  check(centre_config);
+  for (const auto& k : task.knobs)
+    for (const auto& v : k.type == knob_type::boolean ? std::vector<knob_value>{false, true}
+                                                      : k.values) {
+      auto c = centre_config;
+      c.knobs[k.name] = v;
+      check(c);
+    }
+  for (const char* p : {"fused_a", "fused_b"}) {
+    auto c = centre_config;
+    auto it = std::find(c.patches.begin(), c.patches.end(), p);
+    if (it == c.patches.end())
+      c.patches.emplace_back(p);
+    else
+      c.patches.erase(it);
+    std::sort(c.patches.begin(), c.patches.end());
+    check(c);
+  }
+  // Far: every setting changed.
+  auto far = baseline_configuration(task);
+  far.knobs["micro_batch"] = std::int64_t{8};
+  far.knobs["checkpointing"] = true;
+  far.knobs["graphs"] = true;
+  far.knobs["bucket"] = std::int64_t{160};
+  far.patches = {"fused_b"};
+  check(far);
+  EXPECT_EQ(compared, 1 + 4 + 2 + 2 + 2 + 3 + 2 + 1);
+}
+
 TEST(PriorRevision, MovesAWrongPriorTowardTheTruthAndRanksBetter) {
   auto task = toy_task();
   // Wrong priors: checkpointing "1.3x faster" (truth: 0.78x), fused_a "0.8x" (truth 1.16x),

@@ -106,6 +106,49 @@ TEST(ConstraintExpr, IntegerOverflowIsAnEvaluationErrorNotWrapped) {
   EXPECT_EQ(e->holds({{"b", small}, {"c", std::int64_t{-1}}}, why), std::optional<bool>{true});
 }
 
+// The planners evaluate constraints by slot (values in slot_names() order, no name looked up):
+// the same truth values and the same errors as by name.
+TEST(ConstraintExpr, SlotsGiveTheAnswersOfNames) {
+  std::string why;
+  auto e = constraint_expr::parse("gb % (mb * ws) == 0 && (ws == 1 || mb <= 4) && gb >= mb", why);
+  ASSERT_TRUE(e) << why;
+  EXPECT_EQ(e->slot_names(), (std::vector<std::string>{"gb", "mb", "ws"})); // first occurrence
+  int agree = 0;
+  for (std::int64_t gb : {8, 12, 16, 3})
+    for (std::int64_t mb : {1, 2, 3, 8})
+      for (std::int64_t ws : {1, 2, 0}) {
+        std::map<std::string, knob_value> vars{{"gb", gb}, {"mb", mb}, {"ws", ws}};
+        knob_value g{gb}, m{mb}, w{ws};
+        std::string why_names, why_slots;
+        auto by_name = e->holds(vars, why_names);
+        auto by_slot = e->holds(std::vector<const knob_value*>{&g, &m, &w}, why_slots);
+        ASSERT_EQ(by_name, by_slot) << gb << " " << mb << " " << ws;
+        if (!by_name) {
+          EXPECT_EQ(why_slots, why_names);
+        }
+        ++agree;
+      }
+  EXPECT_EQ(agree, 48);
+  // ws = 0: division by zero, by name and by slot.
+  knob_value g{std::int64_t{8}}, m{std::int64_t{2}}, zero{std::int64_t{0}};
+  EXPECT_FALSE(e->holds(std::vector<const knob_value*>{&g, &m, &zero}, why));
+  EXPECT_EQ(why, "division by zero");
+  // A slot without a value (nullptr) is the unknown name; too few values are an error, not a read
+  // past the end.
+  EXPECT_FALSE(e->holds(std::vector<const knob_value*>{&g, nullptr, &m}, why));
+  EXPECT_EQ(why, "unknown name 'mb'");
+  EXPECT_FALSE(e->holds(std::vector<const knob_value*>{&g}, why));
+  EXPECT_EQ(why, "unknown name 'mb'");
+  // Types mismatch the same way.
+  knob_value text{std::string{"x"}}, one{std::int64_t{1}};
+  std::string why_name;
+  auto by_name = e->holds({{"gb", std::string{"x"}}, {"mb", std::int64_t{2}}, {"ws", std::int64_t{1}}},
+                          why_name);
+  EXPECT_FALSE(by_name);
+  EXPECT_FALSE(e->holds(std::vector<const knob_value*>{&text, &m, &one}, why));
+  EXPECT_EQ(why, why_name);
+}
+
 TEST(ConstraintExpr, FirstViolationNamesConstraintAndValues) {
   std::string why;
   std::vector<constraint_expr> cs{*constraint_expr::parse("layers % pp == 0", why),
