@@ -426,6 +426,15 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
       std::sort(c.patches.begin(), c.patches.end());
       consider(c);
     }
+    // The features of the baseline with one knob at each of its values (the same for every
+    // draw).
+    std::vector<std::vector<sparse_features>> one_change(task.knobs.size());
+    for (std::size_t k = 0; k < task.knobs.size(); ++k)
+      for (const auto& v : domains[k]) {
+        configuration one = base_config;
+        one.knobs[task.knobs[k].name] = v;
+        one_change[k].push_back(fs.point(task, one));
+      }
     for (int draw = 0; draw < 16; ++draw) {
       std::vector<double> w(M);
       for (std::size_t i = 0; i < M; ++i)
@@ -436,11 +445,10 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
         const auto& knob = task.knobs[k];
         const knob_value* bestv = &knob.default_value;
         double bests = 0.0;
-        for (const auto& v : domains[k]) {
-          configuration one = base_config;
-          one.knobs[knob.name] = v;
+        for (std::size_t j = 0; j < domains[k].size(); ++j) {
+          const auto& v = domains[k][j];
           double s = 0.0;
-          for (const auto& [i, xv] : fs.point(task, one))
+          for (const auto& [i, xv] : one_change[k][j])
             s += w[static_cast<std::size_t>(i)] * xv;
           if (s < bests) {
             bests = s;
