@@ -68,10 +68,14 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
     return out;
   // The task's patches in name order: the same patches reach the same proposals however they
   // were listed (task file or LLM answer, decide::with_llm_patches).
-  task_spec sorted = *in.task;
-  std::stable_sort(sorted.patches.begin(), sorted.patches.end(),
-                   [](const auto& a, const auto& b) { return a.name < b.name; });
-  const task_spec& task = sorted;
+  // (Copied only when they are not in name order already.)
+  auto by_name = [](const auto& a, const auto& b) { return a.name < b.name; };
+  std::optional<task_spec> sorted;
+  if (!std::is_sorted(in.task->patches.begin(), in.task->patches.end(), by_name)) {
+    sorted = *in.task;
+    std::stable_sort(sorted->patches.begin(), sorted->patches.end(), by_name);
+  }
+  const task_spec& task = sorted ? *sorted : *in.task;
   feature_space fs{task, in.priors};
   // Every trial's key and features, computed once (history_encoding).
   const history_encoding enc{task, fs, in.history};
@@ -248,10 +252,10 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
     s.cost = 0.5 * (1.0 + s.p_fit * s.p_ok * std::exp(s.mean) + (1.0 - s.p_fit) * oom_cost
                     + s.p_fit * (1.0 - s.p_ok) * fail_cost);
   };
-  auto score = [&](const configuration& c, std::vector<int> a) {
+  auto score = [&](configuration c, std::vector<int> a) {
     scored s;
-    s.config = c;
-    s.x = fs.point(task, c, a);
+    s.config = std::move(c);
+    s.x = fs.point(task, s.config, a);
     s.active = std::move(a);
     s.p_fit = 1.0 - p_oom(s.x);
     if (!std::isfinite(s.p_fit))
@@ -296,11 +300,15 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
     if (!acceptable(c, a, key))
       return nullptr;
     in_pool.emplace(std::move(key), pool.size());
-    pool.push_back(score(c, std::move(a)));
+    pool.push_back(score(std::move(c), std::move(a)));
     return &pool.back();
   };
   auto consider = [&](const configuration& c) -> const scored* {
     return consider_key(c.key(), [&] { return c; });
+  };
+  // As consider, taking `c` (a configuration made to be considered and not used after).
+  auto consider_made = [&](configuration&& c) -> const scored* {
+    return consider_key(c.key(), [&] { return std::move(c); });
   };
   // The single changes of `c` (tuning::single_changes, in its order), each considered; f(s) for
   // each (nullptr: not acceptable). Their keys are made from c's key text, and a configuration
@@ -424,7 +432,7 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
         if (rng.below(2) == 1)
           c.patches.push_back(p.name);
       std::sort(c.patches.begin(), c.patches.end());
-      consider(c);
+      consider_made(std::move(c));
     }
     // The features of the baseline with one knob at each of its values (the same for every
     // draw).
@@ -463,7 +471,7 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
           c.patches.push_back(p.name);
       }
       std::sort(c.patches.begin(), c.patches.end());
-      consider(c);
+      consider_made(std::move(c));
     }
   };
   generate();
