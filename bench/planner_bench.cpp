@@ -1,8 +1,9 @@
 // Google Benchmark of one proposal step of the search policies (issue 6): policy.plan(in, 1) on
 // the simulator task config/tasks/sim-dense-1node.toml (13 knobs, 6 patches: 331,776
-// configurations, so the candidate set is the seeded sample of 20,000 plus the neighbourhoods
-// of what was measured) with a history of N finished, verified trials at N = 100, 1,000 and
-// 10,000. The history is made by the in-process simulator evaluator (bench/sim_evaluator.hpp):
+// configurations; the default policy enumerates none of them: it scores the neighbourhoods of the
+// baseline and of the fastest measured configurations, 400 seeded random ones and 16 Thompson
+// draws, then climbs by coordinate ascent, docs/planner.md) with a history of N finished,
+// verified trials at N = 100, 1,000 and 10,000. The history is made by the in-process simulator evaluator (bench/sim_evaluator.hpp):
 // 3 baselines, then random candidates (about a third run out of memory, a few break the
 // contract), so the time model, the censored memory model and the history rules all work on
 // real-looking data.

@@ -89,6 +89,21 @@ trial_record run_toy(const configuration& c, std::uint64_t id, const std::string
   return r;
 }
 
+/// `n` toy trials at seeded random configurations of the toy task: (features, log time ratio).
+std::vector<std::pair<sparse_features, double>> random_toy_data(const task_spec& task,
+                                                                const feature_space& fs, int n,
+                                                                std::uint64_t seed) {
+  splitmix64 rng{seed};
+  auto candidates = enumerate_candidates(task, 0);
+  std::vector<std::pair<sparse_features, double>> data;
+  for (int i = 0; i < n; ++i) {
+    const auto& c = candidates[rng.below(candidates.size())];
+    auto r = run_toy(c, static_cast<std::uint64_t>(i), "explore", rng);
+    data.emplace_back(fs.point(task, c), std::log(r.timed_step_time_s / 2.0));
+  }
+  return data;
+}
+
 TEST(ExpectedImprovement, MatchesTheClosedForm) {
   // EI(best, mu, sd) = (best - mu) Phi(z) + sd phi(z), z = (best - mu) / sd (Jones et al. 1998).
   EXPECT_NEAR(expected_improvement(0.0, 0.0, 1.0), 0.3989422804, 1e-9); // phi(0)
@@ -148,16 +163,10 @@ TEST(TimeModel, LearnsMainEffectsTrendAndInteraction) {
   auto task = toy_task();
   feature_space fs{task, nullptr};
   ASSERT_EQ(fs.ordinal_names, (std::vector<std::string>{"log2(micro_batch)", "log2(bucket)"}));
-  splitmix64 rng{11};
   auto candidates = enumerate_candidates(task, 0);
   ASSERT_EQ(candidates.size(), 4u * 2 * 2 * 2 * 3 * 4);
   // 60 trials at random configurations.
-  std::vector<std::pair<sparse_features, double>> data;
-  for (int i = 0; i < 60; ++i) {
-    const auto& c = candidates[rng.below(candidates.size())];
-    auto r = run_toy(c, static_cast<std::uint64_t>(i), "explore", rng);
-    data.emplace_back(fs.point(task, c), std::log(r.timed_step_time_s / 2.0));
-  }
+  auto data = random_toy_data(task, fs, 60, 11);
   time_model with{fs};
   with.fit(data, 0.006);
   time_model_options additive;
@@ -221,16 +230,8 @@ TEST(TimeModel, InverseFromTheCholeskyFactorIsTheSolve) {
 TEST(TimeModel, PredictionNearACentreIsThePrediction) {
   auto task = toy_task();
   feature_space fs{task, nullptr};
-  splitmix64 rng{17};
-  auto candidates = enumerate_candidates(task, 0);
-  std::vector<std::pair<sparse_features, double>> data;
-  for (int i = 0; i < 25; ++i) {
-    const auto& c = candidates[rng.below(candidates.size())];
-    auto r = run_toy(c, static_cast<std::uint64_t>(i), "explore", rng);
-    data.emplace_back(fs.point(task, c), std::log(r.timed_step_time_s / 2.0));
-  }
   time_model model{fs};
-  model.fit(data, 0.01);
+  model.fit(random_toy_data(task, fs, 25, 17), 0.01);
   auto centre_config = baseline_configuration(task);
   centre_config.knobs["micro_batch"] = std::int64_t{4};
   centre_config.knobs["overlap"] = true;
