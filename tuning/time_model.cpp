@@ -193,7 +193,6 @@ void time_model::prepare_centre(const sparse_features& x, centre& out) const {
     out.var += va * out.cz[a];
 }
 
-
 time_prediction time_model::predict_near(const centre& c, const sparse_features& x) const {
   auto& idx = scratch();
   expand_into(x, idx);
