@@ -14,7 +14,7 @@ struct constraint_expr::node {
   std::string name;
   std::string op;
   /// `op` as a code, set by the parser: evaluation switches on it instead of comparing text.
-  enum class op_t { none, neg, not_, or_, and_, eq, ne, lt, le, gt, ge, add, sub, mul, div, mod };
+  enum class op_t { none, not_, or_, and_, eq, ne, lt, le, gt, ge, add, sub, mul, div, mod };
   op_t code = op_t::none;
   /// A name's index in constraint_expr::slot_names().
   std::size_t slot = 0;
@@ -256,20 +256,16 @@ struct evaluator {
     switch (n.kind) {
       case node::kind_t::literal: return n.value;
       case node::kind_t::name: {
-        if (slots != nullptr) {
-          const knob_value* v = n.slot < slots->size() ? (*slots)[n.slot] : nullptr;
-          if (v == nullptr) {
-            error = "unknown name '" + n.name + "'";
-            return std::nullopt;
-          }
-          return *v;
-        }
-        auto it = vars->find(n.name);
-        if (it == vars->end()) {
+        const knob_value* v = nullptr;
+        if (slots != nullptr)
+          v = n.slot < slots->size() ? (*slots)[n.slot] : nullptr;
+        else if (auto it = vars->find(n.name); it != vars->end())
+          v = &it->second;
+        if (v == nullptr) {
           error = "unknown name '" + n.name + "'";
           return std::nullopt;
         }
-        return it->second;
+        return *v;
       }
       case node::kind_t::unary: {
         auto v = eval(*n.lhs);

@@ -180,13 +180,7 @@ std::vector<blamed_setting> failure_model::suspects(double above) const {
 }
 
 bool failure_model::excluded(const std::vector<int>& active) const {
-  if (convicted_.empty())
-    return false;
-  bool found = false;
-  for_each_column(active, [&](int c) {
-    found = found || (c > 0 && !convicted_name_[static_cast<std::size_t>(c)].empty());
-  });
-  return found;
+  return !excluded_by(active).empty();
 }
 
 std::string failure_model::excluded_by(const std::vector<int>& active) const {

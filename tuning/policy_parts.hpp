@@ -50,7 +50,7 @@ struct constraint_set {
         vars[k] = v;
       return first_violation(exprs, vars).empty();
     }
-    if (vars_.empty()) {
+    if (slot_values_.empty()) { // the first call with every knob: bind
       vars_ = task->constants;
       for (const auto& [k, v] : c.knobs)
         vars_[k] = v;
