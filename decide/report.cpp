@@ -219,7 +219,9 @@ nlohmann::json memory_model_of(const tuning::task_spec& task, const store::run_s
   auto in = planner_input_for(task, run);
   tuning::feature_space fs{task, in.priors};
   auto m = tuning::fit_run_memory(task, fs, in.history, in.priors, in.memory_capacity_bytes,
-                                  tuning::memory_options_for(store::run_policy(run)));
+                                  tuning::memory_options_for(store::run_policy(run),
+                                                             tuning::search_trials_spent(in),
+                                                             in.search_budget));
   nlohmann::json doc = {{"fitted", m.fitted},
                         {"capacity_bytes", m.capacity_bytes},
                         {"capacity_inferred", m.capacity_inferred},

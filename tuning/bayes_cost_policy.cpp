@@ -172,10 +172,7 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
     d.second -= baseline_log;
   // Search trials spent: the explore trials, in flight included, or the count the supervisor
   // gives when larger (lost attempts not re-queued yet).
-  std::size_t spent = 0;
-  for (const auto& t : in.history)
-    spent += t.purpose == "explore" ? 1 : 0;
-  spent = std::max(spent, in.search_spent);
+  const std::size_t spent = search_trials_spent(in);
   time_model_options time_options = options_.time;
   std::string narrowed;
   if (const auto after = options_.late_after(in.search_budget);
@@ -188,8 +185,12 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
   model.fit(data, in.noise_log_sd);
 
   const auto M = fs.model_size();
+  const auto memory_options = memory_options_for(name(), spent, in.search_budget);
+  if (options_.late_memory_interactions && memory_options.interactions)
+    narrowed += "; memory model with pairwise interactions (prior sd "
+                + fmt("%.2f", memory_options.interaction_sd) + ")";
   auto memory = fit_run_memory(task, fs, in.history, enc.point, in.priors, in.memory_capacity_bytes,
-                               memory_options_for(name()));
+                               memory_options);
   const memory_fit& mem = memory.fit;
   const bool have_mem = memory.fitted;
   auto p_oom = [&](const sparse_features& sx) {

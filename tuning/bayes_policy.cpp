@@ -75,8 +75,19 @@ run_memory_options memory_options_for(const std::string& policy_name) {
   run_memory_options o;
   o.tag_priors = o.tight_sigma = o.monotone = o.ep =
     policy_name == "bayes_ei/2" || policy_name == "bayes_ei/3" || policy_name == "bayes_ei/4"
-    || policy_name == "bayes_ei/5";
+    || policy_name == "bayes_ei/5" || policy_name == "bayes_ei/6";
   o.interactions = policy_name == "bayes_ei/4";
+  return o;
+}
+
+run_memory_options memory_options_for(const std::string& policy_name, std::size_t search_spent,
+                                      std::size_t search_budget) {
+  auto o = memory_options_for(policy_name);
+  if (policy_name == "bayes_ei/6"
+      && search_spent >= bayes_ei_cost::options{}.late_after(search_budget)) {
+    o.interactions = true;
+    o.interaction_sd = 0.05;
+  }
   return o;
 }
 

@@ -88,9 +88,11 @@ private:
 
 /// "bayes_ei/2" (issue 18), "bayes_ei/3": bayes_ei/2 with the end game of options::end_game,
 /// "bayes_ei/4": bayes_ei/3 whose memory model has the pairwise interactions of the
-/// memory-tagged knobs (options::memory_interactions), and "bayes_ei/5", the default policy:
-/// bayes_ei/3 whose time model narrows its interaction prior in the second half of a run
-/// (options::late_interaction_sd). bayes_ei/2 is
+/// memory-tagged knobs (options::memory_interactions), "bayes_ei/5": bayes_ei/3 whose time model
+/// narrows its interaction prior in the second half of a run (options::late_interaction_sd), and
+/// "bayes_ei/6", the default policy: bayes_ei/5 whose memory model gains the pairwise
+/// interactions (prior sd 0.05) at the same point (options::late_memory_interactions).
+/// bayes_ei/2 is
 /// bayes_ei/1's models and batch, with
 ///  1. no enumeration of the space: candidates are the single changes of the baseline and of the
 ///     six fastest usable configurations, 400 seeded random configurations and 16 Thompson draws
@@ -146,6 +148,15 @@ public:
     /// and 20 narrowing at half the budget cost 0.03 and 0.01 of the optimum on the sim tasks.
     std::size_t late_after_trials = 20;
     double late_after_share = 0.5;
+    /// "bayes_ei/6": from the same point (late_after) the memory model has the pairwise
+    /// interactions of the memory-tagged knobs, prior sd 0.05 (memory_options_for with the
+    /// search trials spent and the budget). Late in a run the search works near the memory
+    /// capacity, where the additive model multiplies factors measured apart and is sure about
+    /// combinations it never ran (bayes_ei/5's OOMs late in a 40-trial run came at P(fits)
+    /// 0.97-1.00); early, the pairs' uncertainty would keep the first trials from the bundles a
+    /// short run gains most from. Chosen on the four sim tasks (bench/README.md, "Memory
+    /// interactions late (bayes_ei/6)").
+    bool late_memory_interactions = false;
     [[nodiscard]] std::size_t late_after(std::size_t search_budget) const {
       auto share = static_cast<std::size_t>(
         std::ceil(late_after_share * static_cast<double>(search_budget)));
@@ -155,8 +166,9 @@ public:
   bayes_ei_cost() = default;
   explicit bayes_ei_cost(options o) : options_(o) {}
   [[nodiscard]] std::string name() const override {
-    return options_.memory_interactions  ? "bayes_ei/4"
-           : options_.late_interaction_sd > 0 ? "bayes_ei/5"
+    return options_.memory_interactions       ? "bayes_ei/4"
+           : options_.late_memory_interactions ? "bayes_ei/6"
+           : options_.late_interaction_sd > 0  ? "bayes_ei/5"
            : options_.end_game               ? "bayes_ei/3"
                                              : "bayes_ei/2";
   }
@@ -213,7 +225,8 @@ struct run_memory_model {
 
 /// How the memory model is fitted: "bayes_ei/1" fits it with all off (so that its logs replay);
 /// "bayes_ei/2", "bayes_ei/3" and "bayes_ei/5" with all on but `interactions` (issue 18, part 1);
-/// "bayes_ei/4" with all on.
+/// "bayes_ei/4" with all on; "bayes_ei/6" as bayes_ei/5 until its late phase, then with all on
+/// and `interaction_sd` 0.05.
 struct run_memory_options {
   /// Coefficient priors from the task's memory tags (docs/task-contract.md: a knob without a
   /// memory tag is memory-neutral): the log2 trend of a "memory-hungry" numeric knob has prior
@@ -246,9 +259,16 @@ struct run_memory_options {
   double interaction_sd = 0.15;
 };
 
-/// The options of the named policy ("bayes_ei/4": all on; "bayes_ei/2", "bayes_ei/3",
-/// "bayes_ei/5": all on but `interactions`; anything else: all off).
+/// The options of the named policy at the start of a run ("bayes_ei/4": all on; "bayes_ei/2",
+/// "bayes_ei/3", "bayes_ei/5", "bayes_ei/6": all on but `interactions`; anything else: all off).
 run_memory_options memory_options_for(const std::string& policy_name);
+/// The options of the named policy once `search_spent` search trials of `search_budget` (0:
+/// unknown) are spent (tuning::search_trials_spent): those above, but for "bayes_ei/6", which
+/// has `interactions` at sd 0.05 from bayes_ei_cost::options::late_after(search_budget) trials
+/// on (max(20, half the budget)). The policy, the report's memory model and the experience
+/// seeds' P(OOM) call this, so they see the model the proposals saw.
+run_memory_options memory_options_for(const std::string& policy_name, std::size_t search_spent,
+                                      std::size_t search_budget);
 
 /// Fits the model over the finished ok (peak > 0) and OOM trials of `history`. `priors` may be
 /// nullptr. Deterministic.

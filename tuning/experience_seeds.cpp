@@ -56,7 +56,8 @@ std::string seed_refusal(const planner_input& in, const configuration& seed,
     return "it is at least as memory-hungry (by the task's memory tags) as a configuration that "
            "ran out of memory in this run";
   auto memory = fit_run_memory(task, fs, in.history, in.priors, in.memory_capacity_bytes,
-                               memory_options_for(memory_policy));
+                               memory_options_for(memory_policy, search_trials_spent(in),
+                                                  in.search_budget));
   if (memory.fitted) {
     double p = memory.p_oom(task, fs, seed);
     if (p > 0.5)

@@ -18,7 +18,8 @@ namespace infrarsi::tuning {
 /// at init (out of scope, does not apply alone) or a pair that does not apply together; a
 /// broken constraint (tuning::first_violation's text); at least as memory-hungry by the task's
 /// tags as a configuration that ran out of memory; the censored memory model of
-/// `memory_policy` (tuning::fit_run_memory with memory_options_for(memory_policy)) predicting
+/// `memory_policy` (tuning::fit_run_memory with memory_options_for(memory_policy, search trials
+/// spent, in.search_budget)) predicting
 /// P(OOM) > 0.5 ("the memory model predicts it does not fit: P(OOM) 0.73").
 std::string seed_refusal(const planner_input& in, const configuration& seed,
                          const std::string& memory_policy);

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "tuning/time_model.hpp"
+
 namespace infrarsi::tuning {
 
 namespace {
@@ -491,11 +493,27 @@ memory_fit ep_posterior_sparse(const std::vector<sparse_memory_observation>& dat
   Eigen::LLT<Eigen::MatrixXd> llt(prec.selfadjointView<Eigen::Lower>());
   if (llt.info() != Eigen::Success)
     return out;
-  Eigen::MatrixXd cov = llt.solve(Eigen::MatrixXd::Identity(p, p));
+  Eigen::MatrixXd cov = inverse_from_cholesky(llt.matrixLLT());
   Eigen::VectorXd mean = cov * h;
   std::vector<double> tau(censored.size(), 0.0);
   std::vector<double> nu(censored.size(), 0.0);
   Eigen::VectorXd sx(p);
+  // The rank-one updates of the covariance are applied `block` at a time (one matrix product
+  // instead of `block` passes over p x p): C = C0 - sum_j k_j s_j s_j' with s_j = C_j x_j, the
+  // covariance when site j was updated, so a site in the middle of a block gets its C x from C0
+  // and the block's earlier updates (C x = C0 x - sum_j k_j s_j (s_j' x), O(p) each). The same
+  // sequential EP, in another order of additions.
+  constexpr Eigen::Index block = 32;
+  Eigen::MatrixXd pending(p, block);
+  Eigen::VectorXd pending_k(block);
+  Eigen::Index used = 0;
+  auto apply_pending = [&] {
+    if (used == 0)
+      return;
+    const auto s = pending.leftCols(used);
+    cov.noalias() -= s * (pending_k.head(used).asDiagonal() * s.transpose());
+    used = 0;
+  };
   int sweep = 0;
   for (; sweep < 50 && !censored.empty(); ++sweep) {
     double change = 0.0;
@@ -504,6 +522,12 @@ memory_fit ep_posterior_sparse(const std::vector<sparse_memory_observation>& dat
       sx.setZero();
       for (const auto& [a, va] : o.x)
         sx += va * cov.col(a);
+      for (Eigen::Index j = 0; j < used; ++j) {
+        double sj_x = 0.0;
+        for (const auto& [a, va] : o.x)
+          sj_x += va * pending(a, j);
+        sx -= (pending_k[j] * sj_x) * pending.col(j);
+      }
       double v = 0.0;
       double m = 0.0;
       for (const auto& [a, va] : o.x) {
@@ -518,7 +542,7 @@ memory_fit ep_posterior_sparse(const std::vector<sparse_memory_observation>& dat
       double dn = nu_new - nu[i];
       double moved = std::max(std::abs(dt) * v, std::abs(dn) * std::sqrt(v));
       change = std::max(change, moved);
-      if (moved < 1e-12)
+      if (moved < 1e-8)
         continue;
       tau[i] = tau_new;
       nu[i] = nu_new;
@@ -528,11 +552,15 @@ memory_fit ep_posterior_sparse(const std::vector<sparse_memory_observation>& dat
       for (const auto& [a, va] : o.x)
         h[a] += dn * va;
       mean += sx * (dn - k * m - k * dn * v);
-      cov.noalias() -= k * (sx * sx.transpose());
+      pending.col(used) = sx;
+      pending_k[used] = k;
+      if (++used == block)
+        apply_pending();
     }
-    if (change < 1e-8)
+    if (change < 1e-6)
       break;
   }
+  apply_pending();
   mean.noalias() = cov * h;
   if (!mean.allFinite() || !cov.allFinite())
     return out;

@@ -289,17 +289,26 @@ std::vector<proposal> seeded_local_search::propose(const planner_input& in, std:
 namespace infrarsi::tuning {
 
 std::vector<std::string> policy_names() {
-  return {"bayes_ei/5",          "bayes_ei/4", "bayes_ei/3",          "bayes_ei/2",
-          "bayes_ei/1",          "seeded_local_search/1", "random/1", "greedy_coordinate/1",
-          "settings_only/1"};
+  return {"bayes_ei/6",          "bayes_ei/5",          "bayes_ei/4", "bayes_ei/3",
+          "bayes_ei/2",          "bayes_ei/1",          "seeded_local_search/1", "random/1",
+          "greedy_coordinate/1", "settings_only/1"};
+}
+
+std::size_t search_trials_spent(const planner_input& in) {
+  std::size_t spent = 0;
+  for (const auto& t : in.history)
+    spent += t.purpose == "explore" ? 1 : 0;
+  return std::max(spent, in.search_spent);
 }
 
 std::unique_ptr<planner_policy> make_policy(const std::string& name) {
-  if (name == "bayes_ei/5" || name == "bayes_ei/4" || name == "bayes_ei/3") {
+  if (name == "bayes_ei/6" || name == "bayes_ei/5" || name == "bayes_ei/4"
+      || name == "bayes_ei/3") {
     bayes_ei_cost::options o;
     o.end_game = true;
     o.memory_interactions = name == "bayes_ei/4";
-    o.late_interaction_sd = name == "bayes_ei/5" ? 0.02 : 0.0;
+    o.late_interaction_sd = name == "bayes_ei/5" || name == "bayes_ei/6" ? 0.02 : 0.0;
+    o.late_memory_interactions = name == "bayes_ei/6";
     return std::make_unique<bayes_ei_cost>(o);
   }
   if (name == "bayes_ei/2")

@@ -65,13 +65,19 @@ struct planner_input {
   double memory_capacity_bytes = 0.0;
   /// Search trials the run may spend (the task's budget.trials, or tune --trials); 0: unknown.
   /// bayes_ei/3 and /5 exploit in the last quarter of it (tuning/bayes_policy.hpp, the end game);
-  /// bayes_ei/5 narrows its time model's interaction prior after half of it (at least 20).
+  /// bayes_ei/5 and /6 narrow their time model's interaction prior after half of it (at least
+  /// 20), and bayes_ei/6 then fits its memory model with pairwise interactions.
   std::size_t search_budget = 0;
   /// Search trials counted against that budget so far (distinct explore trial ids, lost attempts
   /// included: decide::search_trials); the policy takes the larger of this and the explore trials
   /// in `history`, so a resumed run whose lost attempts are not re-queued yet counts them.
   std::size_t search_spent = 0;
 };
+
+/// Search trials spent by `in`: the explore trials of its history (in flight included), or
+/// planner_input::search_spent when larger. What the policies' late phases (the end game, the
+/// narrowed interactions) and the report's memory model count.
+std::size_t search_trials_spent(const planner_input& in);
 
 /// One proposal and why it was chosen.
 struct proposal {
@@ -113,10 +119,11 @@ public:
   }
 };
 
-/// Names of the built-in policies: "bayes_ei/5" (the default: bayes_ei/3 whose time model
-/// narrows its interaction prior in the second half of a run), "bayes_ei/4" (bayes_ei/3 with
-/// memory interactions; opt-in), "bayes_ei/3", "bayes_ei/2" and "bayes_ei/1" (the defaults
-/// before it; a task
+/// Names of the built-in policies: "bayes_ei/6" (the default: bayes_ei/5 whose memory model
+/// gains pairwise interactions of the memory-tagged knobs when the time model narrows),
+/// "bayes_ei/5" (bayes_ei/3 whose time model narrows its interaction prior in the second half of
+/// a run), "bayes_ei/4" (bayes_ei/3 with memory interactions all run; opt-in), "bayes_ei/3",
+/// "bayes_ei/2" and "bayes_ei/1" (the defaults before it; a task
 /// picks any with `budget.policy`), "seeded_local_search/1" (the
 /// first policy; kept so that old logs replay), and the baselines for benchmarks only:
 /// "random/1", "greedy_coordinate/1", "settings_only/1".
@@ -126,7 +133,7 @@ std::vector<std::string> policy_names();
 std::unique_ptr<planner_policy> make_policy(const std::string& name);
 
 /// The name new runs use.
-inline constexpr const char* default_policy_name = "bayes_ei/5";
+inline constexpr const char* default_policy_name = "bayes_ei/6";
 
 /// The policy described in the file comment.
 class seeded_local_search final : public planner_policy {

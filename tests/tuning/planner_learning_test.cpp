@@ -426,7 +426,7 @@ TEST(EndGame, TheLastQuarterOfTheBudgetExploitsAndEarlierTrialsAreBayesEi2s) {
   auto v3 = make_policy("bayes_ei/3");
   ASSERT_NE(v3, nullptr);
   EXPECT_EQ(v3->name(), "bayes_ei/3");
-  EXPECT_EQ(std::string{default_policy_name}, "bayes_ei/5");
+  EXPECT_EQ(std::string{default_policy_name}, "bayes_ei/6");
   int differed = 0;
   for (std::uint64_t seed = 1; seed <= 6; ++seed) {
     auto in = toy_input(task, seed, 3);
@@ -522,7 +522,6 @@ TEST(NarrowInteractions, BayesEi5IsBayesEi3UntilHalfTheBudgetAndAtLeastTwentyTri
   auto v5 = make_policy("bayes_ei/5");
   ASSERT_NE(v5, nullptr);
   EXPECT_EQ(v5->name(), "bayes_ei/5");
-  EXPECT_EQ(policy_names().front(), "bayes_ei/5");
   EXPECT_FALSE(memory_options_for("bayes_ei/5").interactions);
   EXPECT_TRUE(memory_options_for("bayes_ei/5").ep);
   for (std::size_t budget : {40u, 60u}) {
@@ -557,6 +556,111 @@ TEST(NarrowInteractions, BayesEi5IsBayesEi3UntilHalfTheBudgetAndAtLeastTwentyTri
     ASSERT_EQ(b.proposals.size(), 1u);
     EXPECT_EQ(b.proposals[0].reason.find("interaction prior sd"), std::string::npos);
   }
+}
+
+// --- memory interactions late (bayes_ei/6) ------------------------------------------------------
+
+// bayes_ei/6's memory model gains the pairs at the point bayes_ei/5's time model narrows,
+// max(20, half the budget) search trials, with prior sd 0.05; not before, whatever the budget.
+TEST(LateMemoryInteractions, TheMemoryModelHasPairsFromHalfTheBudgetAndAtLeastTwentyTrials) {
+  EXPECT_EQ(policy_names().front(), "bayes_ei/6");
+  EXPECT_FALSE(memory_options_for("bayes_ei/6").interactions);
+  EXPECT_TRUE(memory_options_for("bayes_ei/6").ep);
+  EXPECT_TRUE(memory_options_for("bayes_ei/6").monotone);
+  for (std::size_t budget : {0u, 10u, 20u, 40u, 60u}) {
+    SCOPED_TRACE("budget " + std::to_string(budget));
+    const std::size_t after = budget == 0 ? 20 : std::max<std::size_t>(20, (budget + 1) / 2);
+    EXPECT_FALSE(memory_options_for("bayes_ei/6", after - 1, budget).interactions);
+    auto late = memory_options_for("bayes_ei/6", after, budget);
+    EXPECT_TRUE(late.interactions);
+    EXPECT_DOUBLE_EQ(late.interaction_sd, 0.05);
+    EXPECT_TRUE(late.ep && late.monotone && late.tag_priors && late.tight_sigma);
+    // The other policies do not change with the trials spent.
+    EXPECT_FALSE(memory_options_for("bayes_ei/5", 1000, budget).interactions);
+    EXPECT_TRUE(memory_options_for("bayes_ei/4", 0, budget).interactions);
+    EXPECT_DOUBLE_EQ(memory_options_for("bayes_ei/4", 0, budget).interaction_sd, 0.15);
+  }
+}
+
+// The untried pair of MemoryLearning.AnUntriedPairOfMemorySettingsIsUncertainWithInteractions
+// (baseline 50 GB, saver alone 45 GB, hungry alone 57 GB, capacity 60 GB): late in a run
+// bayes_ei/6 is less sure than the additive model that it fits, and surer than bayes_ei/4 (its
+// prior sd on the pair is a third).
+TEST(LateMemoryInteractions, AnUntriedPairIsUncertainButLessThanWithBayesEi4sPrior) {
+  task_spec task;
+  task.name = "pairs";
+  task.knobs = {bool_knob("saver", {"memory-saver"}), bool_knob("hungry", {"memory-hungry"}),
+                bool_knob("overlap")};
+  const double capacity = 60e9;
+  auto base = baseline_configuration(task);
+  auto saver = base;
+  saver.knobs["saver"] = true;
+  auto hungry = base;
+  hungry.knobs["hungry"] = true;
+  auto both = saver;
+  both.knobs["hungry"] = true;
+  std::vector<trial_record> h;
+  std::uint64_t id = 0;
+  for (int i = 0; i < 3; ++i)
+    h.push_back(ok(id++, base, "baseline", 1.0, 50e9 * (1.0 + 0.004 * i)));
+  for (int i = 0; i < 2; ++i) {
+    h.push_back(ok(id++, saver, "explore", 1.0, 45e9 * (1.0 + 0.004 * i)));
+    h.push_back(ok(id++, hungry, "explore", 1.0, 57e9 * (1.0 - 0.004 * i)));
+  }
+  feature_space fs{task, nullptr};
+  auto p_of = [&](const run_memory_options& o) {
+    auto m = fit_run_memory(task, fs, h, nullptr, capacity, o);
+    EXPECT_TRUE(m.fitted) << m.why;
+    return m.p_oom(task, fs, both);
+  };
+  double early = p_of(memory_options_for("bayes_ei/6", 10, 40));
+  double late = p_of(memory_options_for("bayes_ei/6", 20, 40));
+  double additive = p_of(memory_options_for("bayes_ei/5"));
+  double wide = p_of(memory_options_for("bayes_ei/4"));
+  std::cout << "P(OOM) of the untried pair: bayes_ei/6 early " << early << ", late " << late
+            << "; bayes_ei/5 " << additive << ", bayes_ei/4 " << wide << "\n";
+  EXPECT_DOUBLE_EQ(early, additive);
+  EXPECT_LT(additive, 0.01);
+  EXPECT_GT(late, 2.0 * additive);
+  EXPECT_LT(late, wide);
+}
+
+// bayes_ei/6 proposes what bayes_ei/5 does, reason for reason, until its late phase; then its
+// reason says the memory model has the pairs.
+TEST(LateMemoryInteractions, BayesEi6IsBayesEi5UntilItsLatePhase) {
+  auto task = end_game_task();
+  auto base = baseline_configuration(task);
+  auto v5 = make_policy("bayes_ei/5");
+  auto v6 = make_policy("bayes_ei/6");
+  ASSERT_NE(v6, nullptr);
+  EXPECT_EQ(v6->name(), "bayes_ei/6");
+  const std::size_t budget = 40;
+  auto in = toy_input(task, 5, 3);
+  in.search_budget = budget;
+  std::uint64_t id = 0;
+  for (; id < 3; ++id)
+    in.history.push_back(ok(id, base, "baseline", 1.0, 1e9));
+  splitmix64 rng{11};
+  auto space = enumerate_candidates(task, 0);
+  for (std::size_t trial = 0; trial < 20; ++trial) {
+    auto a = v6->plan(in, 1);
+    auto b = v5->plan(in, 1);
+    ASSERT_EQ(a.proposals.size(), 1u);
+    ASSERT_EQ(b.proposals.size(), 1u);
+    EXPECT_EQ(a.proposals[0].config, b.proposals[0].config) << "trial " << trial;
+    EXPECT_EQ(a.proposals[0].reason, b.proposals[0].reason) << "trial " << trial;
+    const auto& c = space[rng.below(space.size())];
+    in.history.push_back(ok(id++, c, "explore", end_game_time(c), 1e9));
+  }
+  auto a = v6->plan(in, 1);
+  ASSERT_EQ(a.proposals.size(), 1u);
+  EXPECT_NE(a.proposals[0].reason.find("; interaction prior sd 0.02 after 20 search trials; "
+                                       "memory model with pairwise interactions (prior sd 0.05)"),
+            std::string::npos)
+    << a.proposals[0].reason;
+  auto b = v5->plan(in, 1);
+  ASSERT_EQ(b.proposals.size(), 1u);
+  EXPECT_EQ(b.proposals[0].reason.find("memory model with pairwise"), std::string::npos);
 }
 
 } // namespace
