@@ -80,6 +80,35 @@ double p_oom_of(const task_spec& task, const std::vector<trial_record>& history,
   return m.p_oom_point(fs.point(task, c), fs.model_size());
 }
 
+/// Two memory settings measured apart and never together: a memory-saver and a memory-hungry
+/// boolean and an untagged one; the baseline at 50 GB (3 trials), the saver alone at 45 GB and
+/// the hungry setting alone at 57 GB (2 trials each); `both` is the untried pair.
+struct pairs_scenario {
+  task_spec task;
+  configuration hungry;
+  configuration both;
+  std::vector<trial_record> h;
+  std::uint64_t id = 0;
+  pairs_scenario() {
+    task.name = "pairs";
+    task.knobs = {bool_knob("saver", {"memory-saver"}), bool_knob("hungry", {"memory-hungry"}),
+                  bool_knob("overlap")};
+    auto base = baseline_configuration(task);
+    auto saver = base;
+    saver.knobs["saver"] = true;
+    hungry = base;
+    hungry.knobs["hungry"] = true;
+    both = saver;
+    both.knobs["hungry"] = true;
+    for (int i = 0; i < 3; ++i)
+      h.push_back(ok(id++, base, "baseline", 1.0, 50e9 * (1.0 + 0.004 * i)));
+    for (int i = 0; i < 2; ++i) {
+      h.push_back(ok(id++, saver, "explore", 1.0, 45e9 * (1.0 + 0.004 * i)));
+      h.push_back(ok(id++, hungry, "explore", 1.0, 57e9 * (1.0 - 0.004 * i)));
+    }
+  }
+};
+
 TEST(MemoryLearning, AnUntriedPairOfMemorySettingsIsUncertainWithInteractions) {
   // Peak memory is not a product of one factor per setting (what pipeline stages save depends on
   // what recomputation keeps). Measured: the baseline at 50 GB, the saver alone at 45 GB, the
@@ -87,26 +116,13 @@ TEST(MemoryLearning, AnUntriedPairOfMemorySettingsIsUncertainWithInteractions) {
   // the two factors, 50 x 0.9 x 1.14 = 51.3 GB, and is sure the pair fits; with interactions
   // (bayes_ei/4) the pair's own coefficient is unknown (prior sd 0.15 in log bytes), so it is
   // not.
-  task_spec task;
-  task.name = "pairs";
-  task.knobs = {bool_knob("saver", {"memory-saver"}), bool_knob("hungry", {"memory-hungry"}),
-                bool_knob("overlap")};
+  pairs_scenario sc;
+  const auto& task = sc.task;
+  const auto& hungry = sc.hungry;
+  const auto& both = sc.both;
+  auto& h = sc.h;
+  auto& id = sc.id;
   const double capacity = 60e9;
-  auto base = baseline_configuration(task);
-  auto saver = base;
-  saver.knobs["saver"] = true;
-  auto hungry = base;
-  hungry.knobs["hungry"] = true;
-  auto both = saver;
-  both.knobs["hungry"] = true;
-  std::vector<trial_record> h;
-  std::uint64_t id = 0;
-  for (int i = 0; i < 3; ++i)
-    h.push_back(ok(id++, base, "baseline", 1.0, 50e9 * (1.0 + 0.004 * i)));
-  for (int i = 0; i < 2; ++i) {
-    h.push_back(ok(id++, saver, "explore", 1.0, 45e9 * (1.0 + 0.004 * i)));
-    h.push_back(ok(id++, hungry, "explore", 1.0, 57e9 * (1.0 - 0.004 * i)));
-  }
   double additive = p_oom_of(task, h, both, capacity, "bayes_ei/3");
   double pairs = p_oom_of(task, h, both, capacity, "bayes_ei/4");
   feature_space fs{task, nullptr};
@@ -513,11 +529,40 @@ TEST(NarrowInteractions, AGainMeasuredBesideASlowSettingAddsUp) {
   EXPECT_GT(std::abs(w.mean + 0.3), std::abs(n.mean + 0.3)) << w.mean << " vs " << n.mean;
 }
 
+/// The end-game toy task's input after `trials` search trials of budget `budget` (three baseline
+/// trials first, then random configurations drawn with `draws`: the toy space is small and a
+/// policy would exhaust what it likes, so both policies see the same trials), expecting `a` and
+/// `b` to propose the same configuration with the same reason before each of them.
+planner_input same_proposals_until(const planner_policy& a, const planner_policy& b,
+                                   std::uint64_t seed, std::uint64_t draws, std::size_t budget,
+                                   std::size_t trials) {
+  auto task = end_game_task();
+  auto base = baseline_configuration(task);
+  auto in = toy_input(task, seed, 3);
+  in.search_budget = budget;
+  std::uint64_t id = 0;
+  for (; id < 3; ++id)
+    in.history.push_back(ok(id, base, "baseline", 1.0, 1e9));
+  splitmix64 rng{draws};
+  auto space = enumerate_candidates(task, 0);
+  for (std::size_t trial = 0; trial < trials; ++trial) {
+    auto pa = a.plan(in, 1);
+    auto pb = b.plan(in, 1);
+    EXPECT_EQ(pa.proposals.size(), 1u) << "trial " << trial;
+    EXPECT_EQ(pb.proposals.size(), 1u) << "trial " << trial;
+    if (pa.proposals.size() == 1 && pb.proposals.size() == 1) {
+      EXPECT_EQ(pa.proposals[0].config, pb.proposals[0].config) << "trial " << trial;
+      EXPECT_EQ(pa.proposals[0].reason, pb.proposals[0].reason) << "trial " << trial;
+    }
+    const auto& c = space[rng.below(space.size())];
+    in.history.push_back(ok(id++, c, "explore", end_game_time(c), 1e9));
+  }
+  return in;
+}
+
 // bayes_ei/5 is bayes_ei/3 until max(20, half the budget) search trials are spent; then its reason
 // names the narrower prior.
 TEST(NarrowInteractions, BayesEi5IsBayesEi3UntilHalfTheBudgetAndAtLeastTwentyTrials) {
-  auto task = end_game_task();
-  auto base = baseline_configuration(task);
   auto v3 = make_policy("bayes_ei/3");
   auto v5 = make_policy("bayes_ei/5");
   ASSERT_NE(v5, nullptr);
@@ -527,25 +572,7 @@ TEST(NarrowInteractions, BayesEi5IsBayesEi3UntilHalfTheBudgetAndAtLeastTwentyTri
   for (std::size_t budget : {40u, 60u}) {
     SCOPED_TRACE("budget " + std::to_string(budget));
     const std::size_t after = std::max<std::size_t>(20, budget / 2);
-    auto in = toy_input(task, 7, 3);
-    in.search_budget = budget;
-    std::uint64_t id = 0;
-    for (; id < 3; ++id)
-      in.history.push_back(ok(id, base, "baseline", 1.0, 1e9));
-    splitmix64 rng{3};
-    auto space = enumerate_candidates(task, 0);
-    for (std::size_t trial = 0; trial < after; ++trial) {
-      auto a = v5->plan(in, 1);
-      auto b = v3->plan(in, 1);
-      ASSERT_EQ(a.proposals.size(), 1u);
-      ASSERT_EQ(b.proposals.size(), 1u);
-      EXPECT_EQ(a.proposals[0].config, b.proposals[0].config) << "trial " << trial;
-      EXPECT_EQ(a.proposals[0].reason, b.proposals[0].reason) << "trial " << trial;
-      // The history: random configurations (the toy space is small; bayes_ei/3 would exhaust
-      // what it likes), so both policies see the same trials.
-      const auto& c = space[rng.below(space.size())];
-      in.history.push_back(ok(id++, c, "explore", end_game_time(c), 1e9));
-    }
+    auto in = same_proposals_until(*v5, *v3, 7, 3, budget, after);
     auto a = v5->plan(in, 1);
     ASSERT_EQ(a.proposals.size(), 1u);
     EXPECT_NE(a.proposals[0].reason.find("; interaction prior sd 0.02 after "
@@ -587,26 +614,11 @@ TEST(LateMemoryInteractions, TheMemoryModelHasPairsFromHalfTheBudgetAndAtLeastTw
 // bayes_ei/6 is less sure than the additive model that it fits, and surer than bayes_ei/4 (its
 // prior sd on the pair is a third).
 TEST(LateMemoryInteractions, AnUntriedPairIsUncertainButLessThanWithBayesEi4sPrior) {
-  task_spec task;
-  task.name = "pairs";
-  task.knobs = {bool_knob("saver", {"memory-saver"}), bool_knob("hungry", {"memory-hungry"}),
-                bool_knob("overlap")};
+  pairs_scenario sc;
+  const auto& task = sc.task;
+  const auto& both = sc.both;
+  const auto& h = sc.h;
   const double capacity = 60e9;
-  auto base = baseline_configuration(task);
-  auto saver = base;
-  saver.knobs["saver"] = true;
-  auto hungry = base;
-  hungry.knobs["hungry"] = true;
-  auto both = saver;
-  both.knobs["hungry"] = true;
-  std::vector<trial_record> h;
-  std::uint64_t id = 0;
-  for (int i = 0; i < 3; ++i)
-    h.push_back(ok(id++, base, "baseline", 1.0, 50e9 * (1.0 + 0.004 * i)));
-  for (int i = 0; i < 2; ++i) {
-    h.push_back(ok(id++, saver, "explore", 1.0, 45e9 * (1.0 + 0.004 * i)));
-    h.push_back(ok(id++, hungry, "explore", 1.0, 57e9 * (1.0 - 0.004 * i)));
-  }
   feature_space fs{task, nullptr};
   auto p_of = [&](const run_memory_options& o) {
     auto m = fit_run_memory(task, fs, h, nullptr, capacity, o);
@@ -628,30 +640,11 @@ TEST(LateMemoryInteractions, AnUntriedPairIsUncertainButLessThanWithBayesEi4sPri
 // bayes_ei/6 proposes what bayes_ei/5 does, reason for reason, until its late phase; then its
 // reason says the memory model has the pairs.
 TEST(LateMemoryInteractions, BayesEi6IsBayesEi5UntilItsLatePhase) {
-  auto task = end_game_task();
-  auto base = baseline_configuration(task);
   auto v5 = make_policy("bayes_ei/5");
   auto v6 = make_policy("bayes_ei/6");
   ASSERT_NE(v6, nullptr);
   EXPECT_EQ(v6->name(), "bayes_ei/6");
-  const std::size_t budget = 40;
-  auto in = toy_input(task, 5, 3);
-  in.search_budget = budget;
-  std::uint64_t id = 0;
-  for (; id < 3; ++id)
-    in.history.push_back(ok(id, base, "baseline", 1.0, 1e9));
-  splitmix64 rng{11};
-  auto space = enumerate_candidates(task, 0);
-  for (std::size_t trial = 0; trial < 20; ++trial) {
-    auto a = v6->plan(in, 1);
-    auto b = v5->plan(in, 1);
-    ASSERT_EQ(a.proposals.size(), 1u);
-    ASSERT_EQ(b.proposals.size(), 1u);
-    EXPECT_EQ(a.proposals[0].config, b.proposals[0].config) << "trial " << trial;
-    EXPECT_EQ(a.proposals[0].reason, b.proposals[0].reason) << "trial " << trial;
-    const auto& c = space[rng.below(space.size())];
-    in.history.push_back(ok(id++, c, "explore", end_game_time(c), 1e9));
-  }
+  auto in = same_proposals_until(*v6, *v5, 5, 11, 40, 20);
   auto a = v6->plan(in, 1);
   ASSERT_EQ(a.proposals.size(), 1u);
   EXPECT_NE(a.proposals[0].reason.find("; interaction prior sd 0.02 after 20 search trials; "
