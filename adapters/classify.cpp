@@ -85,6 +85,26 @@ trial_verdict classify(const trial_observation& obs) {
     if (first == nullptr || c.at_s < first->at_s)
       first = &c;
   }
+  // Collective text is what a rank prints when a peer is gone: a rank that printed none and
+  // died by a signal or exited non-zero before the stop is the cause, although its peers' text
+  // was read first (a rank's output is read as it is written, its death seen when it is reaped).
+  if (first != nullptr && first->kind == kind::collective_text) {
+    auto printed_collective = [&](int rank) {
+      return std::any_of(obs.causes.begin(), obs.causes.end(), [&](const trial_cause& c) {
+        return c.kind == kind::collective_text && c.rank == rank;
+      });
+    };
+    const trial_cause* peer = nullptr;
+    for (const auto& c : obs.causes) {
+      if (obs.stop_began_at_s >= 0 && c.at_s > obs.stop_began_at_s)
+        continue;
+      if ((c.kind == kind::killed_by_signal || c.kind == kind::exit_nonzero) && c.rank >= 0
+          && !printed_collective(c.rank) && (peer == nullptr || c.at_s < peer->at_s))
+        peer = &c;
+    }
+    if (peer != nullptr)
+      first = peer;
+  }
   if (first != nullptr && (failure || !obs.all_exited_zero)) {
     auto v = verdict_for(*first, obs);
     // The exit status of the failing rank is evidence even when OOM or collective text came

@@ -19,7 +19,10 @@
 ///     the clock: launch_error when it happened before the reporting rank's first metrics line
 ///     (start-up: a bad argument, an import error, a failed rendezvous), else crash.
 ///     Collective text is evidence of a failure, not a failure by itself: when the only causes
-///     before the stop are collective text (every rank exited 0), rule 3 decides.
+///     before the stop are collective text (every rank exited 0), rule 3 decides; when a rank
+///     that printed no collective text died by a signal or exited non-zero before the stop, that
+///     rank's exit decides, although its peers' collective errors were read first (a killed
+///     rank is seen when it is reaped, its peers' "connection reset by peer" as it is printed).
 ///     A launch_error or crash of a rank quotes the tail of that rank's stderr (stderr_tail):
 ///     "; stderr: LINE | LINE | ... | EXCEPTION LINE".
 ///  3. No cause: every rank exited 0. ok, unless a final metrics line was required and missing

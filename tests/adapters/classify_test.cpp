@@ -210,6 +210,35 @@ TEST(Classify, CollectiveTextAloneDecidesNothing) {
   EXPECT_EQ(v.detail.rfind("collective communication failed: rank 1: ", 0), 0u) << v.detail;
 }
 
+TEST(Classify, APeerKilledBySignalIsTheCauseOfTheOthersCollectiveErrors) {
+  // Rank 1 is killed (SIGKILL) during training; rank 0's gloo read fails at once and is read
+  // from its stderr before the launcher reaps rank 1, which starts the stop.
+  auto o = base();
+  o.first_metrics_at_s = 1.0;
+  o.causes = {{kind::collective_text, 4.0, 0, 0, "connection reset by peer: Read error"},
+              {kind::killed_by_signal, 4.2, 1, 9, "killed by signal 9 (Killed)"},
+              {kind::exit_nonzero, 4.3, 0, 1, "exited with status 1"}};
+  o.stop_began_at_s = 4.2;
+  auto v = classify(o);
+  EXPECT_EQ(v.outcome, wire::Outcome::Crash);
+  EXPECT_EQ(v.detail.rfind("rank 1: killed by signal 9", 0), 0u) << v.detail;
+  EXPECT_EQ(v.exit_code, -9);
+  // A rank that printed the collective error itself and then exited is not a peer: the
+  // collective error stays the cause.
+  o.causes = {{kind::collective_text, 4.0, 0, 0, "connection reset by peer: Read error"},
+              {kind::exit_nonzero, 4.2, 0, 1, "exited with status 1"}};
+  v = classify(o);
+  EXPECT_EQ(v.detail.rfind("collective communication failed: rank 0: ", 0), 0u) << v.detail;
+  EXPECT_EQ(v.exit_code, 1);
+  // A peer's death after the stop began is a consequence, not the cause.
+  o.causes = {{kind::collective_text, 4.0, 0, 0, "connection reset by peer: Read error"},
+              {kind::exit_nonzero, 4.1, 0, 1, "exited with status 1"},
+              {kind::killed_by_signal, 4.5, 1, 15, "killed by signal 15 (Terminated)"}};
+  o.stop_began_at_s = 4.1;
+  v = classify(o);
+  EXPECT_EQ(v.detail.rfind("collective communication failed: rank 0: ", 0), 0u) << v.detail;
+}
+
 TEST(Classify, CollectiveFailureAtStartIsLaunchError) {
   auto o = base();
   o.causes = {{kind::collective_text, 1.0, 0, 0, "distributed network error: ..."},
