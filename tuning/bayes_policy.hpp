@@ -1,6 +1,7 @@
 #pragma once
 /// @file bayes_policy.hpp
-/// The default search policy, "bayes_ei/1" (issue 6, part 4): model-based, batch, joint over
+/// The model-based search policies, "bayes_ei/1" (issue 6, part 4) to "bayes_ei/6" (the default;
+/// tuning::default_policy_name): batch, joint over
 /// knobs and code patches, learning from every trial including out-of-memory ones.
 ///
 ///  1. Candidates: tuning::enumerate_candidates (the whole space when it has at most 20,000

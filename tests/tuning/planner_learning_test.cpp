@@ -1,6 +1,6 @@
-// Tests for issue 18: the default policy bayes_ei/2 learns memory from few trials, blames
-// failures on the settings that cause them, pairs only with real memory savers; the failure
-// model (tuning/failure_model).
+// Tests for issue 18: bayes_ei/2 (the default when they were written) and the default policy
+// learn memory from few trials, blame failures on the settings that cause them, pair only with
+// real memory savers; the failure model (tuning/failure_model).
 
 #include <cmath>
 #include <cstdlib>
@@ -70,14 +70,20 @@ task_spec memory_task() {
 /// P(OOM) of `c` as the policy sees it (run_memory_model::p_oom), or from the censored fit alone
 /// (`fit_only`: without the monotone rule).
 double p_oom_of(const task_spec& task, const std::vector<trial_record>& history,
-                const configuration& c, double capacity, const std::string& policy,
+                const configuration& c, double capacity, const run_memory_options& options,
                 bool fit_only = false) {
   feature_space fs{task, nullptr};
-  auto m = fit_run_memory(task, fs, history, nullptr, capacity, memory_options_for(policy));
+  auto m = fit_run_memory(task, fs, history, nullptr, capacity, options);
   EXPECT_TRUE(m.fitted) << m.why;
   if (!fit_only)
     return m.p_oom(task, fs, c);
   return m.p_oom_point(fs.point(task, c), fs.model_size());
+}
+
+double p_oom_of(const task_spec& task, const std::vector<trial_record>& history,
+                const configuration& c, double capacity, const std::string& policy,
+                bool fit_only = false) {
+  return p_oom_of(task, history, c, capacity, memory_options_for(policy), fit_only);
 }
 
 /// Two memory settings measured apart and never together: a memory-saver and a memory-hungry
@@ -155,38 +161,52 @@ TEST(MemoryLearning, AnUntriedPairOfMemorySettingsIsUncertainWithInteractions) {
   EXPECT_FALSE(memory_options_for("bayes_ei/3").interactions);
 }
 
+// For bayes_ei/2 and the default policy, early and (bayes_ei/6) late in a run: the memory model
+// of the trials so far, as memory_options_for gives it at that point of a 40-trial budget.
 TEST(MemoryLearning, OneOomOfMicroBatch8MakesMicroBatch16LikelyToRunOutOfMemory) {
-  auto task = memory_task();
-  const double capacity = 80e9;
-  auto base = baseline_configuration(task);
-  std::vector<trial_record> h;
-  for (std::uint64_t i = 0; i < 3; ++i)
-    h.push_back(ok(i, base, "baseline", 1.0, 30e9 * (1.0 + 0.005 * static_cast<double>(i))));
-  auto mb8 = base;
-  mb8.knobs["micro_batch"] = std::int64_t{8};
-  auto mb16 = base;
-  mb16.knobs["micro_batch"] = std::int64_t{16};
-  double before = p_oom_of(task, h, mb16, capacity, "bayes_ei/2");
-  auto oom = finished(3, mb8, "explore");
-  oom.outcome = trial_outcome::oom;
-  h.push_back(oom);
-  double after = p_oom_of(task, h, mb16, capacity, "bayes_ei/2");
-  double fit_before = p_oom_of(task, {h.begin(), h.end() - 1}, mb16, capacity, "bayes_ei/2", true);
-  double fit_after = p_oom_of(task, h, mb16, capacity, "bayes_ei/2", true);
-  std::cout << "P(OOM) micro_batch 16: " << before << " before, " << after
-            << " after one OOM of micro_batch 8 (the censored fit alone: " << fit_before << " -> "
-            << fit_after << ")\n";
-  EXPECT_GT(after, 0.8);
-  EXPECT_GT(after, before);
-  EXPECT_GT(fit_after, fit_before);
-  // The same micro-batch with another, memory-neutral setting changed shares the OOM'd value.
-  auto mb16_overlap = mb16;
-  mb16_overlap.knobs["overlap"] = true;
-  EXPECT_GT(p_oom_of(task, h, mb16_overlap, capacity, "bayes_ei/2"), 0.8);
-  // And a smaller micro-batch that fits by a wide margin stays likely to fit.
-  auto mb2 = base;
-  mb2.knobs["micro_batch"] = std::int64_t{2};
-  EXPECT_LT(p_oom_of(task, h, mb2, capacity, "bayes_ei/2"), 0.2);
+  struct phase {
+    std::string policy;
+    std::size_t spent;
+  };
+  for (const auto& [policy, spent] : {phase{"bayes_ei/2", 0}, phase{default_policy_name, 0},
+                                      phase{default_policy_name, 30}}) {
+    SCOPED_TRACE(policy + " after " + std::to_string(spent) + " of 40 search trials");
+    auto options = memory_options_for(policy, spent, 40);
+    if (spent == 30) { // the default's late phase: the model with pairs
+      EXPECT_TRUE(options.interactions);
+    }
+    auto task = memory_task();
+    const double capacity = 80e9;
+    auto base = baseline_configuration(task);
+    std::vector<trial_record> h;
+    for (std::uint64_t i = 0; i < 3; ++i)
+      h.push_back(ok(i, base, "baseline", 1.0, 30e9 * (1.0 + 0.005 * static_cast<double>(i))));
+    auto mb8 = base;
+    mb8.knobs["micro_batch"] = std::int64_t{8};
+    auto mb16 = base;
+    mb16.knobs["micro_batch"] = std::int64_t{16};
+    double before = p_oom_of(task, h, mb16, capacity, options);
+    auto oom = finished(3, mb8, "explore");
+    oom.outcome = trial_outcome::oom;
+    h.push_back(oom);
+    double after = p_oom_of(task, h, mb16, capacity, options);
+    double fit_before = p_oom_of(task, {h.begin(), h.end() - 1}, mb16, capacity, options, true);
+    double fit_after = p_oom_of(task, h, mb16, capacity, options, true);
+    std::cout << "P(OOM) micro_batch 16: " << before << " before, " << after
+              << " after one OOM of micro_batch 8 (the censored fit alone: " << fit_before << " -> "
+              << fit_after << ")\n";
+    EXPECT_GT(after, 0.8);
+    EXPECT_GT(after, before);
+    EXPECT_GT(fit_after, fit_before);
+    // The same micro-batch with another, memory-neutral setting changed shares the OOM'd value.
+    auto mb16_overlap = mb16;
+    mb16_overlap.knobs["overlap"] = true;
+    EXPECT_GT(p_oom_of(task, h, mb16_overlap, capacity, options), 0.8);
+    // And a smaller micro-batch that fits by a wide margin stays likely to fit.
+    auto mb2 = base;
+    mb2.knobs["micro_batch"] = std::int64_t{2};
+    EXPECT_LT(p_oom_of(task, h, mb2, capacity, options), 0.2);
+  }
 }
 
 TEST(MemoryLearning, RepeatedOomsMoveTheModelNotItsNoise) {
@@ -253,44 +273,47 @@ trial_record run_crashy(std::uint64_t id, const configuration& c) {
 TEST(FailureBlame, AWorkloadThatCrashesWithMoreThanOneRankGetsItAtMostTwiceInTwelveTrials) {
   auto task = crashy_task();
   auto base = baseline_configuration(task);
-  auto policy = make_policy("bayes_ei/2");
-  ASSERT_NE(policy, nullptr);
-  for (std::uint64_t seed : {1, 2, 3, 4, 5}) {
-    auto in = toy_input(task, seed, 4);
-    std::uint64_t id = 0;
-    for (; id < 3; ++id)
-      in.history.push_back(ok(id, base, "baseline", 1.0, 1e9));
-    int multi_rank = 0;
-    bool bf16_usable = false;
-    proposal_batch last;
-    for (int trial = 0; trial < 12; ++trial) {
+  for (const std::string name : {"bayes_ei/2", default_policy_name}) {
+    SCOPED_TRACE(name);
+    auto policy = make_policy(name);
+    ASSERT_NE(policy, nullptr);
+    for (std::uint64_t seed : {1, 2, 3, 4, 5}) {
+      auto in = toy_input(task, seed, 4);
+      std::uint64_t id = 0;
+      for (; id < 3; ++id)
+        in.history.push_back(ok(id, base, "baseline", 1.0, 1e9));
+      int multi_rank = 0;
+      bool bf16_usable = false;
+      proposal_batch last;
+      for (int trial = 0; trial < 12; ++trial) {
+        last = policy->plan(in, 1);
+        if (last.proposals.empty())
+          break;
+        const auto& c = last.proposals.front().config;
+        multi_rank += int_of(c, "world_size") > 1 ? 1 : 0;
+        auto r = run_crashy(id++, c);
+        if (std::getenv("DEBUG_BLAME"))
+          std::cout << "  " << c.diff_from(base) << " -> " << to_string(r.outcome) << " | " << last.proposals.front().reason << "\n";
+        bf16_usable = bf16_usable
+                      || (r.usable() && std::get<std::string>(c.knobs.at("dtype")) == "bfloat16");
+        in.history.push_back(r);
+      }
       last = policy->plan(in, 1);
-      if (last.proposals.empty())
-        break;
-      const auto& c = last.proposals.front().config;
-      multi_rank += int_of(c, "world_size") > 1 ? 1 : 0;
-      auto r = run_crashy(id++, c);
-      if (std::getenv("DEBUG_BLAME"))
-        std::cout << "  " << c.diff_from(base) << " -> " << to_string(r.outcome) << " | " << last.proposals.front().reason << "\n";
-      bf16_usable = bf16_usable
-                    || (r.usable() && std::get<std::string>(c.knobs.at("dtype")) == "bfloat16");
-      in.history.push_back(r);
-    }
-    last = policy->plan(in, 1);
-    std::cout << "seed " << seed << ": world_size > 1 in " << multi_rank
-              << " of 12 trials; blamed:";
-    for (const auto& b : last.blamed)
-      std::cout << " [" << b << "]";
-    std::cout << "\n";
-    EXPECT_LE(multi_rank, 2) << "seed " << seed;
-    // The crash is not pinned on the numerics knob: bfloat16 ran in a usable trial.
-    EXPECT_TRUE(bf16_usable) << "seed " << seed;
-    // Once world_size > 1 failed twice, the batch names it with the convicting trials.
-    if (multi_rank == 2) {
-      bool named = false;
+      std::cout << "seed " << seed << ": world_size > 1 in " << multi_rank
+                << " of 12 trials; blamed:";
       for (const auto& b : last.blamed)
-        named = named || b.rfind("world_size", 0) == 0;
-      EXPECT_TRUE(named) << "seed " << seed;
+        std::cout << " [" << b << "]";
+      std::cout << "\n";
+      EXPECT_LE(multi_rank, 2) << "seed " << seed;
+      // The crash is not pinned on the numerics knob: bfloat16 ran in a usable trial.
+      EXPECT_TRUE(bf16_usable) << "seed " << seed;
+      // Once world_size > 1 failed twice, the batch names it with the convicting trials.
+      if (multi_rank == 2) {
+        bool named = false;
+        for (const auto& b : last.blamed)
+          named = named || b.rfind("world_size", 0) == 0;
+        EXPECT_TRUE(named) << "seed " << seed;
+      }
     }
   }
 }
@@ -361,51 +384,54 @@ TEST(Pairing, NeverPicksAMemoryRaisingSaver) {
   auto task = pairing_task();
   const double capacity = 80e9;
   auto base = baseline_configuration(task);
-  auto policy = make_policy("bayes_ei/2");
-  int paired = 0;
-  for (std::uint64_t seed = 1; seed <= 6; ++seed) {
-    auto in = toy_input(task, seed, 3);
-    in.memory_capacity_bytes = capacity;
-    std::uint64_t id = 0;
-    for (; id < 3; ++id)
-      in.history.push_back(ok(id, base, "baseline", 1.0, pairing_memory(base)));
-    for (int trial = 0; trial < 14; ++trial) {
-      auto batch = policy->plan(in, 1);
-      if (batch.proposals.empty())
-        break;
-      const auto& p = batch.proposals.front();
-      auto r = finished(id++, p.config, "explore");
-      double mem = pairing_memory(p.config);
-      if (p.reason.find("paired ") != std::string::npos) {
-        ++paired;
-        // The saver is the one change between the hungry configuration and the proposal:
-        // undoing it must give a configuration that needs more memory.
-        bool found = false;
-        for (const auto& hungry : single_changes(task, p.config))
-          if (p.reason.find("paired " + hungry.diff_from(base) + " (") != std::string::npos) {
-            found = true;
-            EXPECT_LT(mem, pairing_memory(hungry)) << p.reason;
-          }
-        EXPECT_TRUE(found) << p.reason;
+  for (const std::string name : {"bayes_ei/2", default_policy_name}) {
+    SCOPED_TRACE(name);
+    auto policy = make_policy(name);
+    int paired = 0;
+    for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+      auto in = toy_input(task, seed, 3);
+      in.memory_capacity_bytes = capacity;
+      std::uint64_t id = 0;
+      for (; id < 3; ++id)
+        in.history.push_back(ok(id, base, "baseline", 1.0, pairing_memory(base)));
+      for (int trial = 0; trial < 14; ++trial) {
+        auto batch = policy->plan(in, 1);
+        if (batch.proposals.empty())
+          break;
+        const auto& p = batch.proposals.front();
+        auto r = finished(id++, p.config, "explore");
+        double mem = pairing_memory(p.config);
+        if (p.reason.find("paired ") != std::string::npos) {
+          ++paired;
+          // The saver is the one change between the hungry configuration and the proposal:
+          // undoing it must give a configuration that needs more memory.
+          bool found = false;
+          for (const auto& hungry : single_changes(task, p.config))
+            if (p.reason.find("paired " + hungry.diff_from(base) + " (") != std::string::npos) {
+              found = true;
+              EXPECT_LT(mem, pairing_memory(hungry)) << p.reason;
+            }
+          EXPECT_TRUE(found) << p.reason;
+        }
+        if (mem > capacity) {
+          r.outcome = trial_outcome::oom;
+        } else {
+          r.outcome = trial_outcome::ok;
+          const auto& rc = std::get<std::string>(p.config.knobs.at("recompute"));
+          double y = -0.2 * std::log2(static_cast<double>(int_of(p.config, "micro_batch")))
+                     + (rc == "none" ? -0.3 : rc == "selective" ? -0.15 : 0.0)
+                     + (int_of(p.config, "tp") == 2 ? 0.05 : 0.0)
+                     + (std::get<bool>(p.config.knobs.at("overlap")) ? -0.05 : 0.0);
+          r.timed_step_time_s = std::exp(y);
+          r.peak_memory_bytes = static_cast<std::uint64_t>(mem);
+          r.device_seconds = 10.0 * r.timed_step_time_s;
+        }
+        in.history.push_back(r);
       }
-      if (mem > capacity) {
-        r.outcome = trial_outcome::oom;
-      } else {
-        r.outcome = trial_outcome::ok;
-        const auto& rc = std::get<std::string>(p.config.knobs.at("recompute"));
-        double y = -0.2 * std::log2(static_cast<double>(int_of(p.config, "micro_batch")))
-                   + (rc == "none" ? -0.3 : rc == "selective" ? -0.15 : 0.0)
-                   + (int_of(p.config, "tp") == 2 ? 0.05 : 0.0)
-                   + (std::get<bool>(p.config.knobs.at("overlap")) ? -0.05 : 0.0);
-        r.timed_step_time_s = std::exp(y);
-        r.peak_memory_bytes = static_cast<std::uint64_t>(mem);
-        r.device_seconds = 10.0 * r.timed_step_time_s;
-      }
-      in.history.push_back(r);
     }
+    std::cout << paired << " paired proposals over 6 seeds\n";
+    EXPECT_GT(paired, 0) << "no proposal was a pair: the check above never ran";
   }
-  std::cout << paired << " paired proposals over 6 seeds\n";
-  EXPECT_GT(paired, 0) << "no proposal was a pair: the check above never ran";
 }
 
 // --- the end game (bayes_ei/3) ------------------------------------------------------------------
