@@ -15,7 +15,7 @@
 // instead prints what POLICY proposes at N = 100, 1,000 and 10,000 (batches of 1 and 4: each
 // proposal's configuration, predicted speedup, P(OOM) and reason, the blamed settings and the
 // stop reason), so that a speed change can be checked to keep the proposals byte for byte
-// (diff two dumps).
+// (diff two dumps); --dump-proposals=POLICY-late with the "-late" benchmarks' budget.
 
 #include <cstdio>
 #include <cstring>
@@ -95,8 +95,13 @@ void proposal_step(benchmark::State& state, const std::string& policy_name, bool
       static_cast<double>(proposed) / static_cast<double>(state.iterations());
 }
 
-/// --dump-proposals: the proposals of `policy_name` at each N, as text.
-int dump_proposals(const std::string& policy_name) {
+/// --dump-proposals: the proposals of `policy_name` at each N, as text ("NAME-late": with the
+/// budget of the "-late" benchmarks, input_at's `late`).
+int dump_proposals(std::string policy_name) {
+  const bool late =
+    policy_name.size() > 5 && policy_name.compare(policy_name.size() - 5, 5, "-late") == 0;
+  if (late)
+    policy_name.resize(policy_name.size() - 5);
   auto policy = tuning::make_policy(policy_name);
   if (!policy) {
     std::cerr << "infrarsi_planner_bench: --dump-proposals: unknown policy " << policy_name << "\n";
@@ -108,10 +113,11 @@ int dump_proposals(const std::string& policy_name) {
     return std::string{buf};
   };
   for (std::size_t n : {100, 1000, 10000}) {
-    auto in = input_at(n);
+    auto in = input_at(n, late);
     for (std::size_t batch : {1, 4}) {
       auto out = policy->plan(in, batch);
-      std::cout << "== " << policy_name << " trials=" << n << " batch=" << batch << "\n";
+      std::cout << "== " << policy_name << (late ? " late" : "") << " trials=" << n
+                << " batch=" << batch << "\n";
       for (const auto& p : out.proposals)
         std::cout << p.config.key() << "\n  speedup " << num(p.predicted_speedup) << " prior "
                   << (p.prior_speedup ? num(*p.prior_speedup) : "-") << " p_oom "
@@ -154,8 +160,10 @@ int main(int argc, char** argv) {
     g_eval.reset();
     return rc;
   }
-  // "plan/bayes_ei/6-late": the default policy in the second half of a run (input_at's `late`).
+  // "plan/bayes_ei/7-late": the default policy in the second half of a run (input_at's `late`).
   for (const auto& [name, late] : std::vector<std::pair<const char*, bool>>{
+         {"bayes_ei/7", false},
+         {"bayes_ei/7", true},
          {"bayes_ei/6", false},
          {"bayes_ei/6", true},
          {"bayes_ei/5", false},

@@ -189,8 +189,13 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
   if (options_.late_memory_interactions && memory_options.interactions)
     narrowed += "; memory model with pairwise interactions (prior sd "
                 + fmt("%.2f", memory_options.interaction_sd) + ")";
+  // The monotone rule is applied from history_facts::dominated_by_oom (the minimal OOMs), so
+  // the model need not copy every OOM configuration (run_memory_model::ooms; 1,600 knob maps at
+  // 10,000 trials): the fit itself does not depend on `monotone`.
+  auto fitted_options = memory_options;
+  fitted_options.monotone = false;
   auto memory = fit_run_memory(task, fs, in.history, enc.point, in.priors, in.memory_capacity_bytes,
-                               memory_options);
+                               fitted_options);
   const memory_fit& mem = memory.fit;
   const bool have_mem = memory.fitted;
   auto p_oom = [&](const sparse_features& sx) {

@@ -75,7 +75,7 @@ run_memory_options memory_options_for(const std::string& policy_name) {
   run_memory_options o;
   o.tag_priors = o.tight_sigma = o.monotone = o.ep =
     policy_name == "bayes_ei/2" || policy_name == "bayes_ei/3" || policy_name == "bayes_ei/4"
-    || policy_name == "bayes_ei/5" || policy_name == "bayes_ei/6";
+    || policy_name == "bayes_ei/5" || policy_name == "bayes_ei/6" || policy_name == "bayes_ei/7";
   o.interactions = policy_name == "bayes_ei/4";
   return o;
 }
@@ -83,10 +83,12 @@ run_memory_options memory_options_for(const std::string& policy_name) {
 run_memory_options memory_options_for(const std::string& policy_name, std::size_t search_spent,
                                       std::size_t search_budget) {
   auto o = memory_options_for(policy_name);
-  if (policy_name == "bayes_ei/6"
+  if ((policy_name == "bayes_ei/6" || policy_name == "bayes_ei/7")
       && search_spent >= bayes_ei_cost::options{}.late_after(search_budget)) {
     o.interactions = true;
     o.interaction_sd = 0.05;
+    if (policy_name == "bayes_ei/7")
+      o.interaction_ep = ep_options{1e-4, 1e-6, true};
   }
   return o;
 }
@@ -158,7 +160,7 @@ void fit_interactions(const task_spec& task, const feature_space& fs,
   sparse.reserve(obs.size());
   for (std::size_t k = 0; k < obs.size(); ++k)
     sparse.push_back({out.expand(point[obs_trial[k]], M), obs[k].bytes, obs[k].oom});
-  auto fit = ep_posterior_sparse(sparse, priors, out.fit.sigma);
+  auto fit = ep_posterior_sparse(sparse, priors, out.fit.sigma, options.interaction_ep);
   if (!fit.converged) {
     out.pairs.clear();
     out.pair_index.clear();

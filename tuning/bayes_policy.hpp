@@ -1,6 +1,6 @@
 #pragma once
 /// @file bayes_policy.hpp
-/// The model-based search policies, "bayes_ei/1" (issue 6, part 4) to "bayes_ei/6" (the default;
+/// The model-based search policies, "bayes_ei/1" (issue 6, part 4) to "bayes_ei/7" (the default;
 /// tuning::default_policy_name): batch, joint over
 /// knobs and code patches, learning from every trial including out-of-memory ones.
 ///
@@ -90,9 +90,10 @@ private:
 /// "bayes_ei/2" (issue 18), "bayes_ei/3": bayes_ei/2 with the end game of options::end_game,
 /// "bayes_ei/4": bayes_ei/3 whose memory model has the pairwise interactions of the
 /// memory-tagged knobs (options::memory_interactions), "bayes_ei/5": bayes_ei/3 whose time model
-/// narrows its interaction prior in the second half of a run (options::late_interaction_sd), and
-/// "bayes_ei/6", the default policy: bayes_ei/5 whose memory model gains the pairwise
-/// interactions (prior sd 0.05) at the same point (options::late_memory_interactions).
+/// narrows its interaction prior in the second half of a run (options::late_interaction_sd),
+/// "bayes_ei/6": bayes_ei/5 whose memory model gains the pairwise interactions (prior sd 0.05)
+/// at the same point (options::late_memory_interactions), and "bayes_ei/7", the default policy:
+/// bayes_ei/6 with a cheaper EP for those interactions (options::late_lean_ep).
 /// bayes_ei/2 is
 /// bayes_ei/1's models and batch, with
 ///  1. no enumeration of the space: candidates are the single changes of the baseline and of the
@@ -159,6 +160,14 @@ public:
     /// short run gains most from. Chosen on the four sim tasks (bench/README.md, "Memory
     /// interactions late (bayes_ei/6)").
     bool late_memory_interactions = false;
+    /// "bayes_ei/7": bayes_ei/6 whose late memory model iterates its EP more loosely and
+    /// cheaply (run_memory_options::interaction_ep: sweeps stop when no site moves by 1e-4 log
+    /// bytes instead of 1e-6, a site that would move by less than 1e-6 is left, and each block
+    /// of rank-one updates goes to one triangle of the covariance): the same posterior to about
+    /// 2e-6 in the coefficients, in about half the time (a late proposal step at 10,000 trials;
+    /// bench/README.md, "bayes_ei/7"). Before its late phase it is bayes_ei/6, proposal for
+    /// proposal.
+    bool late_lean_ep = false;
     [[nodiscard]] std::size_t late_after(std::size_t search_budget) const {
       auto share = static_cast<std::size_t>(
         std::ceil(late_after_share * static_cast<double>(search_budget)));
@@ -169,6 +178,7 @@ public:
   explicit bayes_ei_cost(options o) : options_(o) {}
   [[nodiscard]] std::string name() const override {
     return options_.memory_interactions       ? "bayes_ei/4"
+           : options_.late_lean_ep             ? "bayes_ei/7"
            : options_.late_memory_interactions ? "bayes_ei/6"
            : options_.late_interaction_sd > 0  ? "bayes_ei/5"
            : options_.end_game               ? "bayes_ei/3"
@@ -259,15 +269,20 @@ struct run_memory_options {
   /// only.
   bool interactions = false;
   double interaction_sd = 0.15;
+  /// How the interactions' EP iterates (tuning::ep_options): the defaults for bayes_ei/4 and
+  /// bayes_ei/6; bayes_ei/7 stops at 1e-4 and applies its updates to one triangle.
+  ep_options interaction_ep;
 };
 
 /// The options of the named policy at the start of a run ("bayes_ei/4": all on; "bayes_ei/2",
-/// "bayes_ei/3", "bayes_ei/5", "bayes_ei/6": all on but `interactions`; anything else: all off).
+/// "bayes_ei/3", "bayes_ei/5", "bayes_ei/6", "bayes_ei/7": all on but `interactions`; anything
+/// else: all off).
 run_memory_options memory_options_for(const std::string& policy_name);
 /// The options of the named policy once `search_spent` search trials of `search_budget` (0:
-/// unknown) are spent (tuning::search_trials_spent): those above, but for "bayes_ei/6", which
-/// has `interactions` at sd 0.05 from bayes_ei_cost::options::late_after(search_budget) trials
-/// on (max(20, half the budget)). The policy, the report's memory model and the experience
+/// unknown) are spent (tuning::search_trials_spent): those above, but for "bayes_ei/6" and
+/// "bayes_ei/7", which have `interactions` at sd 0.05 from
+/// bayes_ei_cost::options::late_after(search_budget) trials on (max(20, half the budget));
+/// bayes_ei/7's with `interaction_ep` {1e-4, 1e-6, triangle}. The policy, the report's memory model and the experience
 /// seeds' P(OOM) call this, so they see the model the proposals saw.
 run_memory_options memory_options_for(const std::string& policy_name, std::size_t search_spent,
                                       std::size_t search_budget);

@@ -34,7 +34,7 @@ std::string seed_refusal(const planner_input& in, const configuration& seed,
     return "it is the baseline configuration (the doctor measures it)";
   feature_space fs{task, in.priors};
   history_facts facts{task, fs, in.history};
-  if (facts.tried.count(seed.key()) != 0)
+  if (facts.was_tried(seed, seed.key()))
     return "it was tried in this run already";
   for (const auto& p : seed.patches)
     if (std::find(in.excluded_patches.begin(), in.excluded_patches.end(), p) !=

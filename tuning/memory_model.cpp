@@ -460,6 +460,12 @@ memory_fit ep_posterior(const std::vector<memory_observation>& data,
 
 memory_fit ep_posterior_sparse(const std::vector<sparse_memory_observation>& data,
                                const std::vector<coefficient_prior>& priors, double sigma) {
+  return ep_posterior_sparse(data, priors, sigma, ep_options{});
+}
+
+memory_fit ep_posterior_sparse(const std::vector<sparse_memory_observation>& data,
+                               const std::vector<coefficient_prior>& priors, double sigma,
+                               const ep_options& options) {
   memory_fit out;
   const auto p = static_cast<Eigen::Index>(priors.size());
   if (p == 0 || !(sigma > 0))
@@ -504,8 +510,9 @@ memory_fit ep_posterior_sparse(const std::vector<sparse_memory_observation>& dat
   // and the block's earlier updates (C x = C0 x - sum_j k_j s_j (s_j' x), O(p) each). The same
   // sequential EP, in another order of additions.
   constexpr Eigen::Index block = 32;
-  Eigen::MatrixXd pending(p, block);
+  Eigen::MatrixXd pending(options.triangle ? 0 : p, block);
   Eigen::VectorXd pending_k(block);
+  Eigen::MatrixXd scaled(options.triangle ? p : 0, options.triangle ? block : 0);
   Eigen::Index used = 0;
   auto apply_pending = [&] {
     if (used == 0)
@@ -515,7 +522,76 @@ memory_fit ep_posterior_sparse(const std::vector<sparse_memory_observation>& dat
     used = 0;
   };
   int sweep = 0;
-  for (; sweep < 50 && !censored.empty(); ++sweep) {
+  if (options.triangle) {
+    // The pending updates' columns as rows (row a: the pending columns' entries a), so that a
+    // site's products with them, w_j = s_j' x, gather few contiguous rows.
+    Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> rows(p, block);
+    Eigen::VectorXd w(block);
+    auto apply_rows = [&] {
+      if (used == 0)
+        return;
+      const auto s = rows.leftCols(used);
+      scaled.leftCols(used) = s * pending_k.head(used).asDiagonal();
+      cov.triangularView<Eigen::Lower>() -= s * scaled.leftCols(used).transpose();
+      cov.triangularView<Eigen::StrictlyUpper>() = cov.transpose();
+      used = 0;
+    };
+    for (; sweep < 50 && !censored.empty(); ++sweep) {
+      double change = 0.0;
+      for (std::size_t i = 0; i < censored.size(); ++i) {
+        const auto& o = *censored[i];
+        // v = x' C x, C = cov - sum_j k_j s_j s_j': the quadratic form over x's entries of the
+        // applied covariance (lower triangle), less the pending updates' k_j w_j^2.
+        auto wu = w.head(used);
+        wu.setZero();
+        double v = 0.0;
+        double m = 0.0;
+        for (std::size_t e = 0; e < o.x.size(); ++e) {
+          const auto [a, va] = o.x[e];
+          const double* col = cov.data() + a * p;
+          double below = 0.0;
+          for (std::size_t f = e + 1; f < o.x.size(); ++f)
+            below += o.x[f].second * col[o.x[f].first];
+          v += va * (va * col[a] + 2.0 * below);
+          m += va * mean[a];
+          if (used > 0)
+            wu += va * rows.row(a).head(used).transpose();
+        }
+        if (used > 0)
+          v -= (pending_k.head(used).array() * wu.array().square()).sum();
+        double tau_new = 0.0;
+        double nu_new = 0.0;
+        if (!site_update(m, v, tau[i], nu[i], s2, o.bytes, tau_new, nu_new))
+          continue;
+        double dt = tau_new - tau[i];
+        double dn = nu_new - nu[i];
+        double moved = std::max(std::abs(dt) * v, std::abs(dn) * std::sqrt(v));
+        change = std::max(change, moved);
+        if (moved < options.skip)
+          continue;
+        tau[i] = tau_new;
+        nu[i] = nu_new;
+        // C x, from the applied covariance's columns and the pending rows.
+        sx.setZero();
+        for (const auto& [a, va] : o.x)
+          sx += va * cov.col(a);
+        if (used > 0)
+          sx.noalias() -= rows.leftCols(used) * (pending_k.head(used).array() * wu.array()).matrix();
+        double k = dt / (1.0 + dt * v);
+        for (const auto& [a, va] : o.x)
+          h[a] += dn * va;
+        mean += sx * (dn - k * m - k * dn * v);
+        rows.col(used) = sx;
+        pending_k[used] = k;
+        if (++used == block)
+          apply_rows();
+      }
+      if (change < options.stop)
+        break;
+    }
+    apply_rows();
+  }
+  for (; !options.triangle && sweep < 50 && !censored.empty(); ++sweep) {
     double change = 0.0;
     for (std::size_t i = 0; i < censored.size(); ++i) {
       const auto& o = *censored[i];
@@ -542,7 +618,7 @@ memory_fit ep_posterior_sparse(const std::vector<sparse_memory_observation>& dat
       double dn = nu_new - nu[i];
       double moved = std::max(std::abs(dt) * v, std::abs(dn) * std::sqrt(v));
       change = std::max(change, moved);
-      if (moved < 1e-8)
+      if (moved < options.skip)
         continue;
       tau[i] = tau_new;
       nu[i] = nu_new;
@@ -557,7 +633,7 @@ memory_fit ep_posterior_sparse(const std::vector<sparse_memory_observation>& dat
       if (++used == block)
         apply_pending();
     }
-    if (change < 1e-6)
+    if (change < options.stop)
       break;
   }
   apply_pending();

@@ -289,9 +289,9 @@ std::vector<proposal> seeded_local_search::propose(const planner_input& in, std:
 namespace infrarsi::tuning {
 
 std::vector<std::string> policy_names() {
-  return {"bayes_ei/6",          "bayes_ei/5",          "bayes_ei/4", "bayes_ei/3",
-          "bayes_ei/2",          "bayes_ei/1",          "seeded_local_search/1", "random/1",
-          "greedy_coordinate/1", "settings_only/1"};
+  return {"bayes_ei/7", "bayes_ei/6",          "bayes_ei/5",          "bayes_ei/4",
+          "bayes_ei/3", "bayes_ei/2",          "bayes_ei/1",          "seeded_local_search/1",
+          "random/1",   "greedy_coordinate/1", "settings_only/1"};
 }
 
 std::size_t search_trials_spent(const planner_input& in) {
@@ -302,13 +302,15 @@ std::size_t search_trials_spent(const planner_input& in) {
 }
 
 std::unique_ptr<planner_policy> make_policy(const std::string& name) {
-  if (name == "bayes_ei/6" || name == "bayes_ei/5" || name == "bayes_ei/4"
-      || name == "bayes_ei/3") {
+  if (name == "bayes_ei/7" || name == "bayes_ei/6" || name == "bayes_ei/5"
+      || name == "bayes_ei/4" || name == "bayes_ei/3") {
     bayes_ei_cost::options o;
     o.end_game = true;
     o.memory_interactions = name == "bayes_ei/4";
-    o.late_interaction_sd = name == "bayes_ei/5" || name == "bayes_ei/6" ? 0.02 : 0.0;
-    o.late_memory_interactions = name == "bayes_ei/6";
+    const bool late = name == "bayes_ei/6" || name == "bayes_ei/7";
+    o.late_interaction_sd = name == "bayes_ei/5" || late ? 0.02 : 0.0;
+    o.late_memory_interactions = late;
+    o.late_lean_ep = name == "bayes_ei/7";
     return std::make_unique<bayes_ei_cost>(o);
   }
   if (name == "bayes_ei/2")

@@ -66,7 +66,7 @@ struct planner_input {
   /// Search trials the run may spend (the task's budget.trials, or tune --trials); 0: unknown.
   /// bayes_ei/3 and /5 exploit in the last quarter of it (tuning/bayes_policy.hpp, the end game);
   /// bayes_ei/5 and /6 narrow their time model's interaction prior after half of it (at least
-  /// 20), and bayes_ei/6 then fits its memory model with pairwise interactions.
+  /// 20), and bayes_ei/6 and /7 then fit their memory model with pairwise interactions.
   std::size_t search_budget = 0;
   /// Search trials counted against that budget so far (distinct explore trial ids, lost attempts
   /// included: decide::search_trials); the policy takes the larger of this and the explore trials
@@ -119,8 +119,9 @@ public:
   }
 };
 
-/// Names of the built-in policies: "bayes_ei/6" (the default: bayes_ei/5 whose memory model
-/// gains pairwise interactions of the memory-tagged knobs when the time model narrows),
+/// Names of the built-in policies: "bayes_ei/7" (the default: bayes_ei/6 with a cheaper EP in its
+/// late memory model), "bayes_ei/6" (bayes_ei/5 whose memory model gains pairwise interactions
+/// of the memory-tagged knobs when the time model narrows),
 /// "bayes_ei/5" (bayes_ei/3 whose time model narrows its interaction prior in the second half of
 /// a run), "bayes_ei/4" (bayes_ei/3 with memory interactions all run; opt-in), "bayes_ei/3",
 /// "bayes_ei/2" and "bayes_ei/1" (the defaults before it; a task
@@ -133,7 +134,7 @@ std::vector<std::string> policy_names();
 std::unique_ptr<planner_policy> make_policy(const std::string& name);
 
 /// The name new runs use.
-inline constexpr const char* default_policy_name = "bayes_ei/6";
+inline constexpr const char* default_policy_name = "bayes_ei/7";
 
 /// The policy described in the file comment.
 class seeded_local_search final : public planner_policy {

@@ -87,7 +87,81 @@ bool at_least_as_hungry(const task_spec& task, const configuration& c, const con
   return true;
 }
 
-feature_space::feature_space(const task_spec& task, const prior_set* priors) {
+config_coder::config_coder(const task_spec& task) {
+  for (std::size_t ki = 0; ki < task.knobs.size(); ++ki)
+    knob.push_back(static_cast<int>(ki));
+  std::stable_sort(knob.begin(), knob.end(), [&](int a, int b) {
+    return task.knobs[static_cast<std::size_t>(a)].name
+           < task.knobs[static_cast<std::size_t>(b)].name;
+  });
+  for (int ki : knob)
+    names.push_back(task.knobs[static_cast<std::size_t>(ki)].name);
+  // The space's size must fit 63 bits: the product of the radices times 2^patches.
+  constexpr std::uint64_t limit = std::uint64_t{1} << 63;
+  std::uint64_t w = 1;
+  bool fits = true;
+  for (const auto& k : task.knobs) {
+    std::vector<knob_value> v{k.default_value};
+    for (const auto& s : search_values(k))
+      if (s != k.default_value)
+        v.push_back(s);
+    // Values that print the same (an integer and a real, say) would share a key, not a code.
+    std::vector<std::string> printed;
+    for (const auto& x : v)
+      printed.push_back(to_string(x));
+    std::sort(printed.begin(), printed.end());
+    fits = fits && std::adjacent_find(printed.begin(), printed.end()) == printed.end();
+    weight.push_back(w);
+    fits = fits && w <= limit / v.size();
+    w = fits ? w * v.size() : w;
+    values.push_back(std::move(v));
+  }
+  for (const auto& p : task.patches)
+    if (patch_bit.emplace(p.name, static_cast<int>(patch_bit.size())).second)
+      fits = fits && w <= limit / 2;
+  patch_weight = w;
+  // Two knobs of one name would share a key (the task file refuses them).
+  fits = fits && std::adjacent_find(names.begin(), names.end()) == names.end();
+  usable = fits;
+}
+
+std::optional<std::uint64_t> config_coder::code(const configuration& c) const {
+  if (!usable || c.knobs.size() != names.size())
+    return std::nullopt;
+  std::uint64_t out = 0;
+  std::size_t i = 0;
+  for (const auto& [name, v] : c.knobs) {
+    if (name != names[i])
+      return std::nullopt;
+    const auto ki = static_cast<std::size_t>(knob[i++]);
+    const auto& vs = values[ki];
+    std::size_t d = 0;
+    while (d < vs.size() && !(vs[d] == v))
+      ++d;
+    if (d == vs.size())
+      return std::nullopt;
+    out += d * weight[ki];
+  }
+  const auto bits = patch_code(c.patches);
+  if (!bits)
+    return std::nullopt;
+  return out + *bits;
+}
+
+std::optional<std::uint64_t> config_coder::patch_code(const std::vector<std::string>& patches) const {
+  std::uint64_t bits = 0;
+  const std::string* last = nullptr;
+  for (const auto& p : patches) {
+    auto it = patch_bit.find(p);
+    if (it == patch_bit.end() || (last != nullptr && !(*last < p)))
+      return std::nullopt;
+    last = &p;
+    bits |= std::uint64_t{1} << it->second;
+  }
+  return bits * patch_weight;
+}
+
+feature_space::feature_space(const task_spec& task, const prior_set* priors) : coder(task) {
   std::vector<double> means;
   for (std::size_t ki = 0; ki < task.knobs.size(); ++ki) {
     const auto& k = task.knobs[ki];
@@ -204,24 +278,38 @@ history_encoding::history_encoding(const task_spec& task, const feature_space& f
   for (std::size_t o = 0; o < fs.ordinal_knob.size(); ++o)
     ordinal_of[static_cast<std::size_t>(fs.ordinal_knob[o])] = static_cast<int>(o);
   std::vector<const knob_value*> ordinal_value(fs.ordinal_knob.size());
+  codes.reserve(history.size());
   for (const auto& t : history) {
-    keys.push_back(t.config.key());
     std::fill(ordinal_value.begin(), ordinal_value.end(), nullptr);
-    // One walk: feature_space::active's one-hot features and the ordinal knobs' values.
+    // One walk: feature_space::active's one-hot features, the ordinal knobs' values and the
+    // knobs' digits of the code (config_coder::code: 0 for the default, 1 + the position among
+    // value_feature[k], the same list as the coder's, for another searched value).
     std::vector<int> on;
     on.reserve(task.knobs.size() + t.config.patches.size());
+    std::uint64_t code = 0;
+    bool coded = fs.coder.usable;
     bool walked =
         for_each_knob_in_step(task, fs, t.config, [&](std::size_t ki, const knob_value& v) {
           if (ordinal_of[ki] >= 0)
             ordinal_value[static_cast<std::size_t>(ordinal_of[ki])] = &v;
           if (v == task.knobs[ki].default_value)
             return;
-          for (const auto& [fv, f] : fs.value_feature[ki])
+          std::uint64_t digit = 1;
+          for (const auto& [fv, f] : fs.value_feature[ki]) {
             if (fv == v) {
               on.push_back(f);
-              break;
+              code += digit * fs.coder.weight[ki];
+              return;
             }
+            ++digit;
+          }
+          coded = false;
         });
+    std::optional<std::uint64_t> bits;
+    if (walked && coded)
+      bits = fs.coder.patch_code(t.config.patches);
+    codes.push_back(bits ? code + *bits : no_code);
+    keys.push_back(bits ? std::string{} : t.config.key());
     if (walked) {
       for (const auto& p : t.config.patches) {
         auto it = fs.patch_feature.find(p);
@@ -336,7 +424,7 @@ history_facts::history_facts(const task_spec& task, const feature_space& fs,
 history_facts::history_facts(const task_spec& task, const feature_space& fs,
                              const std::vector<trial_record>& history,
                              const history_encoding& encoded)
-  : passed(fs.names.size(), 0), broke(fs.names.size(), 0) {
+  : passed(fs.names.size(), 0), broke(fs.names.size(), 0), coder(fs.coder) {
   {
     std::vector<std::pair<std::string, int>> by_name;
     for (const auto& k : task.knobs) {
@@ -352,7 +440,7 @@ history_facts::history_facts(const task_spec& task, const feature_space& fs,
     for (const auto& [n, kd] : by_name)
       hunger_kind.push_back(kd);
   }
-  tried.reserve(history.size());
+  tried_codes.reserve(history.size());
   // The minimal OOMs are kept with a compact copy of what hungry_by_kind compares (thousands of
   // OOM trials against hundreds of minimal ones): the patches as a bit mask and each knob's
   // value (number, or the value itself for a tagged choice) in name order. A configuration
@@ -424,7 +512,10 @@ history_facts::history_facts(const task_spec& task, const feature_space& fs,
     const auto& t = history[ti];
     if (t.outcome == trial_outcome::lost && t.purpose == "explore")
       continue; // lost, not measured: may be proposed again (re-queued)
-    tried.insert(encoded.keys[ti]);
+    if (encoded.codes[ti] != history_encoding::no_code)
+      tried_codes.insert(encoded.codes[ti]);
+    else
+      tried.insert(encoded.keys[ti]);
     if (t.finished && t.outcome == trial_outcome::oom) {
       auto r = make_row(t.config);
       bool covered = false;
@@ -484,6 +575,13 @@ std::size_t history_facts::untested(const std::vector<int>& active) const {
   return count;
 }
 
+bool history_facts::was_tried(const configuration& c, const std::string& key) const {
+  if (!tried_codes.empty())
+    if (const auto code = coder.code(c); code && tried_codes.count(*code) != 0)
+      return true;
+  return !tried.empty() && tried.count(key) != 0;
+}
+
 bool history_facts::dominated_by_oom(const task_spec& task, const configuration& c) const {
   for (const auto& o : ooms)
     if (hungry_by_kind(task, hunger_kind, c, o))
@@ -497,7 +595,7 @@ bool admissible(const planner_input& in, const history_facts& facts, const confi
 
 bool admissible(const planner_input& in, const history_facts& facts, const configuration& c,
                 const std::string& key) {
-  if (facts.tried.count(key) != 0)
+  if (facts.was_tried(c, key))
     return false;
   for (const auto& p : c.patches)
     if (std::find(in.excluded_patches.begin(), in.excluded_patches.end(), p)

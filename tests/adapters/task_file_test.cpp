@@ -411,7 +411,8 @@ TEST_F(TaskFileTest, TheSearchPolicyIsANamedPolicyOrAnErrorListingThem) {
   EXPECT_EQ(ok->budget.policy, "bayes_ei/1");
   auto e = error_of(std::string{minimal} + "[budget]\npolicy = \"bayes_ei\"\n");
   EXPECT_NE(e.find("task.toml:"), std::string::npos) << e;
-  EXPECT_NE(e.find("budget.policy: expected one of the search policies: bayes_ei/6, bayes_ei/5, "
+  EXPECT_NE(e.find("budget.policy: expected one of the search policies: bayes_ei/7, bayes_ei/6, "
+                   "bayes_ei/5, "
                    "bayes_ei/4, "
                    "bayes_ei/3, bayes_ei/2, bayes_ei/1, "
                    "seeded_local_search/1, random/1, greedy_coordinate/1, settings_only/1, got "

@@ -2,8 +2,10 @@
 // is never proposed, the prior-driven initial design and the model-driven local search.
 
 #include "tuning/planner.hpp"
+#include "tuning/search_space.hpp"
 
 #include <cmath>
+#include <map>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -177,6 +179,84 @@ TEST(Planner, SplitMixIsFullySpecified) {
   splitmix64 s{42};
   for (int i = 0; i < 1000; ++i)
     EXPECT_LT(s.below(7), 7u);
+}
+
+// The history is compared by configuration code (config_coder) instead of by key text: over every
+// configuration of the toy task (with and without its patch) and some outside the searched values,
+// two configurations have the same code iff they have the same key; the history's encoding gives
+// each trial the coder's code (or none, and then its key); and a history with them answers
+// was_tried exactly as the set of keys does.
+TEST(Planner, ConfigurationCodesAgreeWithKeys) {
+  auto task = make_task();
+  task.patches.push_back({"aa_first", "/y", ""}); // a second patch, before the first by name
+  feature_space fs{task, nullptr};
+  ASSERT_TRUE(fs.coder.usable);
+  auto base = baseline_configuration(task);
+  std::vector<configuration> all{base}; // every knob value and patch set (no constraints)
+  for (const auto& k : task.knobs) {
+    std::vector<configuration> next;
+    for (const auto& c : all)
+      for (const auto& v : search_values(k)) {
+        next.push_back(c);
+        next.back().knobs[k.name] = v;
+      }
+    all = std::move(next);
+  }
+  for (std::size_t i = 0, n = all.size(); i < n; ++i)
+    for (auto patches : std::vector<std::vector<std::string>>{
+           {"aa_first"}, {"fused_qkv"}, {"aa_first", "fused_qkv"}}) {
+      all.push_back(all[i]);
+      all.back().patches = patches;
+    }
+  ASSERT_EQ(all.size(), 4u * 2 * 2 * 2 * 4); // 4 x 2 x 2 x 2 knob values x 4 patch sets
+  auto outside = base;
+  outside.knobs["micro_batch"] = std::int64_t{3}; // not a searched value
+  auto unknown_patch = base;
+  unknown_patch.patches = {"not_in_task"};
+  auto unsorted = base;
+  unsorted.patches = {"fused_qkv", "aa_first"};
+  auto extra_knob = base;
+  extra_knob.knobs["threads"] = std::int64_t{2};
+  for (const auto* c : {&outside, &unknown_patch, &unsorted, &extra_knob})
+    EXPECT_FALSE(fs.coder.code(*c).has_value()) << c->key();
+  std::map<std::uint64_t, std::string> key_of_code;
+  for (const auto& c : all) {
+    auto code = fs.coder.code(c);
+    ASSERT_TRUE(code.has_value()) << c.key();
+    auto [it, fresh] = key_of_code.emplace(*code, c.key());
+    EXPECT_TRUE(fresh) << c.key() << " and " << it->second << " share code " << *code;
+  }
+  EXPECT_EQ(key_of_code.size(), all.size());
+  EXPECT_EQ(*fs.coder.code(base), 0u);
+
+  // Every other configuration of the space is in the history, plus the ones without a code.
+  std::vector<trial_record> history;
+  std::set<std::string> keys;
+  for (std::size_t i = 0; i < all.size(); i += 2) {
+    history.push_back(measured(all[i], 1.0));
+    keys.insert(all[i].key());
+  }
+  for (const auto* c : {&outside, &unknown_patch, &unsorted, &extra_knob}) {
+    history.push_back(measured(*c, 1.0));
+    keys.insert(c->key());
+  }
+  history_encoding enc{task, fs, history};
+  for (std::size_t i = 0; i < history.size(); ++i) {
+    auto code = fs.coder.code(history[i].config);
+    EXPECT_EQ(enc.codes[i], code ? *code : history_encoding::no_code) << history[i].config.key();
+    EXPECT_EQ(enc.keys[i], code ? std::string{} : history[i].config.key());
+  }
+  history_facts facts{task, fs, history, enc};
+  EXPECT_EQ(facts.tried_codes.size(), all.size() / 2);
+  EXPECT_EQ(facts.tried.size(), 4u);
+  auto probe = all;
+  for (const auto* c : {&outside, &unknown_patch, &unsorted, &extra_knob})
+    probe.push_back(*c);
+  auto outside5 = base;
+  outside5.knobs["micro_batch"] = std::int64_t{5};
+  probe.push_back(outside5);
+  for (const auto& c : probe)
+    EXPECT_EQ(facts.was_tried(c, c.key()), keys.count(c.key()) == 1) << c.key();
 }
 
 } // namespace
