@@ -510,7 +510,7 @@ memory_fit ep_posterior_sparse(const std::vector<sparse_memory_observation>& dat
   // and the block's earlier updates (C x = C0 x - sum_j k_j s_j (s_j' x), O(p) each). The same
   // sequential EP, in another order of additions.
   constexpr Eigen::Index block = 32;
-  Eigen::MatrixXd pending(options.triangle ? 0 : p, block);
+  Eigen::MatrixXd pending(p, block);
   Eigen::VectorXd pending_k(block);
   Eigen::MatrixXd scaled(options.triangle ? p : 0, options.triangle ? block : 0);
   Eigen::Index used = 0;
@@ -523,14 +523,15 @@ memory_fit ep_posterior_sparse(const std::vector<sparse_memory_observation>& dat
   };
   int sweep = 0;
   if (options.triangle) {
-    // The pending updates' columns as rows (row a: the pending columns' entries a), so that a
-    // site's products with them, w_j = s_j' x, gather few contiguous rows.
+    // The pending updates' columns also as rows (row a: the pending columns' entries a), so that
+    // a site's products with them, w_j = s_j' x, gather few contiguous rows; the products with
+    // the columns (C x, the block's update) read `pending`.
     Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> rows(p, block);
     Eigen::VectorXd w(block);
     auto apply_rows = [&] {
       if (used == 0)
         return;
-      const auto s = rows.leftCols(used);
+      const auto s = pending.leftCols(used);
       scaled.leftCols(used) = s * pending_k.head(used).asDiagonal();
       cov.triangularView<Eigen::Lower>() -= s * scaled.leftCols(used).transpose();
       cov.triangularView<Eigen::StrictlyUpper>() = cov.transpose();
@@ -576,11 +577,12 @@ memory_fit ep_posterior_sparse(const std::vector<sparse_memory_observation>& dat
         for (const auto& [a, va] : o.x)
           sx += va * cov.col(a);
         if (used > 0)
-          sx.noalias() -= rows.leftCols(used) * (pending_k.head(used).array() * wu.array()).matrix();
+          sx.noalias() -= pending.leftCols(used) * (pending_k.head(used).array() * wu.array()).matrix();
         double k = dt / (1.0 + dt * v);
         for (const auto& [a, va] : o.x)
           h[a] += dn * va;
         mean += sx * (dn - k * m - k * dn * v);
+        pending.col(used) = sx;
         rows.col(used) = sx;
         pending_k[used] = k;
         if (++used == block)
