@@ -72,8 +72,8 @@ tuning::planner_input input_at(std::size_t n, bool late = false) {
   // A budget twice the history: bayes_ei/3, /5 and /6 are outside their end game (which costs no
   // extra work: it scales the sd inside EI), and bayes_ei/5 and /6 have not narrowed their
   // interaction prior (n - 3 of 2n spent; narrowing changes a prior variance, not the work).
-  // `late` (the "-late" benchmarks): a budget of n, so that bayes_ei/6 is in its late phase,
-  // where its memory model has pairwise interactions (more work: the sparse EP over the pairs).
+  // `late` (the "-late" benchmarks): a budget of n, so that bayes_ei/6 and /7 are in their late
+  // phase, where the memory model has pairwise interactions (more work: the sparse EP over them).
   in.search_budget = late ? n : 2 * n;
   in.memory_capacity_bytes = g_eval->memory_capacity_bytes();
   in.incompatible_patches = g_eval->incompatible_patches();
