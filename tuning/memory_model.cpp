@@ -521,6 +521,35 @@ memory_fit ep_posterior_sparse(const std::vector<sparse_memory_observation>& dat
     cov.noalias() -= s * (pending_k.head(used).asDiagonal() * s.transpose());
     used = 0;
   };
+  // Site i refitted from the posterior's m = x'mean and v = x'Cx: false when it cannot be (the
+  // cavity or the moments are not usable) or would move by less than options.skip (it is then
+  // left as it is); else its parameters are replaced and dt, dn are their changes. `change`
+  // keeps the largest move of the sweep.
+  auto refit = [&](std::size_t i, double m, double v, double& change, double& dt, double& dn) {
+    double tau_new = 0.0;
+    double nu_new = 0.0;
+    if (!site_update(m, v, tau[i], nu[i], s2, censored[i]->bytes, tau_new, nu_new))
+      return false;
+    dt = tau_new - tau[i];
+    dn = nu_new - nu[i];
+    double moved = std::max(std::abs(dt) * v, std::abs(dn) * std::sqrt(v));
+    change = std::max(change, moved);
+    if (moved < options.skip)
+      return false;
+    tau[i] = tau_new;
+    nu[i] = nu_new;
+    return true;
+  };
+  // Sherman-Morrison: C' = C - k (Cx)(Cx)', k = dt / (1 + dt v); with h' = h + dn x the mean
+  // C'h' = mean + Cx (dn - k m - k dn v), since x'Ch = m and x'Cx = v (C x in `sx`). Returns k.
+  auto update_mean = [&](const sparse_memory_observation& o, double m, double v, double dt,
+                         double dn) {
+    double k = dt / (1.0 + dt * v);
+    for (const auto& [a, va] : o.x)
+      h[a] += dn * va;
+    mean += sx * (dn - k * m - k * dn * v);
+    return k;
+  };
   int sweep = 0;
   if (options.triangle) {
     // The pending updates' columns also as rows (row a: the pending columns' entries a), so that
@@ -560,28 +589,17 @@ memory_fit ep_posterior_sparse(const std::vector<sparse_memory_observation>& dat
         }
         if (used > 0)
           v -= (pending_k.head(used).array() * wu.array().square()).sum();
-        double tau_new = 0.0;
-        double nu_new = 0.0;
-        if (!site_update(m, v, tau[i], nu[i], s2, o.bytes, tau_new, nu_new))
+        double dt = 0.0;
+        double dn = 0.0;
+        if (!refit(i, m, v, change, dt, dn))
           continue;
-        double dt = tau_new - tau[i];
-        double dn = nu_new - nu[i];
-        double moved = std::max(std::abs(dt) * v, std::abs(dn) * std::sqrt(v));
-        change = std::max(change, moved);
-        if (moved < options.skip)
-          continue;
-        tau[i] = tau_new;
-        nu[i] = nu_new;
         // C x, from the applied covariance's columns and the pending rows.
         sx.setZero();
         for (const auto& [a, va] : o.x)
           sx += va * cov.col(a);
         if (used > 0)
           sx.noalias() -= pending.leftCols(used) * (pending_k.head(used).array() * wu.array()).matrix();
-        double k = dt / (1.0 + dt * v);
-        for (const auto& [a, va] : o.x)
-          h[a] += dn * va;
-        mean += sx * (dn - k * m - k * dn * v);
+        double k = update_mean(o, m, v, dt, dn);
         pending.col(used) = sx;
         rows.col(used) = sx;
         pending_k[used] = k;
@@ -612,24 +630,11 @@ memory_fit ep_posterior_sparse(const std::vector<sparse_memory_observation>& dat
         v += va * sx[a];
         m += va * mean[a];
       }
-      double tau_new = 0.0;
-      double nu_new = 0.0;
-      if (!site_update(m, v, tau[i], nu[i], s2, o.bytes, tau_new, nu_new))
+      double dt = 0.0;
+      double dn = 0.0;
+      if (!refit(i, m, v, change, dt, dn))
         continue;
-      double dt = tau_new - tau[i];
-      double dn = nu_new - nu[i];
-      double moved = std::max(std::abs(dt) * v, std::abs(dn) * std::sqrt(v));
-      change = std::max(change, moved);
-      if (moved < options.skip)
-        continue;
-      tau[i] = tau_new;
-      nu[i] = nu_new;
-      // Sherman-Morrison: C' = C - k (Cx)(Cx)', k = dt / (1 + dt v); with h' = h + dn x the
-      // mean C'h' = mean + Cx (dn - k m - k dn v), since x'Ch = m and x'Cx = v.
-      double k = dt / (1.0 + dt * v);
-      for (const auto& [a, va] : o.x)
-        h[a] += dn * va;
-      mean += sx * (dn - k * m - k * dn * v);
+      double k = update_mean(o, m, v, dt, dn);
       pending.col(used) = sx;
       pending_k[used] = k;
       if (++used == block)
