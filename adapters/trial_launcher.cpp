@@ -486,10 +486,12 @@ struct supervisor {
       r.running = false;
       r.wait_status = status;
       int rank = static_cast<int>(i);
-      // What the rank wrote before it ended is read first: its last lines (an OOM message, a
-      // collective error) happened before its exit.
+      // What was written before the exit was seen is read first: the rank's own last lines (an
+      // OOM message, a collective error), and every other rank's lines already in their pipes
+      // (the reporting rank's metrics line that a peer's crash followed decides whether the
+      // trial had started; it must not depend on which pipe poll() happened to return first).
       for (auto& s : streams)
-        if (s.rank == rank && s.fd >= 0 && !drain(s)) {
+        if (s.fd >= 0 && !drain(s)) {
           ::close(s.fd);
           s.fd = -1;
         }

@@ -148,14 +148,16 @@ TEST_F(TrialLauncherTest, WorkloadOomTextIsOomAndTheFirstCauseWins) {
 }
 
 TEST_F(TrialLauncherTest, OneRankDyingEndsTheTrialQuicklyWithNothingLeft) {
-  // Rank 0 trains, then waits forever (as in a collective whose peer is gone) and ignores
-  // SIGTERM; rank 1 crashes at step 4.
-  auto task = fake_task({"--fail-rank", "1", "--fail-step", "4", "--hang-rank", "0",
-                         "--hang-step", "3", "--ignore-term", "--child"});
+  // The ranks meet at the start of every step (--lockstep, as in a collective), so rank 0 has
+  // printed steps 0-2 before rank 1 crashes at step 3 however slowly either started; rank 0
+  // then waits forever (as in a collective whose peer is gone) and ignores SIGTERM.
+  auto task = fake_task({"--lockstep", "--fail-rank", "1", "--fail-step", "3", "--hang-rank",
+                         "0", "--hang-step", "3", "--ignore-term", "--child"});
   auto r = run(task, {{"world_size", std::int64_t{2}}, {"steps", std::int64_t{10}}});
   EXPECT_EQ(r.result->outcome(), wire::Outcome::Crash) << r.result->detail()->str();
   EXPECT_EQ(r.result->exit_code(), 3);
   EXPECT_NE(r.result->detail()->str().find("rank 1: exited with status 3"), std::string::npos);
+  ASSERT_NE(r.result->steps(), nullptr);
   EXPECT_EQ(r.result->steps()->size(), 3u);
   EXPECT_LT(r.wall_s, 10.0);
   // fake_train --child left `sleep 611.5` behind in each rank's process group.

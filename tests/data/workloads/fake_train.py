@@ -4,7 +4,7 @@
 Each rank reads RANK/WORLD_SIZE; rank 0 prints one metrics line per step and a final line.
 Behaviour flags let tests provoke every outcome deterministically.
 """
-import argparse, json, os, signal, subprocess, sys, time
+import argparse, json, os, signal, socket, subprocess, sys, time
 
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=3)
@@ -20,6 +20,9 @@ p.add_argument("--ignore-term", action="store_true", help="ignore SIGTERM (needs
 p.add_argument("--child", action="store_true", help="leave a sleeping child process behind")
 p.add_argument("--no-final", action="store_true")
 p.add_argument("--loss-scale", type=float, default=1.0)
+p.add_argument("--lockstep", action="store_true",
+               help="ranks meet at the start of every step over MASTER_ADDR:MASTER_PORT, as in a "
+                    "collective: no rank runs ahead of rank 0's printed steps, a peer gone hangs it")
 args = p.parse_args()
 
 rank = int(os.environ.get("RANK", "0"))
@@ -32,7 +35,48 @@ hold = bytearray(args.alloc_mb * 1024 * 1024)
 for i in range(0, len(hold), 4096):
     hold[i] = 1
 
+
+
+class Barrier:
+    """Rank 0 listens on MASTER_PORT; every other rank connects. wait(): each rank sends a byte,
+    rank 0 answers all once it heard from all (a blocking all-reduce of nothing)."""
+
+    def __init__(self):
+        addr = (os.environ.get("MASTER_ADDR", "127.0.0.1"), int(os.environ["MASTER_PORT"]))
+        if rank == 0:
+            srv = socket.socket()
+            srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            srv.bind(addr)
+            srv.listen(world)
+            self.peers = [srv.accept()[0] for _ in range(world - 1)]
+        else:
+            deadline = time.time() + 120
+            while True:
+                try:
+                    self.peers = [socket.create_connection(addr)]
+                    break
+                except OSError:
+                    if time.time() > deadline:
+                        raise
+                    time.sleep(0.02)
+
+    def wait(self):
+        if rank != 0:
+            self.peers[0].sendall(b"s")
+        for peer in self.peers:
+            if not peer.recv(1):
+                while True:  # a peer is gone: wait as a collective would
+                    time.sleep(1)
+        if rank == 0:
+            for peer in self.peers:
+                peer.sendall(b"s")
+
+
+barrier = Barrier() if args.lockstep and world > 1 else None
+
 for step in range(args.steps):
+    if barrier:
+        barrier.wait()
     if rank == args.hang_rank and step >= args.hang_step:
         while True:
             time.sleep(1)
