@@ -7,8 +7,10 @@ namespace infrarsi::actors {
 caf::expected<const store::run_state*> fold_state::catch_up(const store::event_log& log,
                                                             const std::string& run_id,
                                                             std::optional<std::uint64_t> upto) {
-  if (!fold || fold->state().run_id != run_id || (upto && fold->next_position() > *upto))
+  if (!fold || fold->state().run_id != run_id || (upto && fold->next_position() > *upto)) {
     fold.emplace(run_id);
+    encodings = tuning::encoding_cache{};
+  }
   if (auto err = store::fold_stream(log, run_id, *fold, upto))
     return err;
   return &fold->state();
@@ -22,7 +24,7 @@ planner_actor::behavior_type planner(planner_actor::stateful_pointer<fold_state>
       auto state = self->state.catch_up(*log, run_id, version);
       if (!state)
         return std::move(state.error());
-      return decide::proposal_doc(*task, **state, n);
+      return decide::proposal_doc(*task, **state, n, &self->state.encodings);
     }};
 }
 

@@ -32,6 +32,7 @@
 #include "bench/sim_evaluator.hpp"
 #include "messages/errc.hpp"
 #include "tuning/planner.hpp"
+#include "tuning/search_space.hpp"
 
 namespace {
 
@@ -80,19 +81,35 @@ tuning::planner_input input_at(std::size_t n, bool late = false) {
   return in;
 }
 
-void proposal_step(benchmark::State& state, const std::string& policy_name, bool late) {
+/// One proposal step at state.range(0) trials. `cached`: with the run's encoding cache
+/// (tuning::encoding_cache, as the planner actor keeps it), where each step has one trial the
+/// cache has not seen: the last trial gets a new trial id every iteration (its configuration
+/// and outcome stay), as in a run where a proposal follows each trial.
+void proposal_step(benchmark::State& state, const std::string& policy_name, bool late,
+                   bool cached) {
   auto n = static_cast<std::size_t>(state.range(0));
   auto in = input_at(n, late);
   auto policy = tuning::make_policy(policy_name);
+  tuning::encoding_cache cache;
+  if (cached)
+    in.encodings = &cache;
   std::size_t proposed = 0;
+  std::size_t encoded = 0;
+  std::uint64_t next_id = in.history.back().trial_id + 1;
   for (auto _ : state) {
+    if (cached)
+      in.history.back().trial_id = next_id++;
     auto batch = policy->plan(in, 1);
     proposed += batch.proposals.size();
+    encoded += cache.last_encoded();
     benchmark::DoNotOptimize(batch);
   }
   state.counters["trials"] = static_cast<double>(n);
   state.counters["proposals"] =
       static_cast<double>(proposed) / static_cast<double>(state.iterations());
+  if (cached) // 1 but the first step's n
+    state.counters["encoded"] =
+      static_cast<double>(encoded) / static_cast<double>(state.iterations());
 }
 
 /// --dump-proposals: the proposals of `policy_name` at each N, as text ("NAME-late": with the
@@ -160,23 +177,30 @@ int main(int argc, char** argv) {
     g_eval.reset();
     return rc;
   }
-  // "plan/bayes_ei/7-late": the default policy in the second half of a run (input_at's `late`).
-  for (const auto& [name, late] : std::vector<std::pair<const char*, bool>>{
-         {"bayes_ei/7", false},
-         {"bayes_ei/7", true},
-         {"bayes_ei/6", false},
-         {"bayes_ei/6", true},
-         {"bayes_ei/5", false},
-         {"bayes_ei/4", false},
-         {"bayes_ei/3", false},
-         {"bayes_ei/2", false},
-         {"bayes_ei/1", false},
-         {"random/1", false},
-         {"seeded_local_search/1", false}}) {
-    std::string label = std::string{"plan/"} + name + (late ? "-late" : "");
-    benchmark::RegisterBenchmark(label.c_str(), [name = std::string{name}, late = late](
-                                                  benchmark::State& s) {
-      proposal_step(s, name, late);
+  // "plan/bayes_ei/7-late": the default policy in the second half of a run (input_at's `late`);
+  // "-cached": with the run's encoding cache, as `infrarsi tune`'s planner actor calls it.
+  struct variant {
+    const char* name;
+    bool late;
+    bool cached;
+  };
+  for (const auto& v : std::vector<variant>{{"bayes_ei/7", false, false},
+                                            {"bayes_ei/7", true, false},
+                                            {"bayes_ei/7", false, true},
+                                            {"bayes_ei/7", true, true},
+                                            {"bayes_ei/6", false, false},
+                                            {"bayes_ei/6", true, false},
+                                            {"bayes_ei/5", false, false},
+                                            {"bayes_ei/4", false, false},
+                                            {"bayes_ei/3", false, false},
+                                            {"bayes_ei/2", false, false},
+                                            {"bayes_ei/1", false, false},
+                                            {"random/1", false, false},
+                                            {"seeded_local_search/1", false, false}}) {
+    std::string label = std::string{"plan/"} + v.name + (v.late ? "-late" : "")
+                        + (v.cached ? "-cached" : "");
+    benchmark::RegisterBenchmark(label.c_str(), [v](benchmark::State& s) {
+      proposal_step(s, v.name, v.late, v.cached);
     })
         ->Arg(100)
         ->Arg(1000)

@@ -443,7 +443,7 @@ tuning::planner_input planner_input_for(const tuning::task_spec& task,
 }
 
 std::string proposal_doc(const tuning::task_spec& task, const store::run_state& run,
-                         std::uint32_t n) {
+                         std::uint32_t n, tuning::encoding_cache* encodings) {
   auto name = store::run_policy(run);
   auto policy = tuning::make_policy(name);
   if (!policy)
@@ -451,7 +451,7 @@ std::string proposal_doc(const tuning::task_spec& task, const store::run_state& 
                           {"proposals", nlohmann::json::array()},
                           {"stop_reason", "unknown search policy '" + name + "'"}}
       .dump();
-  return proposal_doc(task, run, n, *policy);
+  return proposal_doc(task, run, n, *policy, encodings);
 }
 
 namespace {
@@ -523,10 +523,12 @@ std::vector<seed_disposition> experience_seed_plan(const tuning::task_spec& task
 }
 
 std::string proposal_doc(const tuning::task_spec& task, const store::run_state& run,
-                         std::uint32_t n, const tuning::planner_policy& policy) {
+                         std::uint32_t n, const tuning::planner_policy& policy,
+                         tuning::encoding_cache* encodings) {
   // The task's patches and the accepted LLM-proposed ones, from the log (decide/llm.hpp).
   const auto search = with_llm_patches(task, run, "");
   auto in = planner_input_for(search, run);
+  in.encodings = encodings;
   nlohmann::json list = nlohmann::json::array();
   std::set<std::string> taken;
   nlohmann::json seed_docs = nlohmann::json::array();

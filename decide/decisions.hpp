@@ -182,14 +182,17 @@ std::vector<seed_disposition> experience_seed_plan(const tuning::task_spec& task
 /// With served seeds (experience_seed_plan not empty) the seeds to propose come first (reason
 /// "initial design: experience bank seed"), the policy plans the rest of the batch without the
 /// seeds, and "experience_seeds": [{"config", "proposed": true | "reason"}] says what became of
-/// each seed not proposed in an earlier batch.
+/// each seed not proposed in an earlier batch. `encodings`: the run's encoding cache kept by the
+/// caller from one call to the next (tuning::encoding_cache; the planner actor keeps one per
+/// run), or nullptr; the document is the same either way.
 std::string proposal_doc(const tuning::task_spec& task, const store::run_state& run,
-                         std::uint32_t n);
+                         std::uint32_t n, tuning::encoding_cache* encodings = nullptr);
 
 /// As above, from `policy` itself (a policy tuning::make_policy does not build, e.g. the
 /// benchmark's optuna_tpe/1); the run's recorded policy name is not consulted.
 std::string proposal_doc(const tuning::task_spec& task, const store::run_state& run,
-                         std::uint32_t n, const tuning::planner_policy& policy);
+                         std::uint32_t n, const tuning::planner_policy& policy,
+                         tuning::encoding_cache* encodings = nullptr);
 
 /// The scope lock of the run (init's SHA-256 of every editable and frozen file, by path relative
 /// to the workload directory), read from its ContractLocked document; empty before init.

@@ -77,8 +77,12 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
   }
   const task_spec& task = sorted ? *sorted : *in.task;
   feature_space fs{task, in.priors};
-  // Every trial's key and features, computed once (history_encoding).
-  const history_encoding enc{task, fs, in.history};
+  // Every trial's code and features, computed once (history_encoding), or only the new trials'
+  // with the run's cache.
+  std::optional<history_encoding> own;
+  const history_encoding& enc = in.encodings != nullptr
+                                  ? in.encodings->encode(task, fs, in.history)
+                                  : own.emplace(task, fs, in.history);
   history_facts facts{task, fs, in.history, enc};
   constraint_set constraints{task};
   const auto F = fs.names.size();

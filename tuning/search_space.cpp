@@ -219,6 +219,9 @@ feature_space::feature_space(const task_spec& task, const prior_set* priors) : c
     ordinal_knob.push_back(static_cast<int>(ki));
     ordinal_range.push_back(range);
   }
+  ordinal_of.assign(task.knobs.size(), -1);
+  for (std::size_t o = 0; o < ordinal_knob.size(); ++o)
+    ordinal_of[static_cast<std::size_t>(ordinal_knob[o])] = static_cast<int>(o);
 }
 
 namespace {
@@ -230,17 +233,27 @@ namespace {
 template <class F>
 bool for_each_knob_in_step(const task_spec& task, const feature_space& fs, const configuration& c,
                            F&& f) {
-  if (c.knobs.size() != fs.knob_by_name.size())
+  const auto n = fs.knob_by_name.size();
+  if (c.knobs.size() != n)
     return false;
-  auto it = c.knobs.begin();
-  for (int ki : fs.knob_by_name) {
-    if (it->first != task.knobs[static_cast<std::size_t>(ki)].name)
-      return false;
-    ++it;
+  // One walk of the map (its nodes are what costs, cold in cache at 10,000 trials): the names
+  // are checked and the values kept, then f sees them.
+  constexpr std::size_t few = 32;
+  const knob_value* small[few];
+  std::vector<const knob_value*> large;
+  const knob_value** values = small;
+  if (n > few) {
+    large.resize(n);
+    values = large.data();
   }
-  it = c.knobs.begin();
-  for (int ki : fs.knob_by_name)
-    f(static_cast<std::size_t>(ki), (it++)->second);
+  auto it = c.knobs.begin();
+  for (std::size_t j = 0; j < n; ++j, ++it) {
+    if (it->first != task.knobs[static_cast<std::size_t>(fs.knob_by_name[j])].name)
+      return false;
+    values[j] = &it->second;
+  }
+  for (std::size_t j = 0; j < n; ++j)
+    f(static_cast<std::size_t>(fs.knob_by_name[j]), *values[j]);
   return true;
 }
 
@@ -273,75 +286,131 @@ history_encoding::history_encoding(const task_spec& task, const feature_space& f
   keys.reserve(history.size());
   active.reserve(history.size());
   point.reserve(history.size());
-  // Per knob: its ordinal feature (-1: none), so one walk of a configuration's knobs gives both.
-  std::vector<int> ordinal_of(task.knobs.size(), -1);
-  for (std::size_t o = 0; o < fs.ordinal_knob.size(); ++o)
-    ordinal_of[static_cast<std::size_t>(fs.ordinal_knob[o])] = static_cast<int>(o);
-  std::vector<const knob_value*> ordinal_value(fs.ordinal_knob.size());
   codes.reserve(history.size());
-  for (const auto& t : history) {
-    std::fill(ordinal_value.begin(), ordinal_value.end(), nullptr);
-    // One walk: feature_space::active's one-hot features, the ordinal knobs' values and the
-    // knobs' digits of the code (config_coder::code: 0 for the default, 1 + the position among
-    // value_feature[k], the same list as the coder's, for another searched value).
-    std::vector<int> on;
-    on.reserve(task.knobs.size() + t.config.patches.size());
-    std::uint64_t code = 0;
-    bool coded = fs.coder.usable;
-    bool walked =
-        for_each_knob_in_step(task, fs, t.config, [&](std::size_t ki, const knob_value& v) {
-          if (ordinal_of[ki] >= 0)
-            ordinal_value[static_cast<std::size_t>(ordinal_of[ki])] = &v;
-          if (v == task.knobs[ki].default_value)
-            return;
-          std::uint64_t digit = 1;
-          for (const auto& [fv, f] : fs.value_feature[ki]) {
-            if (fv == v) {
-              on.push_back(f);
-              code += digit * fs.coder.weight[ki];
-              return;
-            }
-            ++digit;
-          }
-          coded = false;
-        });
-    std::optional<std::uint64_t> bits;
-    if (walked && coded)
-      bits = fs.coder.patch_code(t.config.patches);
-    codes.push_back(bits ? code + *bits : no_code);
-    keys.push_back(bits ? std::string{} : t.config.key());
-    if (walked) {
-      for (const auto& p : t.config.patches) {
-        auto it = fs.patch_feature.find(p);
-        if (it != fs.patch_feature.end())
-          on.push_back(it->second);
-      }
-      std::sort(on.begin(), on.end());
-    } else {
-      for (std::size_t o = 0; o < fs.ordinal_knob.size(); ++o) {
-        auto it =
-            t.config.knobs.find(task.knobs[static_cast<std::size_t>(fs.ordinal_knob[o])].name);
-        if (it != t.config.knobs.end())
-          ordinal_value[o] = &it->second;
-      }
-      on = fs.active(task, t.config);
-    }
-    active.push_back(std::move(on));
-    sparse_features x;
-    x.reserve(active.back().size() + fs.ordinal_knob.size());
-    for (int i : active.back())
-      x.emplace_back(i, 1.0);
-    for (std::size_t o = 0; o < fs.ordinal_knob.size(); ++o) {
-      if (ordinal_value[o] == nullptr)
-        continue;
-      const auto& k = task.knobs[static_cast<std::size_t>(fs.ordinal_knob[o])];
-      double v =
-          std::log2(numeric(*ordinal_value[o]) / numeric(k.default_value)) / fs.ordinal_range[o];
-      if (v != 0.0 && std::isfinite(v))
-        x.emplace_back(static_cast<int>(fs.names.size() + o), v);
-    }
-    point.push_back(std::move(x));
+  for (const auto& t : history)
+    append(task, fs, t);
+}
+
+void history_encoding::truncate(std::size_t n) {
+  n = std::min(n, codes.size());
+  codes.resize(n);
+  keys.resize(n);
+  active.resize(n);
+  point.resize(n);
+}
+
+void history_encoding::append(const task_spec& task, const feature_space& fs,
+                              const trial_record& t) {
+  // The ordinal features' knob values, found in the same walk of the knob map.
+  constexpr std::size_t few = 16;
+  const knob_value* ordinal_small[few];
+  std::vector<const knob_value*> ordinal_large;
+  const knob_value** ordinal_value = ordinal_small;
+  if (fs.ordinal_knob.size() > few) {
+    ordinal_large.resize(fs.ordinal_knob.size());
+    ordinal_value = ordinal_large.data();
   }
+  std::fill(ordinal_value, ordinal_value + fs.ordinal_knob.size(), nullptr);
+  // One walk: feature_space::active's one-hot features, the ordinal knobs' values and the
+  // knobs' digits of the code (config_coder::code: 0 for the default, 1 + the position among
+  // value_feature[k], the same list as the coder's, for another searched value).
+  std::vector<int> on;
+  on.reserve(task.knobs.size() + t.config.patches.size());
+  std::uint64_t code = 0;
+  bool coded = fs.coder.usable;
+  bool walked =
+      for_each_knob_in_step(task, fs, t.config, [&](std::size_t ki, const knob_value& v) {
+        if (int o = fs.ordinal_of[ki]; o >= 0)
+          ordinal_value[o] = &v;
+        if (v == task.knobs[ki].default_value)
+          return;
+        std::uint64_t digit = 1;
+        for (const auto& [fv, f] : fs.value_feature[ki]) {
+          if (fv == v) {
+            on.push_back(f);
+            code += digit * fs.coder.weight[ki];
+            return;
+          }
+          ++digit;
+        }
+        coded = false;
+      });
+  std::optional<std::uint64_t> bits;
+  if (walked && coded)
+    bits = fs.coder.patch_code(t.config.patches);
+  codes.push_back(bits ? code + *bits : no_code);
+  keys.push_back(bits ? std::string{} : t.config.key());
+  if (walked) {
+    for (const auto& p : t.config.patches) {
+      auto it = fs.patch_feature.find(p);
+      if (it != fs.patch_feature.end())
+        on.push_back(it->second);
+    }
+    std::sort(on.begin(), on.end());
+  } else {
+    for (std::size_t o = 0; o < fs.ordinal_knob.size(); ++o) {
+      auto it = t.config.knobs.find(task.knobs[static_cast<std::size_t>(fs.ordinal_knob[o])].name);
+      if (it != t.config.knobs.end())
+        ordinal_value[o] = &it->second;
+    }
+    on = fs.active(task, t.config);
+  }
+  active.push_back(std::move(on));
+  sparse_features x;
+  x.reserve(active.back().size() + fs.ordinal_knob.size());
+  for (int i : active.back())
+    x.emplace_back(i, 1.0);
+  for (std::size_t o = 0; o < fs.ordinal_knob.size(); ++o) {
+    if (ordinal_value[o] == nullptr)
+      continue;
+    const auto& k = task.knobs[static_cast<std::size_t>(fs.ordinal_knob[o])];
+    double v = std::log2(numeric(*ordinal_value[o]) / numeric(k.default_value)) / fs.ordinal_range[o];
+    if (v != 0.0 && std::isfinite(v))
+      x.emplace_back(static_cast<int>(fs.names.size() + o), v);
+  }
+  point.push_back(std::move(x));
+}
+
+encoding_cache::basis::basis(const task_spec& task, const feature_space& fs)
+  : knob_by_name(fs.knob_by_name), value_feature(fs.value_feature), one_hot(fs.names.size()),
+    ordinal_knob(fs.ordinal_knob), ordinal_range(fs.ordinal_range),
+    patch_feature(fs.patch_feature), coded(fs.coder.usable), weight(fs.coder.weight),
+    patch_bit(fs.coder.patch_bit), patch_weight(fs.coder.patch_weight) {
+  for (const auto& k : task.knobs) {
+    knob_names.push_back(k.name);
+    defaults.push_back(k.default_value);
+  }
+}
+
+bool encoding_cache::basis::operator==(const basis& o) const {
+  return knob_names == o.knob_names && defaults == o.defaults && knob_by_name == o.knob_by_name
+         && value_feature == o.value_feature && one_hot == o.one_hot
+         && ordinal_knob == o.ordinal_knob && ordinal_range == o.ordinal_range
+         && patch_feature == o.patch_feature && coded == o.coded && weight == o.weight
+         && patch_bit == o.patch_bit && patch_weight == o.patch_weight;
+}
+
+const history_encoding& encoding_cache::encode(const task_spec& task, const feature_space& fs,
+                                               const std::vector<trial_record>& history) {
+  basis now{task, fs};
+  if (!basis_ || !(*basis_ == now)) {
+    basis_ = std::move(now);
+    ids_.clear();
+    encoding_.truncate(0);
+  }
+  std::size_t same = 0;
+  while (same < ids_.size() && same < history.size()
+         && ids_[same].first == history[same].trial_id
+         && ids_[same].second == history[same].attempt)
+    ++same;
+  ids_.resize(same);
+  encoding_.truncate(same);
+  for (std::size_t i = same; i < history.size(); ++i) {
+    encoding_.append(task, fs, history[i]);
+    ids_.emplace_back(history[i].trial_id, history[i].attempt);
+  }
+  last_encoded_ = history.size() - same;
+  return encoding_;
 }
 
 std::vector<int> feature_space::active(const task_spec& task, const configuration& c) const {

@@ -99,6 +99,8 @@ struct feature_space {
   std::vector<int> ordinal_knob;
   /// R of each ordinal feature: doublings from the default to the farthest searched value.
   std::vector<double> ordinal_range;
+  /// Per knob (task order): its ordinal feature's position in ordinal_knob, -1 for none.
+  std::vector<int> ordinal_of;
 
   /// Per knob (task order): its searched non-default values and their one-hot feature index;
   /// per patch (task order): its feature index. (active() without building names.)
@@ -146,6 +148,61 @@ struct history_encoding {
 
   history_encoding(const task_spec& task, const feature_space& fs,
                    const std::vector<trial_record>& history);
+  history_encoding() = default;
+
+  /// Encodes one more trial (the next in history order).
+  void append(const task_spec& task, const feature_space& fs, const trial_record& t);
+  /// Keeps the first n trials' encodings.
+  void truncate(std::size_t n);
+  [[nodiscard]] std::size_t size() const { return codes.size(); }
+};
+
+/// A run's trial encodings kept from one proposal step to the next. Within one run a trial
+/// attempt's configuration never changes (its proposal event fixes it; a re-run of a lost
+/// attempt is another attempt), and the planner's history (decide::planner_input_for) only
+/// changes at its end: new trials are appended, a lost attempt is dropped and its re-run
+/// appended. So a step encodes only the trials after the longest prefix of (trial id, attempt)
+/// pairs it shares with the history the cache saw last; the features the entries were made
+/// with are kept and compared, and a step with other features (other priors, LLM-proposed
+/// patches) encodes everything again. Exact: encode() gives what history_encoding's constructor
+/// gives (tests: EncodingCache.*). Saves the walk of every trial's knob map at every step
+/// (about 15 ms at 10,000 trials, Release). One cache per run; not thread-safe (the run's one
+/// planner uses it).
+class encoding_cache {
+ public:
+  /// The encoding of `history` under (task, fs), made from the cached one. The reference is
+  /// valid until the next call.
+  const history_encoding& encode(const task_spec& task, const feature_space& fs,
+                                 const std::vector<trial_record>& history);
+  /// Trials the last encode() call encoded (the others came from the cache).
+  [[nodiscard]] std::size_t last_encoded() const { return last_encoded_; }
+
+  /// What an encoding depends on, besides the trial's configuration: the knobs in name order and
+  /// their defaults, the searched values' features, the ordinal features, the patches' features
+  /// and the code's digits.
+  struct basis {
+    std::vector<std::string> knob_names;
+    std::vector<knob_value> defaults;
+    std::vector<int> knob_by_name;
+    std::vector<std::vector<std::pair<knob_value, int>>> value_feature;
+    std::size_t one_hot = 0;
+    std::vector<int> ordinal_knob;
+    std::vector<double> ordinal_range;
+    std::map<std::string, int> patch_feature;
+    bool coded = false;
+    std::vector<std::uint64_t> weight;
+    std::map<std::string, int> patch_bit;
+    std::uint64_t patch_weight = 0;
+    basis() = default;
+    basis(const task_spec& task, const feature_space& fs);
+    bool operator==(const basis& o) const;
+  };
+
+ private:
+  std::optional<basis> basis_;
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> ids_;
+  history_encoding encoding_;
+  std::size_t last_encoded_ = 0;
 };
 
 /// What the history says about proposing a configuration again (shared by every policy).

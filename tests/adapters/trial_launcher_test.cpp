@@ -253,7 +253,7 @@ TEST_F(TrialLauncherTest, ATrialWhoseLossLeavesTheReferenceIsStoppedAtThatStep) 
   ASSERT_NE(r->steps(), nullptr);
   EXPECT_GE(r->steps()->size(), 1u);
   EXPECT_LT(r->steps()->size(), 10u); // the rest never ran
-  EXPECT_LT(wall, 3.0);               // not the 4 s of the whole trial
+  EXPECT_LT(wall, 4.0); // the 40 steps alone take 4 s (start-up, however slow, comes on top)
   EXPECT_EQ(live_processes_with_argument("1.125"), 0) << "a stopped rank outlived its trial";
 
   // Without a reference (a baseline, or before the doctor's calibration) it runs to its end.

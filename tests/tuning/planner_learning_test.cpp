@@ -562,7 +562,7 @@ TEST(NarrowInteractions, AGainMeasuredBesideASlowSettingAddsUp) {
 planner_input same_proposals_until(const planner_policy& a, const planner_policy& b,
                                    std::uint64_t seed, std::uint64_t draws, std::size_t budget,
                                    std::size_t trials) {
-  auto task = end_game_task();
+  static const task_spec task = end_game_task(); // the returned input points to it
   auto base = baseline_configuration(task);
   auto in = toy_input(task, seed, 3);
   in.search_budget = budget;
@@ -709,6 +709,107 @@ TEST(LateMemoryInteractions, BayesEi7IsBayesEi6WithALeanerEp) {
   EXPECT_NE(a.proposals[0].reason.find("memory model with pairwise interactions (prior sd 0.05)"),
             std::string::npos)
     << a.proposals[0].reason;
+}
+
+// --- the run's encoding cache ----------------------------------------------------------------
+
+void expect_same_batch(const proposal_batch& a, const proposal_batch& b, const std::string& at) {
+  ASSERT_EQ(a.proposals.size(), b.proposals.size()) << at;
+  for (std::size_t i = 0; i < a.proposals.size(); ++i) {
+    EXPECT_EQ(a.proposals[i].config, b.proposals[i].config) << at;
+    EXPECT_EQ(a.proposals[i].reason, b.proposals[i].reason) << at;
+    // Bit for bit: the cache changes no arithmetic.
+    EXPECT_EQ(a.proposals[i].predicted_speedup, b.proposals[i].predicted_speedup) << at;
+    EXPECT_EQ(a.proposals[i].p_oom, b.proposals[i].p_oom) << at;
+    EXPECT_EQ(a.proposals[i].prior_speedup, b.proposals[i].prior_speedup) << at;
+  }
+  EXPECT_EQ(a.stop_reason, b.stop_reason) << at;
+  EXPECT_EQ(a.blamed, b.blamed) << at;
+}
+
+void expect_same_encoding(const history_encoding& a, const history_encoding& b) {
+  EXPECT_EQ(a.codes, b.codes);
+  EXPECT_EQ(a.keys, b.keys);
+  EXPECT_EQ(a.active, b.active);
+  EXPECT_EQ(a.point, b.point);
+}
+
+// A run of the default policy into its late phase (budget 40, 30 search trials, OOMs above the
+// capacity, a patch): with the run's encoding cache every step proposes exactly what it proposes
+// without one, and encodes only the trial the step before has not seen. A lost attempt dropped
+// from the middle of the history and re-run at its end re-encodes from there; a task with
+// another patch (an LLM-proposed one) re-encodes everything.
+TEST(EncodingCache, TheRunsCacheChangesNoProposalAndEncodesOnlyTheNewTrials) {
+  static task_spec task = memory_task();
+  task.patches.push_back({"fused", "/x", ""});
+  task.patches.push_back({"lean", "/y", ""});
+  auto policy = make_policy(default_policy_name);
+  auto base = baseline_configuration(task);
+  auto in = toy_input(task, 3, 4);
+  in.search_budget = 40;
+  in.memory_capacity_bytes = 60e9;
+  auto peak = [](const configuration& c) {
+    double p = 10e9 * static_cast<double>(int_of(c, "micro_batch"));
+    for (const auto& x : c.patches)
+      p *= x == "fused" ? 0.9 : 1.0;
+    return p;
+  };
+  auto step_s = [](const configuration& c) {
+    double y = -0.1 * std::log2(static_cast<double>(int_of(c, "micro_batch")));
+    y += std::get<bool>(c.knobs.at("overlap")) ? -0.05 : 0.0;
+    for (const auto& x : c.patches)
+      y += x == "fused" ? -0.04 : 0.01;
+    return std::exp(y);
+  };
+  auto run = [&](std::uint64_t id, const configuration& c) {
+    if (peak(c) > in.memory_capacity_bytes) {
+      auto r = finished(id, c, "explore");
+      r.outcome = trial_outcome::oom;
+      return r;
+    }
+    return ok(id, c, "explore", step_s(c), peak(c));
+  };
+  std::uint64_t id = 0;
+  for (; id < 3; ++id)
+    in.history.push_back(ok(id, base, "baseline", 1.0, peak(base)));
+  // A first search trial (a seed, say) that ran out of memory: the memory model has an OOM site.
+  auto mb8 = base;
+  mb8.knobs["micro_batch"] = std::int64_t{8};
+  in.history.push_back(run(id++, mb8));
+  ASSERT_EQ(in.history.back().outcome, trial_outcome::oom);
+  encoding_cache cache;
+  // One step with and without the cache; returns the cached batch and what its plan encoded.
+  auto step = [&](const std::string& at) {
+    in.encodings = nullptr;
+    auto plain = policy->plan(in, 1);
+    in.encodings = &cache;
+    auto cached = policy->plan(in, 1);
+    std::size_t encoded = cache.last_encoded();
+    expect_same_batch(plain, cached, at);
+    feature_space fs{task, nullptr};
+    expect_same_encoding(cache.encode(task, fs, in.history), history_encoding{task, fs, in.history});
+    return std::make_pair(cached, encoded);
+  };
+  std::size_t late = 0;
+  for (int trial = 1; trial < 30; ++trial) {
+    const std::string at = "search trial " + std::to_string(trial);
+    auto [batch, encoded] = step(at);
+    EXPECT_EQ(encoded, trial == 1 ? in.history.size() : 1u) << at;
+    ASSERT_EQ(batch.proposals.size(), 1u) << at;
+    late += batch.proposals[0].reason.find("memory model with pairwise") != std::string::npos;
+    in.history.push_back(run(id++, batch.proposals[0].config));
+  }
+  EXPECT_EQ(late, 10u); // search trials 20..29 were proposed in the late phase
+  // Search trial 10 was lost: dropped from the history, re-run at its end as attempt 1.
+  const std::size_t at = 3 + 10;
+  auto lost = in.history[at];
+  in.history.erase(in.history.begin() + static_cast<std::ptrdiff_t>(at));
+  lost.attempt = 1;
+  in.history.push_back(lost);
+  EXPECT_EQ(step("after the lost attempt").second, in.history.size() - at);
+  // Another patch in the task: the features differ, everything is encoded again.
+  task.patches.push_back({"more", "/z", ""});
+  EXPECT_EQ(step("with another patch").second, in.history.size());
 }
 
 } // namespace
