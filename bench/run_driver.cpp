@@ -12,6 +12,7 @@
 #include "decide/next_step.hpp"
 #include "messages/errc.hpp"
 #include "store/memory_event_log.hpp"
+#include "tuning/search_space.hpp"
 
 namespace infrarsi::bench {
 
@@ -142,6 +143,8 @@ driven_run drive_run(evaluator& ev, const driver_options& o) {
   const std::uint32_t nodes = std::max<std::uint32_t>(1, o.nodes);
   const std::string policy_name = o.policy_name;
   const bool built_policy = tuning::make_policy(policy_name) != nullptr;
+  // The run's trial encodings from one proposal to the next, as the planner actor keeps them.
+  tuning::encoding_cache encodings;
   run_log log{"bench-" + task.name + "-" + std::to_string(o.seed)};
   ev.begin_run(o.seed);
 
@@ -327,9 +330,9 @@ driven_run drive_run(evaluator& ev, const driver_options& o) {
             if (out.proposal_calls == 0)
               out.initial_design = decide::planner_input_for(task, run).initial_design;
             if (built_policy)
-              reply = decide::proposal_doc(task, run, s.n);
+              reply = decide::proposal_doc(task, run, s.n, &encodings);
             else if (o.policy != nullptr)
-              reply = decide::proposal_doc(task, run, s.n, *o.policy);
+              reply = decide::proposal_doc(task, run, s.n, *o.policy, &encodings);
             else
               reply = decide::proposal_doc(task, run, s.n); // names the unknown policy
           } catch (const std::exception& e) {

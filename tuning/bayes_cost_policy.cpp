@@ -1,5 +1,7 @@
 #include <algorithm>
+#include <cassert>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -14,6 +16,23 @@
 namespace infrarsi::tuning {
 
 namespace {
+
+/// A candidate configuration's identity in the proposal step's pool: its code (config_coder), or
+/// for one without a code its key text with code history_encoding::no_code. Two configurations
+/// have equal pool keys iff equal key() (a configuration without a code never prints like one
+/// with a code: search_space.hpp, history_facts::was_tried).
+struct pool_key {
+  std::uint64_t code = history_encoding::no_code;
+  std::string text;
+  bool operator==(const pool_key& o) const { return code == o.code && text == o.text; }
+};
+
+struct pool_key_hash {
+  std::size_t operator()(const pool_key& k) const {
+    return k.code == history_encoding::no_code ? std::hash<std::string>{}(k.text)
+                                               : std::hash<std::uint64_t>{}(k.code);
+  }
+};
 
 /// The P(fits) a candidate needs to be "safe". 0.7 rather than an even bet: on the four sim
 /// tasks (seeds 1-5 and, held out, 101-105; bench/README.md) it cut OOM trials by about half at
@@ -282,30 +301,41 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
   // 2018, "A tutorial on Thompson sampling"), each the best choice of every knob and patch under
   // that draw, so that good changes found apart are tried together. Coordinate ascent refines
   // the best of them below.
-  std::unordered_set<std::string> chosen;
+  // A candidate is known by its configuration code (config_coder), or by its key text when it
+  // has none (code no_code): equal iff the keys are equal, and a number is cheaper to make, hash
+  // and compare than the text.
+  std::unordered_set<pool_key, pool_key_hash> chosen;
   std::vector<scored> pool;
-  std::unordered_map<std::string, std::size_t> in_pool;
+  std::unordered_map<pool_key, std::size_t, pool_key_hash> in_pool;
   // Keys refused by a constraint or usable_config: neither depends on what is chosen or on
   // `strict`, so a configuration met again (coordinate ascent meets the same neighbours many
   // times) is not checked again.
-  std::unordered_set<std::string> refused;
+  std::unordered_set<pool_key, pool_key_hash> refused;
+  auto key_of = [&](const configuration& c) -> pool_key {
+    if (auto code = fs.coder.code(c))
+      return {*code, {}};
+    return {history_encoding::no_code, c.key()};
+  };
   bool strict = true; // "one new risky feature at a time" (lifted below when nothing is left)
-  auto acceptable = [&](const configuration& c, const std::vector<int>& a, const std::string& key) {
+  auto acceptable = [&](const configuration& c, const std::vector<int>& a, const pool_key& key) {
     if (chosen.count(key) != 0 || refused.count(key) != 0)
       return false;
-    if (!constraints.ok(c) || !usable_config(c, a, key)) {
+    // (A configuration with a code is compared with the history by its code; the key text is
+    // needed only for one without.)
+    if (!constraints.ok(c) || !usable_config(c, a, key.text)) {
       refused.insert(key);
       return false;
     }
     return !strict || untested_risky(a) <= 1;
   };
   // `make` builds the configuration of `key` (only when it is neither pooled nor refused).
-  auto consider_key = [&](std::string key, auto&& make) -> const scored* {
+  auto consider_key = [&](pool_key key, auto&& make) -> const scored* {
     if (auto it = in_pool.find(key); it != in_pool.end())
       return &pool[it->second];
     if (chosen.count(key) != 0 || refused.count(key) != 0)
       return nullptr;
     configuration c = make();
+    assert(key == key_of(c));
     auto a = fs.active(task, c);
     if (!acceptable(c, a, key))
       return nullptr;
@@ -314,19 +344,29 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
     return &pool.back();
   };
   auto consider = [&](const configuration& c) -> const scored* {
-    return consider_key(c.key(), [&] { return c; });
+    return consider_key(key_of(c), [&] { return c; });
   };
   // As consider, taking `c` (a configuration made to be considered and not used after).
   auto consider_made = [&](configuration&& c) -> const scored* {
-    return consider_key(c.key(), [&] { return std::move(c); });
+    return consider_key(key_of(c), [&] { return std::move(c); });
   };
   // The single changes of `c` (tuning::single_changes, in its order), each considered; f(s) for
-  // each (nullptr: not acceptable). Their keys are made from c's key text, and a configuration
-  // is built only for a key neither pooled nor refused: coordinate ascent meets the same
-  // neighbours again and again.
+  // each (nullptr: not acceptable). Their codes are c's code with one digit or one patch bit
+  // changed (their keys c's key text with one part changed when c has no code), and a
+  // configuration is built only for a key neither pooled nor refused: coordinate ascent meets
+  // the same neighbours again and again.
   std::vector<std::vector<knob_value>> domains;
   for (const auto& k : task.knobs)
     domains.push_back(search_values(k));
+  // Per knob (task order) and searched value: its digit in the code (config_coder::values).
+  std::vector<std::vector<std::uint64_t>> digit_of(task.knobs.size());
+  if (fs.coder.usable)
+    for (std::size_t k = 0; k < task.knobs.size(); ++k)
+      for (const auto& v : domains[k]) {
+        const auto& cv = fs.coder.values[k];
+        digit_of[k].push_back(
+          static_cast<std::uint64_t>(std::find(cv.begin(), cv.end(), v) - cv.begin()));
+      }
   std::vector<std::vector<std::string>> value_text(task.knobs.size());
   std::vector<std::size_t> name_pos(task.knobs.size());
   for (std::size_t k = 0; k < task.knobs.size(); ++k)
@@ -335,6 +375,47 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
   for (std::size_t i = 0; i < fs.knob_by_name.size(); ++i)
     name_pos[static_cast<std::size_t>(fs.knob_by_name[i])] = i;
   auto for_each_neighbour_of = [&](const configuration& c, auto&& f) {
+    if (const auto code = fs.coder.code(c)) {
+      // c has a code: so has each neighbour, made from it (knobs in name order, each at a
+      // searched value; patches of the task in name order).
+      auto it = c.knobs.begin();
+      std::vector<std::uint64_t> digit(task.knobs.size());
+      for (int ki : fs.knob_by_name) {
+        const auto& cv = fs.coder.values[static_cast<std::size_t>(ki)];
+        digit[static_cast<std::size_t>(ki)] =
+          static_cast<std::uint64_t>(std::find(cv.begin(), cv.end(), it->second) - cv.begin());
+        ++it;
+      }
+      for (std::size_t k = 0; k < task.knobs.size(); ++k) {
+        const auto& values = domains[k];
+        for (std::size_t j = 0; j < values.size(); ++j) {
+          if (digit_of[k][j] == digit[k])
+            continue;
+          const auto w = fs.coder.weight[k];
+          f(consider_key(pool_key{*code - digit[k] * w + digit_of[k][j] * w, {}}, [&] {
+            auto m = c;
+            m.knobs[task.knobs[k].name] = values[j];
+            return m;
+          }));
+        }
+      }
+      for (const auto& p : task.patches) {
+        const std::uint64_t bit =
+          (std::uint64_t{1} << fs.coder.patch_bit.at(p.name)) * fs.coder.patch_weight;
+        auto at = std::lower_bound(c.patches.begin(), c.patches.end(), p.name);
+        const bool has = at != c.patches.end() && *at == p.name;
+        f(consider_key(pool_key{has ? *code - bit : *code + bit, {}}, [&] {
+          auto m = c;
+          auto pos = m.patches.begin() + (at - c.patches.begin());
+          if (has)
+            m.patches.erase(pos);
+          else
+            m.patches.insert(pos, p.name);
+          return m;
+        }));
+      }
+      return;
+    }
     bool in_step = c.knobs.size() == task.knobs.size();
     std::vector<std::string> seg;
     std::vector<const knob_value*> value(task.knobs.size(), nullptr);
@@ -382,7 +463,7 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
       for (std::size_t j = 0; j < values.size(); ++j) {
         if (*value[k] == values[j])
           continue;
-        f(consider_key(join(name_pos[k], value_text[k][j], own_patches), [&] {
+        f(consider_key(pool_key{history_encoding::no_code, join(name_pos[k], value_text[k][j], own_patches)}, [&] {
           auto m = c;
           m.knobs[task.knobs[k].name] = values[j];
           return m;
@@ -396,7 +477,7 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
         patches.erase(it);
       else
         patches.insert(it, p.name);
-      f(consider_key(join(seg.size(), "", patch_text(patches)), [&] {
+      f(consider_key(pool_key{history_encoding::no_code, join(seg.size(), "", patch_text(patches))}, [&] {
         auto m = c;
         m.patches = patches;
         return m;
@@ -500,7 +581,7 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
     if (t.purpose == "explore")
       ++explored;
   auto erase_chosen = [&](std::size_t idx) {
-    in_pool.erase(pool[idx].config.key());
+    in_pool.erase(key_of(pool[idx].config));
     pool.erase(pool.begin() + static_cast<std::ptrdiff_t>(idx));
     for (auto& [k, v] : in_pool)
       if (v > idx)
@@ -516,11 +597,11 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
     std::optional<std::size_t> pick;
     std::string reason;
     for (const auto& s : in.experience_seeds) {
-      auto it = in_pool.find(s.key());
+      auto it = in_pool.find(key_of(s));
       if (it == in_pool.end()) {
         if (consider(s) == nullptr)
           continue;
-        it = in_pool.find(s.key());
+        it = in_pool.find(key_of(s));
       }
       pick = it->second;
       reason = "initial design: experience bank seed";
@@ -569,7 +650,7 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
     if (!pick)
       break;
     const auto& c = pool[*pick];
-    chosen.insert(c.config.key());
+    chosen.insert(key_of(c.config));
     proposal p{c.config, std::exp(-fs.encode(task, c.config).dot(fs.prior_mean)), reason, {}, {}};
     p.prior_speedup = p.predicted_speedup;
     if (have_mem)
@@ -642,7 +723,7 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
         const auto* s = consider(m);
         if (s == nullptr || s->p_fit < safe_p_fit || !s->paired.empty())
           continue;
-        auto& target = pool[in_pool.at(m.key())];
+        auto& target = pool[in_pool.at(key_of(m))];
         target.paired = "paired " + hungry.config.diff_from(base_config) + " (P(OOM) "
                         + fmt("%.2f", 1.0 - hungry.p_fit) + " alone) with the memory saver "
                         + m.diff_from(hungry.config) + " (fitted memory x"
@@ -711,7 +792,7 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
                + " / cost " + fmt("%.2f", b.cost) + ": predicted " + fmt("%.3f", std::exp(-b.mean))
                + "x (log sd " + fmt("%.3f", b.sd) + ")" + (b.paired.empty() ? "" : "; " + b.paired)
                + narrowed + end_game;
-    chosen.insert(b.config.key());
+    chosen.insert(key_of(b.config));
     auto fantasy = b.x;
     double fantasy_mean = b.mean;
     out.proposals.push_back(std::move(p));
