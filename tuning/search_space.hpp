@@ -166,8 +166,8 @@ struct history_encoding {
 /// with are kept and compared, and a step with other features (other priors, LLM-proposed
 /// patches) encodes everything again. Exact: encode() gives what history_encoding's constructor
 /// gives (tests: EncodingCache.*). Saves the walk of every trial's knob map at every step
-/// (about 15 ms at 10,000 trials, Release). One cache per run; not thread-safe (the run's one
-/// planner uses it).
+/// (about 20 ms of bayes_ei/7's late step at 10,000 trials, Release: bench/README.md
+/// "bayes_ei/7"). One cache per run; not thread-safe (the run's one planner uses it).
 class encoding_cache {
  public:
   /// The encoding of `history` under (task, fs), made from the cached one. The reference is
