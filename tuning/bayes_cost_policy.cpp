@@ -375,17 +375,10 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
   for (std::size_t i = 0; i < fs.knob_by_name.size(); ++i)
     name_pos[static_cast<std::size_t>(fs.knob_by_name[i])] = i;
   auto for_each_neighbour_of = [&](const configuration& c, auto&& f) {
-    if (const auto code = fs.coder.code(c)) {
+    std::vector<std::uint64_t> digit;
+    if (const auto code = fs.coder.code(c, digit)) {
       // c has a code: so has each neighbour, made from it (knobs in name order, each at a
       // searched value; patches of the task in name order).
-      auto it = c.knobs.begin();
-      std::vector<std::uint64_t> digit(task.knobs.size());
-      for (int ki : fs.knob_by_name) {
-        const auto& cv = fs.coder.values[static_cast<std::size_t>(ki)];
-        digit[static_cast<std::size_t>(ki)] =
-          static_cast<std::uint64_t>(std::find(cv.begin(), cv.end(), it->second) - cv.begin());
-        ++it;
-      }
       for (std::size_t k = 0; k < task.knobs.size(); ++k) {
         const auto& values = domains[k];
         for (std::size_t j = 0; j < values.size(); ++j) {

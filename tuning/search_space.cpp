@@ -125,27 +125,45 @@ config_coder::config_coder(const task_spec& task) {
   usable = fits;
 }
 
-std::optional<std::uint64_t> config_coder::code(const configuration& c) const {
-  if (!usable || c.knobs.size() != names.size())
+namespace {
+
+/// config_coder::code, calling on_digit(knob index, digit) for each knob.
+template <class F>
+std::optional<std::uint64_t> code_of(const config_coder& coder, const configuration& c,
+                                     F&& on_digit) {
+  if (!coder.usable || c.knobs.size() != coder.names.size())
     return std::nullopt;
   std::uint64_t out = 0;
   std::size_t i = 0;
   for (const auto& [name, v] : c.knobs) {
-    if (name != names[i])
+    if (name != coder.names[i])
       return std::nullopt;
-    const auto ki = static_cast<std::size_t>(knob[i++]);
-    const auto& vs = values[ki];
+    const auto ki = static_cast<std::size_t>(coder.knob[i++]);
+    const auto& vs = coder.values[ki];
     std::size_t d = 0;
     while (d < vs.size() && !(vs[d] == v))
       ++d;
     if (d == vs.size())
       return std::nullopt;
-    out += d * weight[ki];
+    on_digit(ki, d);
+    out += d * coder.weight[ki];
   }
-  const auto bits = patch_code(c.patches);
+  const auto bits = coder.patch_code(c.patches);
   if (!bits)
     return std::nullopt;
   return out + *bits;
+}
+
+} // namespace
+
+std::optional<std::uint64_t> config_coder::code(const configuration& c) const {
+  return code_of(*this, c, [](std::size_t, std::size_t) {});
+}
+
+std::optional<std::uint64_t> config_coder::code(const configuration& c,
+                                                std::vector<std::uint64_t>& digits) const {
+  digits.resize(names.size());
+  return code_of(*this, c, [&](std::size_t ki, std::size_t d) { digits[ki] = d; });
 }
 
 std::optional<std::uint64_t> config_coder::patch_code(const std::vector<std::string>& patches) const {

@@ -72,6 +72,9 @@ struct config_coder {
   /// ones, an unknown patch, patches not in name order) or codes are not usable. O(knobs +
   /// patches), no allocation.
   [[nodiscard]] std::optional<std::uint64_t> code(const configuration& c) const;
+  /// As above; `digits` (resized to the task's knob count) gets each knob's digit, task order.
+  [[nodiscard]] std::optional<std::uint64_t> code(const configuration& c,
+                                                  std::vector<std::uint64_t>& digits) const;
   /// The patches' part of a code (their bits times patch_weight); nullopt as for code().
   [[nodiscard]] std::optional<std::uint64_t> patch_code(const std::vector<std::string>& patches) const;
 };
