@@ -235,6 +235,7 @@ messages::trial_spec_msg spec_for(self_ptr self, const decide::launch& l) {
   req.memory_cap_bytes = task.limits.memory_cap_bytes;
   req.scope_lock = decide::scope_lock(run(self));
   req.loss_reference = decide::early_stop_reference(run(self));
+  req.smoke_patches = decide::smoke_patches(task, run(self), l.config);
   return decide::trial_spec(req, l.kind, l.candidate_trial, l.round);
 }
 

@@ -52,6 +52,9 @@ messages::trial_result_msg run_node_trial(const tuning::task_spec& task,
   req.timeout_s = spec->timeout_s();
   req.memory_cap_bytes = spec->memory_cap_bytes();
   req.loss_reference = adapters::loss_reference_of(*spec);
+  if (spec->smoke_patches() != nullptr)
+    for (const auto* p : *spec->smoke_patches())
+      req.smoke_patches.push_back(p->str());
   req.trial_dir = trials_root + "/" + trial_dir_name(req.trial_id, req.attempt);
   req.stop = stop;
   wire::TrialResultT r;

@@ -230,13 +230,12 @@ std::vector<preflight_problem> preflight(const tuning::task_spec& task,
                    fs::exists(w.workdir, ec) ? in_quotes(w.workdir) + " is not a directory"
                                              : "no such directory: " + in_quotes(w.workdir)});
 
-  // The program.
+  // The program (and the smoke launch's, which runs with the same launcher).
   const bool torchrun = w.launcher == tuning::launcher_kind::torchrun;
-  const auto& prog_list = torchrun ? w.torchrun_program : w.argv;
-  const std::string prog_key = torchrun ? "workload.torchrun_program[0]" : "workload.argv[0]";
-  const std::string prog_where =
-    pos.at("workload", torchrun ? "torchrun_program" : "argv", 0);
-  if (!prog_list.empty()) {
+  auto check_program = [&](const std::vector<std::string>& prog_list, const std::string& prog_key,
+                           const std::string& prog_where) {
+    if (prog_list.empty())
+      return;
     std::string why;
     auto program = tuning::render_template(prog_list[0], vars, why);
     if (program && !program->empty()) {
@@ -295,7 +294,14 @@ std::vector<preflight_problem> preflight(const tuning::task_spec& task,
                              "install it"});
       }
     }
-  }
+  };
+  if (torchrun)
+    check_program(w.torchrun_program, "workload.torchrun_program[0]",
+                  pos.at("workload", "torchrun_program", 0));
+  else
+    check_program(w.argv, "workload.argv[0]", pos.at("workload", "argv", 0));
+  if (task.smoke && !torchrun)
+    check_program(task.smoke->argv, "smoke.argv[0]", pos.at("smoke", "argv", 0));
 
   // Patches: each alone on the unpatched workload.
   if (options.check_patches && workdir_ok)

@@ -682,10 +682,81 @@ void parse_model(const reader& r, const toml::table& root, tuning::model_spec& m
       m.shape[key] = static_cast<std::int64_t>(*v);
 }
 
+/// [smoke] (tuning::smoke_spec), after [contract] and [limits]: the probe launch of untested
+/// patches. Absent: the task has none.
+void parse_smoke(const reader& r, const toml::table& root, tuning::task_spec& task) {
+  const auto* node = root.get("smoke");
+  if (node == nullptr)
+    return;
+  const auto& s = r.table(root, "smoke", "", false);
+  r.only_keys(s, "smoke", {"argv", "world_size", "steps", "tokens_per_step", "global_batch",
+                           "params", "layers", "loss_rtol", "loss_atol", "timeout_s"});
+  tuning::smoke_spec smoke;
+  smoke.argv = r.strings(s, "argv", "smoke", true);
+  if (smoke.argv.empty())
+    r.fail(s.get("argv"), "smoke.argv", "expected at least the program to run, got []");
+  if (const auto* ws = s.get("world_size")) {
+    if (ws->is_integer() && *ws->value<std::int64_t>() >= 1)
+      smoke.world_size = std::to_string(*ws->value<std::int64_t>());
+    else if (ws->is_string())
+      smoke.world_size = *ws->value<std::string>();
+    else
+      r.expected(*ws, "smoke.world_size", "a positive integer or a template such as \"1\"");
+  }
+  // The full job's contract, less what only holds for the full job.
+  auto& c = smoke.contract;
+  c = task.contract;
+  c.steps = 0;
+  c.tokens_per_step = 0;
+  c.global_batch = 0;
+  c.params = 0;
+  c.layers = 0;
+  c.loss_checkpoints.clear();
+  c.loss_mode = tuning::loss_mode::pointwise;
+  c.loss_window = 0;
+  c.eval_steps.clear();
+  if (auto v = r.count(s, "steps", "smoke", 1, 100000))
+    c.steps = static_cast<std::uint32_t>(*v);
+  else
+    r.fail(&s, "smoke.steps", "missing (the number of steps each smoke launch runs, >= 1)");
+  c.timed_first = 0;
+  c.timed_last = c.steps - 1;
+  if (auto v = r.count(s, "tokens_per_step", "smoke", 0, std::uint64_t{1} << 62))
+    c.tokens_per_step = *v;
+  if (auto v = r.count(s, "global_batch", "smoke", 0, std::uint64_t{1} << 62))
+    c.global_batch = *v;
+  if (auto v = r.count(s, "params", "smoke", 0, std::uint64_t{1} << 62))
+    c.params = *v;
+  if (auto v = r.count(s, "layers", "smoke", 0, 0xffffffffu))
+    c.layers = static_cast<std::uint32_t>(*v);
+  if (auto v = r.number(s, "loss_rtol", "smoke", 0))
+    c.loss_rtol = *v;
+  if (auto v = r.number(s, "loss_atol", "smoke", 0))
+    c.loss_atol = *v;
+  if (auto v = r.number(s, "timeout_s", "smoke", 0.001))
+    smoke.timeout_s = *v;
+  // Its templates must render for the baseline (an unknown placeholder is a task-file error, not
+  // a failed trial).
+  std::map<std::string, std::string> builtins{{"trial_id", "0"},
+                                              {"attempt", "0"},
+                                              {"trial_dir", "/tmp"},
+                                              {"memory_cap_bytes", "0"}};
+  auto vars = tuning::template_vars(task, task.default_assignment(), builtins);
+  vars.emplace("world_size", "1");
+  vars.emplace("rank", "0");
+  std::string why;
+  if (!tuning::render_template(smoke.world_size, vars, why))
+    r.fail(s.get("world_size"), "smoke.world_size", why);
+  for (std::size_t i = 0; i < smoke.argv.size(); ++i)
+    if (!tuning::render_template(smoke.argv[i], vars, why))
+      r.fail(s.get("argv"), "smoke.argv[" + std::to_string(i) + "]", why);
+  task.smoke = std::move(smoke);
+}
+
 tuning::task_spec parse_task(const reader& r, const toml::table& root) {
   r.only_keys(root, "", {"name", "description", "workload", "knobs", "metrics", "limits",
                          "patches", "constants", "constraints", "contract", "scope", "budget",
-                         "knowledge", "llm", "hardware", "model"});
+                         "knowledge", "llm", "hardware", "model", "smoke"});
   tuning::task_spec task;
   task.name = r.safe_name(root, "name", "", *r.string(root, "name", "", true));
   task.knowledge = r.string(root, "knowledge", "", false).value_or(task.name);
@@ -918,6 +989,7 @@ tuning::task_spec parse_task(const reader& r, const toml::table& root) {
   parse_contract_sections(r, root, task);
   parse_hardware(r, root, task.hardware);
   parse_model(r, root, task.model);
+  parse_smoke(r, root, task);
   return task;
 }
 

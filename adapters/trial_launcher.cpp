@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -20,6 +21,8 @@
 #include "adapters/process.hpp"
 #include "adapters/trial_copy.hpp"
 #include "messages/errc.hpp"
+#include "store/run_projection.hpp"
+#include "tuning/contract_check.hpp"
 #include "tuning/planner.hpp"
 
 namespace infrarsi::adapters {
@@ -95,6 +98,7 @@ messages::trial_spec_msg make_trial_spec(const trial_request& req, const std::st
   spec.timeout_s = req.timeout_s;
   spec.memory_cap_bytes = req.memory_cap_bytes;
   spec.purpose = purpose;
+  spec.smoke_patches = req.smoke_patches;
   if (req.loss_reference) {
     const auto& ref = *req.loss_reference;
     auto lr = std::make_unique<wire::LossReferenceT>();
@@ -925,6 +929,8 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
   if (!sup.parser.config_error().empty())
     return make_error(errc::invalid_argument, task.source + ": " + sup.parser.config_error());
 
+  // Device-seconds of the smoke probe's launches (below), charged to the trial.
+  double smoke_device_s = 0;
   auto finish = [&](const trial_verdict& verdict) {
     // A trial that ended before any rank started (a patch that does not apply, no Slurm
     // allocation, a constraint): its directory still says why.
@@ -938,6 +944,11 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
       peak = std::max(peak, r.peak_rss);
     report.result = make_result(req, verdict, sup.parser, sup.observed_at, peak, wall,
                                 report.world_size);
+    if (smoke_device_s > 0) {
+      auto r = report.result.unpack();
+      r->device_seconds += smoke_device_s;
+      report.result = messages::trial_result_msg::pack(*r);
+    }
     return report;
   };
 
@@ -949,6 +960,74 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
     if (!v.empty()) // "constraint 'EXPR' is false for a=1, b=2"
       return finish({wire::Outcome::ContractViolation, 0,
                      "constraint: " + v.substr(std::string{"constraint "}.size())});
+  }
+  // The smoke probe of untested patches (trial_request::smoke_patches): the task's [smoke]
+  // launch unpatched, then patched, before anything of the full launch.
+  if (!req.smoke_patches.empty() && task.smoke && !req.patches.empty()) {
+    tuning::task_spec small = task;
+    small.workload.argv = task.smoke->argv;
+    small.workload.world_size = task.smoke->world_size;
+    small.contract = task.smoke->contract;
+    small.smoke.reset();
+    std::array<tuning::trial_record, 2> runs;
+    double smoke_wall_s = 0;
+    std::string names;
+    for (const auto& p : req.smoke_patches)
+      names += (names.empty() ? "" : ", ") + p;
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+      trial_request sreq = req;
+      sreq.task = &small;
+      sreq.smoke_patches.clear();
+      sreq.loss_reference.reset();
+      sreq.on_step = {};
+      if (i == 0) {
+        sreq.patches.clear();
+        sreq.patch_texts.clear();
+      }
+      sreq.trial_dir = trial_dir + (i == 0 ? "/smoke-unpatched" : "/smoke-patched");
+      sreq.timeout_s = task.smoke->timeout_s > 0 ? task.smoke->timeout_s : task.limits.timeout_s;
+      auto r = run_trial(sreq);
+      if (!r)
+        return std::move(r.error());
+      store::apply_result(runs[i], *r->result);
+      smoke_wall_s += runs[i].wall_time_s;
+      smoke_device_s += runs[i].device_seconds;
+      if (req.stop != nullptr && req.stop->load())
+        return finish({wire::Outcome::Preempted, 0, "stopped during the smoke probe"});
+    }
+    auto violation = tuning::smoke_violation(small.contract, runs[0], runs[1]);
+    std::string verdict =
+      violation ? "violation: " + *violation
+      : runs[0].outcome != tuning::trial_outcome::ok
+        ? std::string{"inconclusive: the unpatched smoke run ended "} + tuning::to_string(runs[0].outcome)
+            + (runs[0].detail.empty() ? "" : " (" + runs[0].detail + ")")
+      : runs[1].outcome != tuning::trial_outcome::ok
+        ? std::string{"inconclusive: the patched smoke run ended "} + tuning::to_string(runs[1].outcome)
+            + (runs[1].detail.empty() ? "" : " (" + runs[1].detail + ")")
+        : "passed";
+    std::ofstream{trial_dir + "/smoke.txt"} << "smoke probe of " << names << ": " << verdict
+                                            << '\n';
+    // The probe's workload copies are done with (their logs stay).
+    for (const char* d : {"/smoke-unpatched/workdir", "/smoke-patched/workdir"}) {
+      std::error_code rm;
+      fs::remove_all(trial_dir + d, rm);
+    }
+    if (violation) {
+      // Ends here: the full launch never starts. The trial cost the two smoke launches.
+      wire::TrialResultT r;
+      r.trial_id = req.trial_id;
+      r.attempt = req.attempt;
+      r.outcome = wire::Outcome::ContractViolation;
+      r.wall_time_s = smoke_wall_s;
+      r.device_seconds = smoke_device_s;
+      r.detail = tuning::smoke_probe_detail(*violation, req.smoke_patches);
+      report.result = messages::trial_result_msg::pack(r);
+      for (const char* d : {"/smoke-unpatched", "/smoke-patched"})
+        for (const char* f : {"/rank-0.stdout", "/rank-0.stderr"})
+          if (fs::exists(trial_dir + d + f))
+            report.log_files.push_back(trial_dir + d + f);
+      return report;
+    }
   }
   auto base_env = current_environment();
   // A Slurm trial is a job step of the allocation infrarsi runs in; it never asks Slurm for an

@@ -60,6 +60,13 @@ struct trial_request {
   /// violation, then "; stopped early at step S of N"). nullopt (baselines, before the
   /// calibration): the trial runs to its end and only the verifier judges it.
   std::optional<tuning::loss_reference> loss_reference;
+  /// The patches of `patches` never run in a usable trial (decide::smoke_patches). When not empty
+  /// and the task has [smoke], the smoke probe runs first (trial_dir/smoke-unpatched,
+  /// trial_dir/smoke-patched: the smoke launch without and with `patches`); a patched run that
+  /// breaks the contract against the unpatched one (tuning::smoke_violation) ends the trial as
+  /// contract_violation (detail tuning::smoke_probe_detail) with the two launches' wall time and
+  /// device-seconds only; otherwise the full launch follows and its result carries both costs too.
+  std::vector<std::string> smoke_patches;
   /// Called for every metrics step as it is read (progress display); may be empty.
   std::function<void(const step_sample&)> on_step;
   /// Whether the trial's processes may be tracked by a cgroup v2 (where this process can

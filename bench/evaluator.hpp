@@ -66,6 +66,11 @@ public:
   /// the trial stops at the first step tuning::early_violation proves a violation, and ends
   /// contract_violation with the steps read so far, detail and violations[0]
   /// tuning::early_stop_detail, and the cost of what ran until then.
+  /// `smoke_patches` (empty: no probe): the patches the TrialSpec names for the smoke probe
+  /// (decide::smoke_patches): with the task's [smoke], as the node-runner, the smoke launch runs
+  /// unpatched and patched first, a violation (tuning::smoke_violation) ends the trial as
+  /// contract_violation (detail and violations[0] tuning::smoke_probe_detail) with no steps and the cost of the two
+  /// launches, and otherwise their cost is added to the trial's device-seconds.
   /// Never throws for a bad configuration (that is an outcome); throws std::runtime_error only
   /// when the evaluator itself cannot run (an unreadable workload file).
   [[nodiscard]] virtual tuning::trial_record measure(const tuning::configuration& config,
@@ -73,7 +78,9 @@ public:
                                                      std::uint32_t attempt,
                                                      const std::string& purpose,
                                                      const tuning::loss_reference* early_stop =
-                                                       nullptr) = 0;
+                                                       nullptr,
+                                                     const std::vector<std::string>&
+                                                       smoke_patches = {}) = 0;
 
   /// Noise-free step time of `config`, seconds; nullopt when it would not give a usable trial
   /// (breaks a constraint, invalid layout, a patch that does not apply, out of memory, breaks

@@ -293,7 +293,8 @@ void real_evaluator::calibrate() {
 tuning::trial_record real_evaluator::measure(const tuning::configuration& config,
                                              std::uint64_t trial_id, std::uint32_t attempt,
                                              const std::string& purpose,
-                                             const tuning::loss_reference* early_stop) {
+                                             const tuning::loss_reference* early_stop,
+                                             const std::vector<std::string>& smoke_patches) {
   const auto& state = projection_->state();
   if (state.find(trial_id, attempt) != nullptr)
     throw std::runtime_error("real_evaluator: trial " + std::to_string(trial_id) + "/" +
@@ -314,6 +315,7 @@ tuning::trial_record real_evaluator::measure(const tuning::configuration& config
   req.memory_cap_bytes = task_.limits.memory_cap_bytes;
   if (early_stop != nullptr)
     req.loss_reference = *early_stop;
+  req.smoke_patches = smoke_patches;
   req.trial_dir = root_ + "/run-" + std::to_string(run_index_) + "/trial-" +
                   std::to_string(trial_id) + "-" + std::to_string(attempt);
   auto spec = adapters::make_trial_spec(req, purpose);

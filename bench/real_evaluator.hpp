@@ -98,7 +98,9 @@ public:
                                              std::uint64_t trial_id, std::uint32_t attempt,
                                              const std::string& purpose,
                                              const tuning::loss_reference* early_stop =
-                                               nullptr) override;
+                                               nullptr,
+                                             const std::vector<std::string>& smoke_patches =
+                                               {}) override;
   /// The grid median of a knob-only configuration whose every repeat passed; nullopt for a
   /// configuration with patches (no exhaustive truth), one outside the grid or one the grid saw
   /// fail or break the contract.

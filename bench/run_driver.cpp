@@ -75,6 +75,7 @@ messages::trial_spec_msg spec_for(const tuning::task_spec& task, const store::ru
   req.timeout_s = task.limits.timeout_s;
   req.memory_cap_bytes = task.limits.memory_cap_bytes;
   req.loss_reference = decide::early_stop_reference(run); // as the supervisor's spec_for
+  req.smoke_patches = decide::smoke_patches(task, run, l.config);
   return decide::trial_spec(req, l.kind, l.candidate_trial, l.round);
 }
 
@@ -292,8 +293,12 @@ driven_run drive_run(evaluator& ev, const driver_options& o) {
             shape.round = l.round;
             // What the node-runner would get: the reference the TrialSpec carries.
             auto early_stop = adapters::loss_reference_of(*spec);
+            std::vector<std::string> smoke;
+            if (spec->smoke_patches() != nullptr)
+              for (const auto* p : *spec->smoke_patches())
+                smoke.push_back(p->str());
             auto rec = ev.measure(l.config, l.trial_id, l.attempt, tuning::purpose_text(shape),
-                                  early_stop ? &*early_stop : nullptr);
+                                  early_stop ? &*early_stop : nullptr, smoke);
             rec.trial_id = l.trial_id;
             rec.attempt = l.attempt;
             rec.kind = l.kind;

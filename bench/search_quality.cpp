@@ -50,6 +50,7 @@
 #include "decide/experience_serving.hpp"
 #include "messages/errc.hpp"
 #include "adapters/task_file.hpp"
+#include "tuning/contract_check.hpp"
 #include "tuning/planner.hpp"
 #include "tuning/priors.hpp"
 #include "tuning/stats.hpp"
@@ -208,6 +209,8 @@ struct run_result {
   double failed_device_share = 0;
   std::size_t ooms = 0, contract_violations = 0, constraint_refusals = 0, launch_errors = 0,
               crashes = 0, usable = 0;
+  /// Contract violations the smoke probe caught before the full launch (tuning::is_smoke_probe).
+  std::size_t smoke_caught = 0;
   double wall_s = 0;
   /// A real task's promoted configuration had patches (no exhaustive truth): true_speedup is
   /// its re-verified measured speedup.
@@ -330,6 +333,8 @@ run_result run_one(evaluator& ev, const tuning::planner_policy& policy, const st
         ++r.constraint_refusals;
       else
         ++r.contract_violations;
+      if (tuning::is_smoke_probe(t->detail))
+        ++r.smoke_caught;
       break;
     default: break;
     }
@@ -529,6 +534,7 @@ json run_json(const run_result& r) {
   j["usable_trials"] = r.usable;
   j["ooms"] = r.ooms;
   j["contract_violations"] = r.contract_violations;
+  j["smoke_caught"] = r.smoke_caught;
   j["constraint_refusals"] = r.constraint_refusals;
   j["launch_errors"] = r.launch_errors;
   j["crashes_or_timeouts"] = r.crashes;
@@ -700,7 +706,9 @@ std::string markdown(const std::vector<task_info>& tasks, const std::vector<std:
      << " in the mean), then how many runs reached it. *promoted*: runs that promoted a "
         "configuration. *failed dev-s*: share of the "
         "search's device-seconds spent on OOM, launch-error, crash, timeout and "
-        "contract-violating trials. *OOM*, *violations* (loss or work), *refused* (broken "
+        "contract-violating trials (a trial's device-seconds include its smoke probe, when the "
+        "task has [smoke] and the trial had an untested patch: docs/node-runner.md). *OOM*, "
+        "*violations* (loss or work; those the smoke probe caught included), *refused* (broken "
         "constraint): mean per run.\n\n";
   md << "| policy | task | true speedup | of optimum | best explored | trials to 90 % (reached) | "
         "promoted | failed dev-s | OOM | violations | refused | trials | stop | wall s/run |\n";

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <stdexcept>
 
+#include "tuning/contract_check.hpp"
 #include "tuning/planner.hpp"
 #include "workloads/sim/cli.hpp"
 #include "workloads/sim/enumerate.hpp"
@@ -84,6 +85,31 @@ std::unique_ptr<sim_evaluator> sim_evaluator::create(tuning::task_spec task, std
     }
     ev->run_ = state.run;
     ev->run_.noise = state.noise != "off";
+  }
+
+  // The smoke launch (task_spec::smoke): the task with its argv, world size and contract.
+  if (t.smoke) {
+    tuning::task_spec small = t;
+    small.workload.argv = t.smoke->argv;
+    small.workload.world_size = t.smoke->world_size;
+    small.contract = t.smoke->contract;
+    small.smoke.reset();
+    auto smoke_args = rendered_args(small, why);
+    if (!why.empty()) {
+      why = where + ": smoke: " + why;
+      return nullptr;
+    }
+    sim::cli_state state;
+    auto app = sim::make_app(state);
+    try {
+      app->parse(std::vector<std::string>(smoke_args.rbegin(), smoke_args.rend()));
+    } catch (const CLI::ParseError& e) {
+      why = where + ": the simulator rejects the task's smoke.argv: " + e.what();
+      return nullptr;
+    }
+    ev->smoke_run_ = state.run;
+    ev->smoke_run_.noise = state.noise != "off";
+    ev->smoke_task_ = std::move(small);
   }
 
   // The baseline: its GPU count (for the cost of a failed launch), truth and loss trajectory
@@ -217,6 +243,63 @@ sim_evaluator::priced sim_evaluator::price(const tuning::configuration& raw) {
   return p;
 }
 
+tuning::trial_record sim_evaluator::smoke_run(const tuning::configuration& config, bool patched,
+                                              std::uint64_t trial_id, std::uint32_t attempt) {
+  tuning::trial_record rec;
+  rec.finished = true;
+  rec.config = config;
+  if (!patched)
+    rec.config.patches.clear();
+  std::string why;
+  const auto& kernels = kernels_for(rec.config.patches, why);
+  if (!kernels) {
+    rec.outcome = tuning::trial_outcome::launch_error;
+    rec.detail = "patches do not apply: " + why;
+    return rec;
+  }
+  auto cfg = sim::task_config(*smoke_task_, rec.config.knobs, *kernels, why);
+  sim::truth truth;
+  if (cfg)
+    truth = sim::compute_truth(*cfg);
+  if (!cfg || !truth.valid) {
+    rec.outcome = tuning::trial_outcome::launch_error;
+    rec.detail = cfg ? truth.error : why;
+    rec.wall_time_s = sim_failed_launch_s;
+    rec.device_seconds = sim_failed_launch_s * (cfg ? cfg->gpus : 1);
+    return rec;
+  }
+  if (truth.oom) {
+    rec.outcome = tuning::trial_outcome::oom;
+    rec.wall_time_s = sim_failed_launch_s;
+    rec.device_seconds = sim_failed_launch_s * cfg->gpus;
+    return rec;
+  }
+  auto opt = smoke_run_;
+  opt.seed = seed_;
+  opt.launch_id = trial_id;
+  opt.attempt = attempt;
+  auto lines = sim::simulate_run(*cfg, truth, opt);
+  for (std::size_t i = 0; i + 1 < lines.size(); ++i) {
+    const auto& j = lines[i];
+    tuning::step_point st;
+    st.step = j.value("step", 0u);
+    st.loss = j.value("loss", 0.0);
+    st.tokens = j.value("tokens", std::uint64_t{0});
+    st.step_time_s = j.value("step_time_s", 0.0);
+    st.warmup = j.value("warmup", false);
+    rec.steps.push_back(st);
+  }
+  const auto& fin = lines.back();
+  rec.declared.final_seen = true;
+  rec.declared.global_batch = fin.value("global_batch", std::uint64_t{0});
+  rec.declared.params = fin.value("params", std::uint64_t{0});
+  rec.declared.layers = fin.value("layers", std::uint64_t{0});
+  rec.device_seconds = fin.value("device_seconds", 0.0);
+  rec.wall_time_s = fin.value("simulated_wall_s", 0.0);
+  rec.outcome = tuning::trial_outcome::ok;
+  return rec;
+}
+
 std::optional<double> sim_evaluator::true_step_time(const tuning::configuration& config) {
   auto p = price(config);
   if (p.failure != tuning::trial_outcome::unset || p.truth.oom ||
@@ -228,7 +311,8 @@ std::optional<double> sim_evaluator::true_step_time(const tuning::configuration&
 tuning::trial_record sim_evaluator::measure(const tuning::configuration& config,
                                             std::uint64_t trial_id, std::uint32_t attempt,
                                             const std::string& purpose,
-                                            const tuning::loss_reference* early_stop) {
+                                            const tuning::loss_reference* early_stop,
+                                            const std::vector<std::string>& smoke_patches) {
   tuning::trial_record rec;
   rec.trial_id = trial_id;
   rec.attempt = attempt;
@@ -247,13 +331,30 @@ tuning::trial_record sim_evaluator::measure(const tuning::configuration& config,
     rec.wall_time_s = p.launched ? sim_failed_launch_s : 0.0;
     return rec;
   }
+  // The smoke probe (as adapters::run_trial: after the refusals before launch, before the full
+  // launch): the smoke launch unpatched and patched; a violation ends the trial at their cost.
+  double smoke_device_s = 0;
+  if (!smoke_patches.empty() && smoke_task_ && !config.patches.empty()) {
+    auto unpatched = smoke_run(config, false, trial_id, attempt);
+    auto patched = smoke_run(config, true, trial_id, attempt);
+    smoke_device_s = unpatched.device_seconds + patched.device_seconds;
+    if (auto v = tuning::smoke_violation(smoke_task_->contract, unpatched, patched)) {
+      rec.outcome = tuning::trial_outcome::contract_violation;
+      rec.detail = tuning::smoke_probe_detail(*v, smoke_patches);
+      rec.violations = {rec.detail};
+      rec.device_seconds = smoke_device_s;
+      rec.wall_time_s = unpatched.wall_time_s + patched.wall_time_s;
+      return rec;
+    }
+  }
+  rec.device_seconds = smoke_device_s; // the cost below is added to it
   if (p.truth.oom) {
     // The simulator prints its OOM report and exits 86 before the first step. Nothing was
     // measured: the peak stays 0 (the planner's memory model treats an OOM trial as censored at
     // planner_input::memory_capacity_bytes).
     rec.outcome = tuning::trial_outcome::oom;
     rec.detail = "INFRARSI_OOM " + sim::oom_json(p.cfg, p.truth).dump();
-    rec.device_seconds = sim_failed_launch_s * p.gpus;
+    rec.device_seconds += sim_failed_launch_s * p.gpus;
     rec.wall_time_s = sim_failed_launch_s;
     return rec;
   }
@@ -298,14 +399,16 @@ tuning::trial_record sim_evaluator::measure(const tuning::configuration& config,
   if (fin.contains("timed_steps") && fin["timed_steps"].size() == 2)
     rec.declared.timed_steps = std::make_pair(fin["timed_steps"][0].get<std::uint32_t>(),
                                               fin["timed_steps"][1].get<std::uint32_t>());
-  rec.device_seconds = fin.value("device_seconds", 0.0);
+  const double launch_device_s = fin.value("device_seconds", 0.0);
+  rec.device_seconds = smoke_device_s + launch_device_s;
   rec.wall_time_s = fin.value("simulated_wall_s", 0.0);
   if (stopped) {
     // Stopped by the early stop: the steps after it did not run. The simulated wall time is
-    // start-up plus the steps, so the trial cost its wall time less theirs, on every GPU.
+    // start-up plus the steps, so the launch cost its wall time less theirs, on every GPU.
     double full_s = rec.wall_time_s;
     rec.wall_time_s = std::max(0.0, full_s - unrun_s);
-    rec.device_seconds = full_s > 0 ? rec.device_seconds * rec.wall_time_s / full_s : 0.0;
+    rec.device_seconds =
+      smoke_device_s + (full_s > 0 ? launch_device_s * rec.wall_time_s / full_s : 0.0);
     rec.declared = {};
     rec.outcome = tuning::trial_outcome::contract_violation;
     rec.detail = *stopped;

@@ -66,7 +66,9 @@ public:
                                              std::uint64_t trial_id, std::uint32_t attempt,
                                              const std::string& purpose,
                                              const tuning::loss_reference* early_stop =
-                                               nullptr) override;
+                                               nullptr,
+                                             const std::vector<std::string>& smoke_patches =
+                                               {}) override;
   [[nodiscard]] std::optional<double> true_step_time(const tuning::configuration& config) override;
   [[nodiscard]] double optimum_step_time() override { return optimum_step_s_; }
   [[nodiscard]] std::string optimum_description() override { return optimum_text_; }
@@ -94,6 +96,12 @@ private:
   };
   priced price(const tuning::configuration& config);
 
+  /// One launch of the task's [smoke] (smoke_task_) with `config`'s knobs, with its patches
+  /// (`patched`) or without: outcome ok with steps, declared work, simulated wall time and
+  /// device-seconds; oom or launch_error as a full launch would end.
+  tuning::trial_record smoke_run(const tuning::configuration& config, bool patched,
+                                 std::uint64_t trial_id, std::uint32_t attempt);
+
   /// The kernels of a patch subset (sorted names), cached; nullopt with `why` if they do not apply.
   const std::optional<sim::kernel_settings>& kernels_for(const std::vector<std::string>& patches,
                                                          std::string& why);
@@ -105,6 +113,10 @@ private:
   int task_gpus_ = 1;
   std::map<std::string, std::pair<std::optional<sim::kernel_settings>, std::string>> kernels_;
   tuning::loss_reference reference_;
+  /// The task with its [smoke] launch as the workload and contract, and that launch's run
+  /// settings; nullopt when the task has no [smoke].
+  std::optional<tuning::task_spec> smoke_task_;
+  sim::run_options smoke_run_;
   double baseline_step_s_ = 0;
   double optimum_step_s_ = 0;
   std::string optimum_text_;

@@ -1111,6 +1111,26 @@ std::optional<tuning::loss_reference> early_stop_reference(const store::run_stat
   return tuning::early_stop_reference(run.reference);
 }
 
+std::vector<std::string> smoke_patches(const tuning::task_spec& task, const store::run_state& run,
+                                       const tuning::configuration& config) {
+  std::vector<std::string> out;
+  if (!task.smoke)
+    return out;
+  for (const auto& p : config.patches) {
+    bool tested = false;
+    for (const auto& t : run.trials)
+      if (t.usable()
+          && std::find(t.config.patches.begin(), t.config.patches.end(), p)
+               != t.config.patches.end()) {
+        tested = true;
+        break;
+      }
+    if (!tested)
+      out.push_back(p);
+  }
+  return out;
+}
+
 messages::trial_spec_msg trial_spec(const adapters::trial_request& req, tuning::purpose_kind kind,
                                     std::uint64_t candidate_trial, std::uint32_t round) {
   auto packed = adapters::make_trial_spec(req, tuning::label(kind));

@@ -282,6 +282,13 @@ nlohmann::json contract_locked_doc(const tuning::task_spec& task, const nlohmann
 /// not empty), else nullopt. The supervisor and the bench's run driver both call it.
 std::optional<tuning::loss_reference> early_stop_reference(const store::run_state& run);
 
+/// The patches of `config` that the smoke probe must try first (trial_request::smoke_patches):
+/// those never in a usable trial of the run (any purpose; tuning::trial_record::usable), in
+/// config order; none when the task has no [smoke] launch. The supervisor puts them into each
+/// TrialSpec it dispatches, the benchmark's run driver into each measurement.
+std::vector<std::string> smoke_patches(const tuning::task_spec& task, const store::run_state& run,
+                                       const tuning::configuration& config);
+
 /// The TrialSpec of an attempt: `req` (adapters::make_trial_spec) with its structured purpose.
 messages::trial_spec_msg trial_spec(const adapters::trial_request& req, tuning::purpose_kind kind,
                                     std::uint64_t candidate_trial, std::uint32_t round);

@@ -32,6 +32,8 @@
 #include "runtime/store_paths.hpp"
 #include "runtime/tune.hpp"
 #include "store/rocksdb_event_log.hpp"
+#include "store/run_projection.hpp"
+#include "tuning/contract_check.hpp"
 #include "tuning/contract_coverage.hpp"
 
 namespace infrarsi::runtime {
@@ -330,6 +332,47 @@ struct check_options {
   std::string smoke_dir;
 };
 
+/// --smoke, when the task has [smoke]: the smoke launch once, unpatched, to its end (it is what
+/// the smoke probe runs twice before an untested patch's trial: docs/node-runner.md "Smoke
+/// probe"). 0 when it ends ok and keeps its own work checks (tuning::smoke_violation of the run
+/// against itself: steps, tokens, declared work, a finite loss), 1 otherwise.
+int check_smoke_launch(const tuning::task_spec& task, const std::string& dir, std::ostream& out,
+                       std::ostream& err) {
+  tuning::task_spec small = task;
+  small.workload.argv = task.smoke->argv;
+  small.workload.world_size = task.smoke->world_size;
+  small.contract = task.smoke->contract;
+  small.smoke.reset();
+  adapters::trial_request req;
+  req.task = &small;
+  req.trial_dir = dir;
+  req.timeout_s = task.smoke->timeout_s > 0 ? task.smoke->timeout_s : task.limits.timeout_s;
+  out << "smoke: the [smoke] launch once, unpatched (" << small.contract.steps
+      << " steps, timeout " << req.timeout_s << " s), logs in " << dir << '\n';
+  out.flush();
+  auto report = adapters::run_trial(req);
+  if (!report) {
+    err << "infrarsi check --smoke: [smoke]: " << describe(report.error()) << '\n';
+    return exit_failure;
+  }
+  tuning::trial_record run;
+  store::apply_result(run, *report->result);
+  if (run.outcome != tuning::trial_outcome::ok) {
+    err << "infrarsi check --smoke: " << task.source << ": [smoke]: the smoke launch ended "
+        << tuning::to_string(run.outcome) << ": " << run.detail << " (logs: " << dir
+        << "); every smoke probe would be inconclusive\n";
+    return exit_failure;
+  }
+  if (auto v = tuning::smoke_violation(small.contract, run, run)) {
+    err << "infrarsi check --smoke: " << task.source << ": [smoke]: the smoke launch breaks its "
+        << "own contract: " << *v << " (logs: " << dir << ")\n";
+    return exit_failure;
+  }
+  out << "smoke: the [smoke] launch ran " << run.steps.size() << " step(s) and keeps its work "
+      << "checks (" << tuning::to_string(run.outcome) << ")\n";
+  return exit_ok;
+}
+
 /// --smoke: the baseline configuration once, as a trial runs it, stopped after the first
 /// `smoke_lines` metric lines or `smoke_timeout_s`. 0 when a metric line was parsed (or it ended
 /// ok), 1 otherwise (the outcome and its cause, with the stderr tail, on `err`).
@@ -385,7 +428,7 @@ int check_smoke(const tuning::task_spec& task, const check_options& o, std::ostr
   if (shown > 0 || r.outcome() == wire::Outcome::Ok) {
     out << "smoke: " << shown << " metric line(s) parsed"
         << (stop.load() ? " (stopped there)" : ", outcome " + outcome) << '\n';
-    return exit_ok;
+    return task.smoke ? check_smoke_launch(task, dir + "/smoke-launch", out, err) : exit_ok;
   }
   err << "infrarsi check --smoke: the baseline printed no metric line the task's metrics "
          "spec parses; outcome "
@@ -810,7 +853,9 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   check_cmd->add_flag("--smoke", check.smoke,
                       "Also run the baseline configuration once, as a trial (no patches), and "
                       "print the first metric lines it parsed; it is stopped after "
-                      "--smoke-lines lines or --smoke-timeout seconds");
+                      "--smoke-lines lines or --smoke-timeout seconds. A task with a [smoke] "
+                      "launch (the probe of untested patches, docs/node-runner.md) then runs "
+                      "that launch once to its end and checks its work");
   check_cmd->add_option("--smoke-timeout", check.smoke_timeout_s,
                         "Seconds the smoke run may take (at most the task's limits.timeout_s)")
     ->check(CLI::Range(0.1, 86400.0))

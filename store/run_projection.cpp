@@ -293,6 +293,41 @@ double lost_wall_time_s(const run_state& s, const tuning::trial_record& t,
 
 } // namespace
 
+void apply_result(tuning::trial_record& t, const wire::TrialResult& m) {
+  t.finished = true;
+  t.outcome = outcome_of(m.outcome());
+  if (m.steps() != nullptr) {
+    std::map<std::string, std::pair<double, int>> phases;
+    auto add = [&phases](const char* name, const flatbuffers::Optional<double>& v) {
+      if (v.has_value()) {
+        phases[name].first += *v;
+        phases[name].second += 1;
+      }
+    };
+    for (const auto* st : *m.steps()) {
+      tuning::step_point p{st->step(), st->loss(), st->tokens(), st->step_time_s()};
+      p.warmup = st->warmup();
+      p.observed_at_s = st->observed_at_s().has_value() ? *st->observed_at_s() : -1.0;
+      if (st->eval_loss().has_value())
+        p.eval_loss = *st->eval_loss();
+      t.steps.push_back(p);
+      add("data", st->data_s());
+      add("forward", st->forward_s());
+      add("backward", st->backward_s());
+      add("optimizer", st->optimizer_s());
+      add("communication", st->communication_s());
+    }
+    for (const auto& [name, sum_count] : phases)
+      t.phase_s[name] = sum_count.first / sum_count.second;
+  }
+  t.wall_time_s = m.wall_time_s();
+  t.device_seconds = m.device_seconds();
+  t.peak_memory_bytes = m.peak_memory_bytes();
+  t.detail = m.detail() != nullptr ? m.detail()->str() : "";
+  if (m.final_report() != nullptr && m.final_report()->size() > 0)
+    t.declared = declared_work_of(m.final_report()->str());
+}
+
 void run_projection::apply(const recorded_event& ev) {
   auto& s = state_;
   ++s.events;
@@ -431,39 +466,8 @@ void run_projection::apply(const recorded_event& ev) {
         auto* t = s.find((*m)->trial_id(), (*m)->attempt());
         if (t == nullptr || t->finished)
           break; // a stale or duplicate result never counts twice
-        t->finished = true;
-        t->outcome = outcome_of((*m)->outcome());
-        if ((*m)->steps() != nullptr) {
-          std::map<std::string, std::pair<double, int>> phases;
-          auto add = [&phases](const char* name, const flatbuffers::Optional<double>& v) {
-            if (v.has_value()) {
-              phases[name].first += *v;
-              phases[name].second += 1;
-            }
-          };
-          for (const auto* st : *(*m)->steps()) {
-            tuning::step_point p{st->step(), st->loss(), st->tokens(), st->step_time_s()};
-            p.warmup = st->warmup();
-            p.observed_at_s = st->observed_at_s().has_value() ? *st->observed_at_s() : -1.0;
-            if (st->eval_loss().has_value())
-              p.eval_loss = *st->eval_loss();
-            t->steps.push_back(p);
-            add("data", st->data_s());
-            add("forward", st->forward_s());
-            add("backward", st->backward_s());
-            add("optimizer", st->optimizer_s());
-            add("communication", st->communication_s());
-          }
-          for (const auto& [name, sum_count] : phases)
-            t->phase_s[name] = sum_count.first / sum_count.second;
-        }
+        apply_result(*t, **m);
         s.in_flight.erase({t->trial_id, t->attempt});
-        t->wall_time_s = (*m)->wall_time_s();
-        t->device_seconds = (*m)->device_seconds();
-        t->peak_memory_bytes = (*m)->peak_memory_bytes();
-        t->detail = (*m)->detail() != nullptr ? (*m)->detail()->str() : "";
-        if ((*m)->final_report() != nullptr && (*m)->final_report()->size() > 0)
-          t->declared = declared_work_of((*m)->final_report()->str());
       }
       break;
     case wire::EventKind::TrialDispatched:

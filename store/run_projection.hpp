@@ -24,6 +24,11 @@ namespace infrarsi::store {
 /// A TrialSpec message as a configuration (knobs typed as on the wire, patches sorted).
 tuning::configuration configuration_of(const wire::TrialSpec& spec);
 
+/// Folds a TrialResult into `t` (what TrialCompleted records): finished, outcome, steps and
+/// their mean phase times, wall time, device-seconds, peak memory, detail and the work the final
+/// line declares. The trial's identity, purpose and configuration are left as they are.
+void apply_result(tuning::trial_record& t, const wire::TrialResult& m);
+
 /// knob_value <-> JSON with an explicit type tag: {"int": 4}, {"real": 0.5}, {"bool": true},
 /// {"text": "sdpa"} (plain JSON numbers would lose the int/real distinction).
 nlohmann::json to_tagged_json(const tuning::knob_value& v);

@@ -697,6 +697,22 @@ std::vector<std::string> check_contract(const contract_spec& contract, const los
   return v;
 }
 
+std::optional<std::string> smoke_violation(const contract_spec& contract,
+                                           const trial_record& unpatched,
+                                           const trial_record& patched) {
+  if (unpatched.outcome != trial_outcome::ok || patched.outcome != trial_outcome::ok)
+    return std::nullopt;
+  auto judged = contract;
+  judged.simulated_time = true; // no wall-time or harness-clock check
+  auto ref = make_loss_reference(judged, {unpatched});
+  for (auto& v : check_contract(judged, ref, patched)) {
+    auto code = violation_code(v);
+    if (code != "timed_window" && code != "step_times")
+      return std::move(v);
+  }
+  return std::nullopt;
+}
+
 std::optional<std::string> early_violation(const contract_spec& contract,
                                            const loss_reference& ref,
                                            const std::vector<step_point>& steps,
@@ -746,6 +762,22 @@ std::string early_stop_detail(const std::string& violation, std::uint32_t step,
                               std::uint32_t contract_steps) {
   return violation + early_stop_marker + std::to_string(step)
          + (contract_steps > 0 ? " of " + std::to_string(contract_steps) : std::string{});
+}
+
+namespace {
+constexpr const char* smoke_probe_marker = "; smoke probe of ";
+} // namespace
+
+std::string smoke_probe_detail(const std::string& violation,
+                               const std::vector<std::string>& patches) {
+  std::string names;
+  for (const auto& p : patches)
+    names += (names.empty() ? "" : ", ") + p;
+  return violation + smoke_probe_marker + names + " (the full launch did not start)";
+}
+
+bool is_smoke_probe(const std::string& detail) {
+  return detail.find(smoke_probe_marker) != std::string::npos;
 }
 
 bool is_early_stop(const std::string& detail) {

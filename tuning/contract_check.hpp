@@ -207,6 +207,25 @@ std::optional<std::string> early_violation(const contract_spec& contract,
                                            const std::vector<step_point>& steps,
                                            std::size_t from = 0);
 
+/// The smoke probe's verdict (task_spec::smoke, docs/node-runner.md "Smoke probe"): the work and
+/// numerics checks of check_contract (steps, tokens, declared work, finite loss, the loss at every
+/// checkpoint within loss_tolerance) of the `patched` smoke run against the `unpatched` one as the
+/// reference (`contract`: smoke_spec::contract). Timing is not judged (a smoke run's times say
+/// nothing about the full job). nullopt when the patched run keeps the contract, or when either
+/// run did not end ok (an inconclusive probe: the full trial then judges the patch); otherwise the
+/// first violation, e.g. "loss_drift: step 0 loss 2.95 vs reference 2.90 ...".
+std::optional<std::string> smoke_violation(const contract_spec& contract,
+                                           const trial_record& unpatched,
+                                           const trial_record& patched);
+
+/// The detail of a trial ended by its smoke probe: "VIOLATION; smoke probe of P1, P2 (the full
+/// launch did not start)". Its violation code is the violation's (violation_code).
+std::string smoke_probe_detail(const std::string& violation,
+                               const std::vector<std::string>& patches);
+
+/// Whether `detail` is a smoke_probe_detail.
+bool is_smoke_probe(const std::string& detail);
+
 /// The detail of a trial stopped early: "VIOLATION; stopped early at step S of N" (" of N" only
 /// when contract_steps > 0). Its violation code is the violation's (violation_code).
 std::string early_stop_detail(const std::string& violation, std::uint32_t step,

@@ -373,6 +373,26 @@ struct llm_spec {
   std::uint64_t max_rounds = 3;
 };
 
+/// A cheap launch of the same training code (the task file's [smoke] section): how a patch that
+/// has never run in a usable trial is probed before its full trial (the node-runner's smoke
+/// probe, docs/node-runner.md "Smoke probe"). The probe runs this launch twice in the trial's
+/// directory, unpatched and patched, and checks the patched run's contract against the unpatched
+/// one (tuning::smoke_violation): a patch that changes the numerics or the work ends its trial
+/// as contract_violation at the cost of two small launches instead of a full one.
+struct smoke_spec {
+  /// Replaces workload.argv (same placeholders: knobs, constants, built-ins); e.g. the job with
+  /// two layers on one GPU for three steps.
+  std::vector<std::string> argv;
+  /// Replaces workload.world_size (a positive integer or a template).
+  std::string world_size = "1";
+  /// The task's contract with the [smoke] keys in place of its own: steps, tokens_per_step,
+  /// global_batch, params, layers (0 unless given: the full job's values do not hold for the small
+  /// one), loss_rtol and loss_atol; every step is a loss checkpoint and timed.
+  contract_spec contract;
+  /// Wall-clock limit of each smoke launch, seconds (default: limits.timeout_s).
+  double timeout_s = 0.0;
+};
+
 /// One tuning task.
 struct task_spec {
   std::string name;
@@ -396,6 +416,8 @@ struct task_spec {
   llm_spec llm;
   hardware_spec hardware;
   model_spec model;
+  /// [smoke]: the probe launch of untested patches; nullopt when the task has none.
+  std::optional<smoke_spec> smoke;
 
   /// The knob named `name`, or nullptr.
   [[nodiscard]] const knob_spec* find_knob(const std::string& knob_name) const;

@@ -63,7 +63,8 @@ public:
   void begin_run(std::uint64_t seed) override { seed_ = seed; }
   tuning::trial_record measure(const tuning::configuration& config, std::uint64_t trial_id,
                                std::uint32_t attempt, const std::string& purpose,
-                               const tuning::loss_reference* /*early_stop*/) override {
+                               const tuning::loss_reference* /*early_stop*/,
+                               const std::vector<std::string>& /*smoke_patches*/) override {
     std::uint64_t state = seed_ * 1000003ULL + trial_id * 131ULL + attempt;
     double truth = *true_step_time(config);
     double level = truth * std::exp(m_.run_cv * normal(state));

@@ -364,5 +364,34 @@ TEST(NextStep, AReverificationRunFailingOnlyTheClockCheckIsReRunOnce) {
   EXPECT_FALSE(clock_remeasure_due(s, s.trials.back()));
 }
 
+/// decide::smoke_patches: the patches of a configuration that never ran in a usable trial of the
+/// run, and only when the task has a [smoke] launch.
+TEST(SmokePatches, AreThePatchesNoUsableTrialRanWith) {
+  auto task = small_task();
+  auto s = after_doctor();
+  tuning::configuration c;
+  c.knobs["mb"] = std::int64_t{2};
+  c.patches = {"a", "b", "c"};
+  EXPECT_TRUE(smoke_patches(task, s, c).empty()); // no [smoke]: nothing to probe with
+  task.smoke = tuning::smoke_spec{};
+  EXPECT_EQ(smoke_patches(task, s, c), (std::vector<std::string>{"a", "b", "c"}));
+  // "a" ran in a usable trial; "b" only in one that violated the contract, "c" in one still
+  // running: both still untested.
+  auto usable = trial(10, purpose_kind::explore);
+  usable.config.patches = {"a"};
+  auto violated = trial(11, purpose_kind::explore);
+  violated.config.patches = {"b"};
+  violated.outcome = tuning::trial_outcome::contract_violation;
+  auto running = trial(12, purpose_kind::explore, false);
+  running.config.patches = {"c"};
+  s.trials = {usable, violated, running};
+  EXPECT_EQ(smoke_patches(task, s, c), (std::vector<std::string>{"b", "c"}));
+  // A configuration without patches, or with only tested ones, is never probed.
+  c.patches = {"a"};
+  EXPECT_TRUE(smoke_patches(task, s, c).empty());
+  c.patches.clear();
+  EXPECT_TRUE(smoke_patches(task, s, c).empty());
+}
+
 } // namespace
 } // namespace infrarsi::decide

@@ -779,6 +779,47 @@ TEST(Preflight, SmokeRunsTheBaselineOnceAndShowsItsFirstMetricLines) {
     << r.output;
 }
 
+// check --smoke with a [smoke] launch: that launch once to its end, its work checked; a smoke
+// launch whose work breaks its own contract (here: fewer steps than [smoke] says) exits 1 naming
+// [smoke]; a smoke program that does not exist is a pre-flight problem naming smoke.argv[0].
+TEST(Preflight, SmokeAlsoRunsTheTasksSmokeLaunchOnceAndChecksItsWork) {
+  preflight_dir d;
+  int line = 0;
+  const std::string smoke = "[smoke]\nargv = [\"./train.sh\"]\nsteps = STEPS\n"
+                            "tokens_per_step = 4096\n\n[scope]";
+  auto with = [&](const std::string& name, const std::string& steps, const std::string& prog) {
+    auto text = smoke;
+    text.replace(text.find("STEPS"), 5, steps);
+    text.replace(text.find("./train.sh"), 10, prog);
+    return d.variant(name, "[scope]", text, line);
+  };
+  auto good = with("good", "4", "./train.sh");
+  auto r = run_binary({"check", good, "--smoke", "--smoke-dir", d.dir.sub("s-good")});
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("smoke: the [smoke] launch once, unpatched (4 steps, timeout "),
+            std::string::npos)
+    << r.output;
+  EXPECT_NE(r.output.find("smoke: the [smoke] launch ran 4 step(s) and keeps its work checks (ok)"),
+            std::string::npos)
+    << r.output;
+  EXPECT_TRUE(std::filesystem::exists(d.dir.sub("s-good/smoke-launch/rank-0.stdout")));
+
+  auto five = with("five", "5", "./train.sh");
+  r = run_binary({"check", five, "--smoke", "--smoke-dir", d.dir.sub("s-five")});
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find(": [smoke]: the smoke launch breaks its own contract: steps: reported 4 "
+                          "steps, the contract says 5"),
+            std::string::npos)
+    << r.output;
+
+  auto missing = with("missing", "4", "./trian.sh");
+  r = run_binary({"check", missing});
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("smoke.argv[0]: program \"./trian.sh\" does not exist"),
+            std::string::npos)
+    << r.output;
+}
+
 // On a terminal, tune keeps a live status line below its progress lines (redrawn with
 // "\r\033[K"); into a pipe it writes none (above).
 TEST(Progress, OnATerminalTuneKeepsALiveStatusLine) {

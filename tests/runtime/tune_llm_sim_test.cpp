@@ -5,12 +5,14 @@
 // outside git (tests/durability/sim_task.hpp); the accepted diffs travel to the node-runner in
 // the TrialSpec and are verified like every patch (scope, work, loss, timing).
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <iterator>
+#include <map>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -26,6 +28,7 @@
 #include "store/rocksdb_event_log.hpp"
 #include "store/run_projection.hpp"
 #include "test_util.hpp"
+#include "tuning/contract_check.hpp"
 
 namespace infrarsi::runtime {
 namespace {
@@ -302,6 +305,97 @@ TEST(TuneLlmSim, WrongPriorsAreRevisedAndEachRoundsRankCorrelationIsReported) {
   auto log = store::rocksdb_event_log::open(r.store + "/events", ro);
   ASSERT_TRUE(log);
   auto rep = replay_run(**log, r.run_id, *task);
+  ASSERT_TRUE(rep);
+  EXPECT_FALSE(rep->diverged) << rep->decision << "\nlogged:     " << rep->logged
+                              << "\nrecomputed: " << rep->recomputed;
+}
+
+/// Issue 18: the smoke probe through the actors (supervisor -> node-runner -> launcher). The task
+/// keeps two patches: bf16_optimizer_states (the planted loss drift) and fused_rope (honest), and
+/// one knob, so a short search tries both. The first trial of each patch runs the task's [smoke]
+/// launch unpatched and patched first: the drift ends its trial there, before the full launch;
+/// the honest patch goes on to its full trial. Replay reproduces every decision.
+TEST(TuneSmokeProbe, AnUntestedPatchIsProbedSmallFirstAndOneThatDriftsNeverRunsBig) {
+  test::temp_dir dir;
+  std::string text = test::sim_task_text(dir, "sim-dense-1node");
+  const std::string workload = dir.sub("sim-workload");
+  text.erase(text.find("\n[[knobs]]")); // every knob and patch, then one knob and two patches
+  text += "\n[budget]\ntrials = 5\nverify_top = 1\n"
+          "\n[[knobs]]\nname = \"bucket_mb\"\ntype = \"int\"\nvalues = [10, 40, 160]\n"
+          "default = 40\n"
+          "\n[[patches]]\nname = \"fused_rope\"\nfile = \"" + workload +
+          "/patches/fused_rope.patch\"\n"
+          "\n[[patches]]\nname = \"bf16_optimizer_states\"\nfile = \"" + workload +
+          "/patches/bf16_optimizer_states.patch\"\n";
+  // The constraints name the knobs that are gone; those knobs stay at their defaults.
+  auto c = text.find("constraints = [");
+  text.replace(c, text.find("]\n", c) + 2 - c, "constraints = []\n");
+  const std::map<std::string, std::string> fixed = {
+    {"{tp}", "2"}, {"{pp}", "1"}, {"{vpp}", "1"}, {"{micro_batch}", "1"},
+    {"{recompute}", "full"}, {"{sequence_parallel}", "false"},
+    {"{distributed_optimizer}", "false"}, {"{overlap_grad_reduce}", "false"},
+    {"{overlap_param_gather}", "false"}, {"{cuda_graphs}", "false"}};
+  for (const auto& [from, to] : fixed)
+    test::replace_first(text, from, to);
+  fs::create_directories(dir.sub("knowledge"));
+  const auto task_path = dir.sub("smoke.toml");
+  std::ofstream{task_path} << text;
+  auto run = tune_sim(task_path, dir.sub("store"), dir.sub("knowledge"));
+  ASSERT_EQ(run.status, 0) << run.err;
+  const std::string trials = run.store + "/runs/" + run.run_id + "/trials/";
+
+  std::size_t caught = 0, honest_probed = 0;
+  bool bf16_tested = false, rope_tested = false;
+  for (const auto& t : run.state.trials) {
+    if (t.kind != tuning::purpose_kind::explore)
+      continue;
+    const auto has = [&t](const char* p) {
+      return std::find(t.config.patches.begin(), t.config.patches.end(), p)
+             != t.config.patches.end();
+    };
+    const auto dir_of = trials + "trial-" + std::to_string(t.trial_id) + "-"
+                        + std::to_string(t.attempt);
+    const auto smoke = read_text(dir_of + "/smoke.txt");
+    if (has("bf16_optimizer_states")) {
+      EXPECT_FALSE(t.usable()) << t.config.key();
+      if (!bf16_tested) { // its first trial: caught by the probe, the full launch never ran
+        EXPECT_EQ(t.outcome, tuning::trial_outcome::contract_violation) << t.detail;
+        EXPECT_TRUE(tuning::is_smoke_probe(t.detail)) << t.detail;
+        EXPECT_EQ(tuning::violation_code(t.detail), "loss_drift") << t.detail;
+        EXPECT_TRUE(t.steps.empty());
+        EXPECT_NE(smoke.find("smoke probe of bf16_optimizer_states: violation: loss_drift"),
+                  std::string::npos)
+          << smoke;
+        EXPECT_TRUE(fs::exists(dir_of + "/smoke-patched/rank-0.stdout"));
+        EXPECT_FALSE(fs::exists(dir_of + "/rank-0.stdout")); // the full launch
+        EXPECT_FALSE(fs::exists(dir_of + "/smoke-patched/workdir")); // the probe's copy removed
+        ++caught;
+      }
+      bf16_tested = true;
+    } else if (has("fused_rope")) {
+      if (!rope_tested) { // probed, passed, then its full trial
+        EXPECT_EQ(smoke, "smoke probe of fused_rope: passed\n") << dir_of;
+        EXPECT_TRUE(t.usable()) << t.config.key() << " " << t.detail;
+        EXPECT_TRUE(fs::exists(dir_of + "/rank-0.stdout"));
+        ++honest_probed;
+      } else {
+        EXPECT_FALSE(fs::exists(dir_of + "/smoke.txt")) << "tested already: no probe";
+      }
+      rope_tested = rope_tested || t.usable();
+    }
+  }
+  EXPECT_EQ(caught, 1u);
+  EXPECT_EQ(honest_probed, 1u);
+
+  // Replay: every decision reproduced.
+  store::rocksdb_event_log_options ro;
+  ro.read_only = true;
+  auto log = store::rocksdb_event_log::open(run.store + "/events", ro);
+  ASSERT_TRUE(log);
+  auto task = adapters::load_task_file(task_path);
+  ASSERT_TRUE(task) << describe(task.error());
+  ASSERT_TRUE(task->smoke);
+  auto rep = replay_run(**log, run.run_id, *task);
   ASSERT_TRUE(rep);
   EXPECT_FALSE(rep->diverged) << rep->decision << "\nlogged:     " << rep->logged
                               << "\nrecomputed: " << rep->recomputed;

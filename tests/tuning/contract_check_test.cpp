@@ -373,3 +373,56 @@ TEST(ContractCheck, LossThatDoesNotFallIsNamed) {
 
 } // namespace
 } // namespace infrarsi::tuning
+
+namespace infrarsi::tuning {
+namespace {
+
+/// The smoke probe's verdict: work and numerics of the patched smoke run against the unpatched
+/// one; timing never; nothing when either run did not end ok.
+TEST(SmokeViolation, JudgesWorkAndNumericsAgainstTheUnpatchedRunOnly) {
+  auto c = contract();
+  c.loss_rtol = 0.01;
+  auto unpatched = run(0.0);
+  // 1.2 % above the unpatched loss at step 0 (tolerance 1 % of 5 = 0.05): the first evidence.
+  auto v = smoke_violation(c, unpatched, run(0.06));
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->rfind("loss_drift: step 0 loss 5.06 differs from the reference 5 by 0.06", 0), 0u)
+    << *v;
+  // Within 1 % at every step (0.02 of 3.5..5): no violation.
+  EXPECT_FALSE(smoke_violation(c, unpatched, run(0.02)));
+  auto slow = run(0.0);
+  slow.wall_time_s = 0.1; // step times add up to more than the wall time: not judged here
+  slow.steps[1].warmup = true; // a warm-up mark inside the timed window: not judged either
+  EXPECT_FALSE(smoke_violation(c, unpatched, slow));
+  ASSERT_FALSE(check_contract(c, make_loss_reference({unpatched}), slow).empty());
+  // Less work: fewer tokens, fewer steps.
+  auto fewer = smoke_violation(c, unpatched, run(0.0, 2048));
+  ASSERT_TRUE(fewer);
+  EXPECT_EQ(violation_code(*fewer), "tokens") << *fewer;
+  auto short_run = smoke_violation(c, unpatched, run(0.0, 4096, 3));
+  ASSERT_TRUE(short_run);
+  EXPECT_EQ(violation_code(*short_run), "steps") << *short_run;
+  auto nan = run(0.0);
+  nan.steps[2].loss = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_EQ(violation_code(*smoke_violation(c, unpatched, nan)), "loss_non_finite");
+  // Inconclusive: either run did not end ok.
+  auto crashed = run(0.5);
+  crashed.outcome = trial_outcome::crash;
+  EXPECT_FALSE(smoke_violation(c, unpatched, crashed));
+  auto oom = run(0.0);
+  oom.outcome = trial_outcome::oom;
+  EXPECT_FALSE(smoke_violation(c, oom, run(0.5)));
+}
+
+TEST(SmokeViolation, ItsDetailKeepsTheViolationsCode) {
+  auto d = smoke_probe_detail("loss_drift: step 0 loss 5.5 differs", {"a", "b"});
+  EXPECT_EQ(d, "loss_drift: step 0 loss 5.5 differs; smoke probe of a, b (the full launch did "
+               "not start)");
+  EXPECT_EQ(violation_code(d), "loss_drift");
+  EXPECT_TRUE(is_smoke_probe(d));
+  EXPECT_FALSE(is_smoke_probe("loss_drift: x; stopped early at step 0 of 4"));
+  EXPECT_FALSE(is_early_stop(d));
+}
+
+} // namespace
+} // namespace infrarsi::tuning

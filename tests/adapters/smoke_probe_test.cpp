@@ -1,0 +1,181 @@
+// The smoke probe (task [smoke], trial_request::smoke_patches) with real processes: a patch that
+// changes the loss ends its trial before the full launch, at the cost of two small launches; a
+// patch that keeps the contract goes on to its full launch, which is charged the probe too.
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include <gtest/gtest.h>
+
+#include "adapters/task_file.hpp"
+#include "adapters/trial_launcher.hpp"
+#include "test_util.hpp"
+#include "tuning/contract_check.hpp"
+
+namespace infrarsi::adapters {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string data_dir = INFRARSI_TEST_DATA_DIR;
+
+std::string read(const std::string& file) {
+  std::ifstream in{file};
+  return {std::istreambuf_iterator<char>{in}, {}};
+}
+
+/// A workload whose loss scale is a file a patch may edit: work/scale.txt (1.0), drift.patch
+/// (1.0 -> 1.05, a 5 % loss change against a 1 % tolerance) and notes.patch (a file the run
+/// never reads). The full launch runs 6 steps of 0.05 s, the smoke launch 2 steps of 0.01 s.
+class SmokeProbeTest : public ::testing::Test {
+protected:
+  test::temp_dir dir;
+  tuning::task_spec task;
+
+  void SetUp() override {
+    fs::create_directories(dir.sub("work"));
+    fs::copy_file(data_dir + "/workloads/fake_train.py", dir.sub("work/fake_train.py"));
+    std::ofstream{dir.sub("work/scale.txt")} << "1.0\n";
+    std::ofstream{dir.sub("work/notes.txt")} << "a\n";
+    std::ofstream{dir.sub("drift.patch")} << "--- a/scale.txt\n+++ b/scale.txt\n@@ -1 +1 @@\n"
+                                             "-1.0\n+1.05\n";
+    std::ofstream{dir.sub("notes.patch")} << "--- a/notes.txt\n+++ b/notes.txt\n@@ -1 +1 @@\n"
+                                             "-a\n+b\n";
+    std::ofstream{dir.sub("task.toml")} << R"(name = "smoke_probe"
+[workload]
+workdir = "work"
+argv = ["sh", "-c", "exec python3 fake_train.py --loss-scale $(cat scale.txt) --steps 6 --step-time 0.05 --tokens 512"]
+[smoke]
+argv = ["sh", "-c", "exec python3 fake_train.py --loss-scale $(cat scale.txt) --steps 2 --step-time 0.01 --tokens 64"]
+steps = 2
+tokens_per_step = 64
+[limits]
+timeout_s = 60
+[contract]
+steps = 6
+tokens_per_step = 512
+timed_steps = [1, 5]
+loss_rtol = 0.01
+[scope]
+editable = ["scale.txt", "notes.txt"]
+[[knobs]]
+name = "unused"
+type = "int"
+values = [1, 2]
+default = 1
+[[patches]]
+name = "drift"
+file = "drift.patch"
+[[patches]]
+name = "notes"
+file = "notes.patch"
+)";
+    auto t = load_task_file(dir.sub("task.toml"));
+    ASSERT_TRUE(t) << describe(t.error());
+    task = std::move(*t);
+  }
+
+  trial_report run(std::vector<std::string> patches, std::vector<std::string> smoke,
+                   const std::string& name) {
+    trial_request req;
+    req.task = &task;
+    req.patches = std::move(patches);
+    req.smoke_patches = std::move(smoke);
+    req.trial_dir = dir.sub(name);
+    req.trial_id = 3;
+    auto r = run_trial(req);
+    if (!r)
+      throw std::runtime_error(describe(r.error()));
+    return std::move(*r);
+  }
+};
+
+TEST_F(SmokeProbeTest, TheTaskFileGivesTheSmokeLaunchAndItsContract) {
+  ASSERT_TRUE(task.smoke);
+  EXPECT_EQ(task.smoke->argv.size(), 3u);
+  EXPECT_EQ(task.smoke->world_size, "1");
+  EXPECT_EQ(task.smoke->contract.steps, 2u);
+  EXPECT_EQ(task.smoke->contract.tokens_per_step, 64u);
+  EXPECT_DOUBLE_EQ(task.smoke->contract.loss_rtol, 0.01); // the task's contract, unless given
+  EXPECT_EQ(task.smoke->contract.timed_first, 0u);
+  EXPECT_EQ(task.smoke->contract.timed_last, 1u);
+  EXPECT_EQ(task.contract.steps, 6u); // the full job's contract is untouched
+}
+
+TEST_F(SmokeProbeTest, APatchThatMovesTheLossEndsItsTrialBeforeTheFullLaunch) {
+  auto r = run({"drift"}, {"drift"}, "drift");
+  const auto* res = r.result.get();
+  ASSERT_EQ(res->outcome(), wire::Outcome::ContractViolation) << res->detail()->str();
+  auto detail = res->detail()->str();
+  EXPECT_EQ(tuning::violation_code(detail), "loss_drift") << detail;
+  EXPECT_TRUE(tuning::is_smoke_probe(detail)) << detail;
+  EXPECT_NE(detail.find("; smoke probe of drift (the full launch did not start)"),
+            std::string::npos)
+    << detail;
+  EXPECT_TRUE(res->steps() == nullptr || res->steps()->size() == 0);
+  // Both smoke launches ran (their logs say so); the full launch never started.
+  EXPECT_NE(read(dir.sub("drift/smoke-unpatched/rank-0.stdout")).find("\"loss\": 5.0"),
+            std::string::npos);
+  EXPECT_NE(read(dir.sub("drift/smoke-patched/rank-0.stdout")).find("\"loss\": 5.25"),
+            std::string::npos);
+  EXPECT_FALSE(fs::exists(dir.sub("drift/rank-0.stdout")));
+  EXPECT_EQ(read(dir.sub("drift/smoke.txt")).rfind("smoke probe of drift: violation: loss_drift", 0),
+            0u);
+  // It cost the two smoke launches: positive, and less than the full launch's 6 x 0.05 s alone.
+  EXPECT_GT(res->device_seconds(), 0.0);
+  EXPECT_NEAR(res->device_seconds(), res->wall_time_s(), 1e-9); // one rank each
+  EXPECT_EQ(r.log_files.size(), 4u);
+}
+
+TEST_F(SmokeProbeTest, APatchThatKeepsTheContractGoesOnToItsFullLaunchChargedWithTheProbe) {
+  auto r = run({"notes"}, {"notes"}, "notes");
+  const auto* res = r.result.get();
+  ASSERT_EQ(res->outcome(), wire::Outcome::Ok) << res->detail()->str();
+  ASSERT_NE(res->steps(), nullptr);
+  EXPECT_EQ(res->steps()->size(), 6u);
+  EXPECT_EQ(read(dir.sub("notes/smoke.txt")), "smoke probe of notes: passed\n");
+  EXPECT_TRUE(fs::exists(dir.sub("notes/rank-0.stdout")));
+  // Device-seconds: the full launch's wall time x 1 rank, plus the two smoke launches.
+  EXPECT_GT(res->device_seconds(), res->wall_time_s() + 1e-3);
+}
+
+TEST_F(SmokeProbeTest, NoProbeWithoutSmokePatchesOrWithoutPatches) {
+  // A patch already tested in the run (no smoke_patches): the full launch only.
+  auto r = run({"drift"}, {}, "tested");
+  ASSERT_EQ(r.result->outcome(), wire::Outcome::Ok) << r.result->detail()->str();
+  EXPECT_FALSE(fs::exists(dir.sub("tested/smoke.txt")));
+  EXPECT_NEAR(r.result->device_seconds(), r.result->wall_time_s(), 1e-9);
+  // A task without [smoke]: nothing to probe with.
+  task.smoke.reset();
+  auto plain = run({"drift"}, {"drift"}, "plain");
+  ASSERT_EQ(plain.result->outcome(), wire::Outcome::Ok);
+  EXPECT_FALSE(fs::exists(dir.sub("plain/smoke.txt")));
+}
+
+TEST(SmokeTaskFile, BadSmokeSectionsNameTheKey) {
+  test::temp_dir dir;
+  auto load = [&](const std::string& smoke) {
+    std::ofstream{dir.sub("t.toml")} << "name = \"t\"\n[workload]\nargv = [\"true\"]\n"
+                                        "[[knobs]]\nname = \"k\"\ntype = \"int\"\nvalues = [1]\n"
+                                        "default = 1\n"
+                                     << smoke;
+    auto t = load_task_file(dir.sub("t.toml"));
+    return t ? std::string{} : describe(t.error());
+  };
+  EXPECT_EQ(load(""), "");
+  EXPECT_EQ(load("[smoke]\nargv = [\"true\", \"{k}\"]\nsteps = 1\n"), "");
+  auto missing_steps = load("[smoke]\nargv = [\"true\"]\n");
+  EXPECT_NE(missing_steps.find("smoke.steps: missing"), std::string::npos) << missing_steps;
+  auto no_argv = load("[smoke]\nsteps = 2\n");
+  EXPECT_NE(no_argv.find("smoke.argv"), std::string::npos) << no_argv;
+  auto unknown = load("[smoke]\nargv = [\"true\"]\nsteps = 2\nstep = 3\n");
+  EXPECT_NE(unknown.find("smoke.step: unknown key"), std::string::npos) << unknown;
+  auto placeholder = load("[smoke]\nargv = [\"true\", \"{nope}\"]\nsteps = 2\n");
+  EXPECT_NE(placeholder.find("smoke.argv[1]"), std::string::npos) << placeholder;
+  EXPECT_NE(placeholder.find("nope"), std::string::npos) << placeholder;
+  auto ws = load("[smoke]\nargv = [\"true\"]\nsteps = 2\nworld_size = 0\n");
+  EXPECT_NE(ws.find("smoke.world_size"), std::string::npos) << ws;
+}
+
+} // namespace
+} // namespace infrarsi::adapters
