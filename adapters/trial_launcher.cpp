@@ -1006,7 +1006,8 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
             + (runs[1].detail.empty() ? "" : " (" + runs[1].detail + ")")
         : "passed";
     std::ofstream{trial_dir + "/smoke.txt"} << "smoke probe of " << names << ": " << verdict
-                                            << '\n';
+                                            << " (2 launches, " << smoke_device_s
+                                            << " device-seconds)\n";
     // The probe's workload copies are done with (their logs stay).
     for (const char* d : {"/smoke-unpatched/workdir", "/smoke-patched/workdir"}) {
       std::error_code rm;
@@ -1028,6 +1029,9 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
             report.log_files.push_back(trial_dir + d + f);
       return report;
     }
+    // The full launch's own clock (its wall time, timeout and harness-clock checks) starts now:
+    // the probe is charged in device-seconds only.
+    sup.start = decltype(sup.start)::clock::now();
   }
   auto base_env = current_environment();
   // A Slurm trial is a job step of the allocation infrarsi runs in; it never asks Slurm for an

@@ -119,8 +119,11 @@ TEST_F(SmokeProbeTest, APatchThatMovesTheLossEndsItsTrialBeforeTheFullLaunch) {
   EXPECT_NE(read(dir.sub("drift/smoke-patched/rank-0.stdout")).find("\"loss\": 5.25"),
             std::string::npos);
   EXPECT_FALSE(fs::exists(dir.sub("drift/rank-0.stdout")));
-  EXPECT_EQ(read(dir.sub("drift/smoke.txt")).rfind("smoke probe of drift: violation: loss_drift", 0),
-            0u);
+  const auto note = read(dir.sub("drift/smoke.txt"));
+  EXPECT_EQ(note.rfind("smoke probe of drift: violation: loss_drift", 0), 0u) << note;
+  // ... and the note's probe cost is the trial's.
+  EXPECT_NEAR(std::stod(note.substr(note.find("(2 launches, ") + 13)), res->device_seconds(),
+              1e-3 * res->device_seconds());
   // It cost the two smoke launches: positive, and less than the full launch's 6 x 0.05 s alone.
   EXPECT_GT(res->device_seconds(), 0.0);
   EXPECT_NEAR(res->device_seconds(), res->wall_time_s(), 1e-9); // one rank each
@@ -133,10 +136,17 @@ TEST_F(SmokeProbeTest, APatchThatKeepsTheContractGoesOnToItsFullLaunchChargedWit
   ASSERT_EQ(res->outcome(), wire::Outcome::Ok) << res->detail()->str();
   ASSERT_NE(res->steps(), nullptr);
   EXPECT_EQ(res->steps()->size(), 6u);
-  EXPECT_EQ(read(dir.sub("notes/smoke.txt")), "smoke probe of notes: passed\n");
+  const auto note = read(dir.sub("notes/smoke.txt"));
+  EXPECT_EQ(note.rfind("smoke probe of notes: passed (2 launches, ", 0), 0u) << note;
   EXPECT_TRUE(fs::exists(dir.sub("notes/rank-0.stdout")));
-  // Device-seconds: the full launch's wall time x 1 rank, plus the two smoke launches.
+  // Device-seconds: the full launch's wall time x 1 rank, plus the two smoke launches; its wall
+  // time is the full launch's alone (6 steps of 0.05 s and Python's start-up, not the probe's).
   EXPECT_GT(res->device_seconds(), res->wall_time_s() + 1e-3);
+  auto tested = run({"notes"}, {}, "notes-tested"); // the same launch without a probe
+  EXPECT_LT(res->wall_time_s(), tested.result->wall_time_s() * 1.5 + 0.5);
+  const double probe = std::stod(note.substr(note.find("(2 launches, ") + 13));
+  EXPECT_GT(probe, 0.0);
+  EXPECT_NEAR(res->device_seconds(), res->wall_time_s() + probe, 1e-3 * probe + 1e-9);
 }
 
 TEST_F(SmokeProbeTest, NoProbeWithoutSmokePatchesOrWithoutPatches) {
