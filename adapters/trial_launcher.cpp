@@ -964,11 +964,7 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
   // The smoke probe of untested patches (trial_request::smoke_patches): the task's [smoke]
   // launch unpatched, then patched, before anything of the full launch.
   if (!req.smoke_patches.empty() && task.smoke && !req.patches.empty()) {
-    tuning::task_spec small = task;
-    small.workload.argv = task.smoke->argv;
-    small.workload.world_size = task.smoke->world_size;
-    small.contract = task.smoke->contract;
-    small.smoke.reset();
+    const auto small = tuning::smoke_task(task);
     std::array<tuning::trial_record, 2> runs;
     double smoke_wall_s = 0;
     std::string names;

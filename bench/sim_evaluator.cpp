@@ -41,6 +41,39 @@ std::vector<std::string> rendered_args(const tuning::task_spec& task, std::strin
   return args;
 }
 
+/// The run settings (steps, warm-up, noise) of `task`'s command line as the simulator reads
+/// them; false with `why` ("WHERE: the simulator rejects the task's WHAT: ...") otherwise.
+bool run_options_of(const tuning::task_spec& task, const std::string& where, const char* what,
+                    sim::run_options& out, std::string& why) {
+  auto args = rendered_args(task, why);
+  if (!why.empty()) {
+    why = where + ": " + why;
+    return false;
+  }
+  sim::cli_state state;
+  auto app = sim::make_app(state);
+  try {
+    app->parse(std::vector<std::string>(args.rbegin(), args.rend()));
+  } catch (const CLI::ParseError& e) {
+    why = where + ": the simulator rejects the task's " + what + ": " + e.what();
+    return false;
+  }
+  out = state.run;
+  out.noise = state.noise != "off";
+  return true;
+}
+
+/// One metrics line of the simulator as the launcher's parser reads it.
+tuning::step_point step_of(const nlohmann::json& j) {
+  tuning::step_point s;
+  s.step = j.value("step", 0u);
+  s.loss = j.value("loss", 0.0);
+  s.tokens = j.value("tokens", std::uint64_t{0});
+  s.step_time_s = j.value("step_time_s", 0.0);
+  s.warmup = j.value("warmup", false);
+  return s;
+}
+
 std::string join(const std::vector<std::string>& v) {
   std::string out;
   for (const auto& s : v)
@@ -69,46 +102,14 @@ std::unique_ptr<sim_evaluator> sim_evaluator::create(tuning::task_spec task, std
 
   // The run settings of the task's own command line (steps, warm-up, noise), as the simulator
   // would read them: the knob flags do not change them, so the default assignment's argv does.
-  auto args = rendered_args(t, why);
-  if (!why.empty()) {
-    why = where + ": " + why;
+  if (!run_options_of(t, where, "command line", ev->run_, why))
     return nullptr;
-  }
-  {
-    sim::cli_state state;
-    auto app = sim::make_app(state);
-    try {
-      app->parse(std::vector<std::string>(args.rbegin(), args.rend()));
-    } catch (const CLI::ParseError& e) {
-      why = where + ": the simulator rejects the task's command line: " + e.what();
-      return nullptr;
-    }
-    ev->run_ = state.run;
-    ev->run_.noise = state.noise != "off";
-  }
 
   // The smoke launch (task_spec::smoke): the task with its argv, world size and contract.
   if (t.smoke) {
-    tuning::task_spec small = t;
-    small.workload.argv = t.smoke->argv;
-    small.workload.world_size = t.smoke->world_size;
-    small.contract = t.smoke->contract;
-    small.smoke.reset();
-    auto smoke_args = rendered_args(small, why);
-    if (!why.empty()) {
-      why = where + ": smoke: " + why;
+    auto small = tuning::smoke_task(t);
+    if (!run_options_of(small, where, "smoke.argv", ev->smoke_run_, why))
       return nullptr;
-    }
-    sim::cli_state state;
-    auto app = sim::make_app(state);
-    try {
-      app->parse(std::vector<std::string>(smoke_args.rbegin(), smoke_args.rend()));
-    } catch (const CLI::ParseError& e) {
-      why = where + ": the simulator rejects the task's smoke.argv: " + e.what();
-      return nullptr;
-    }
-    ev->smoke_run_ = state.run;
-    ev->smoke_run_.noise = state.noise != "off";
     ev->smoke_task_ = std::move(small);
   }
 
@@ -280,14 +281,7 @@ tuning::trial_record sim_evaluator::smoke_run(const tuning::configuration& confi
   opt.attempt = attempt;
   auto lines = sim::simulate_run(*cfg, truth, opt);
   for (std::size_t i = 0; i + 1 < lines.size(); ++i) {
-    const auto& j = lines[i];
-    tuning::step_point st;
-    st.step = j.value("step", 0u);
-    st.loss = j.value("loss", 0.0);
-    st.tokens = j.value("tokens", std::uint64_t{0});
-    st.step_time_s = j.value("step_time_s", 0.0);
-    st.warmup = j.value("warmup", false);
-    rec.steps.push_back(st);
+    rec.steps.push_back(step_of(lines[i]));
   }
   const auto& fin = lines.back();
   rec.declared.final_seen = true;
@@ -372,12 +366,7 @@ tuning::trial_record sim_evaluator::measure(const tuning::configuration& config,
       continue;
     }
     const auto& j = lines[i];
-    tuning::step_point s;
-    s.step = j.value("step", 0u);
-    s.loss = j.value("loss", 0.0);
-    s.tokens = j.value("tokens", std::uint64_t{0});
-    s.step_time_s = j.value("step_time_s", 0.0);
-    s.warmup = j.value("warmup", false);
+    const auto s = step_of(j);
     rec.steps.push_back(s);
     for (const char* phase : {"data", "forward", "backward", "optimizer", "communication"})
       phase_sum[phase] += j.value(std::string{phase} + "_s", 0.0);

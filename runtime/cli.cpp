@@ -338,11 +338,7 @@ struct check_options {
 /// against itself: steps, tokens, declared work, a finite loss), 1 otherwise.
 int check_smoke_launch(const tuning::task_spec& task, const std::string& dir, std::ostream& out,
                        std::ostream& err) {
-  tuning::task_spec small = task;
-  small.workload.argv = task.smoke->argv;
-  small.workload.world_size = task.smoke->world_size;
-  small.contract = task.smoke->contract;
-  small.smoke.reset();
+  const auto small = tuning::smoke_task(task);
   adapters::trial_request req;
   req.task = &small;
   req.trial_dir = dir;

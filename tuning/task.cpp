@@ -21,6 +21,15 @@ const patch_spec* task_spec::find_patch(const std::string& patch_name) const {
   return nullptr;
 }
 
+task_spec smoke_task(const task_spec& task) {
+  task_spec small = task;
+  small.workload.argv = task.smoke->argv;
+  small.workload.world_size = task.smoke->world_size;
+  small.contract = task.smoke->contract;
+  small.smoke.reset();
+  return small;
+}
+
 knob_assignment task_spec::default_assignment() const {
   knob_assignment result;
   for (const auto& k : knobs)

@@ -427,6 +427,12 @@ struct task_spec {
   [[nodiscard]] knob_assignment default_assignment() const;
 };
 
+/// The task as its [smoke] launch runs it (task.smoke must be set): workload.argv,
+/// workload.world_size and the contract replaced by the smoke_spec's, no [smoke] of its own. The
+/// smoke probe (adapters::run_trial), the simulator benchmark and `infrarsi check --smoke` launch
+/// this task.
+task_spec smoke_task(const task_spec& task);
+
 /// Human-readable text of a value ("4", "0.5", "true", "sdpa").
 std::string to_string(const knob_value& value);
 
