@@ -217,6 +217,27 @@ std::vector<preflight_problem> preflight(const tuning::task_spec& task,
   for (const auto& [k, v] : w.env)
     check_template(v, "workload.env." + k, pos.at_env(k));
   check_template(w.world_size, "workload.world_size", pos.at("workload", "world_size"));
+  if (task.smoke) {
+    for (std::size_t i = 0; i < task.smoke->argv.size(); ++i)
+      check_template(task.smoke->argv[i], "smoke.argv[" + std::to_string(i) + "]",
+                     pos.at("smoke", "argv", static_cast<long>(i)));
+    check_template(task.smoke->world_size, "smoke.world_size", pos.at("smoke", "world_size"));
+  }
+  // The world sizes the defaults render (a template that renders is checked here; one that does
+  // not was reported above).
+  {
+    const std::string prefix = "workload.world_size renders";
+    if (!ws && ws_why.rfind(prefix, 0) == 0)
+      out.push_back({pos.at("workload", "world_size"), "workload.world_size",
+                     ws_why.substr(std::string{"workload.world_size "}.size())});
+    if (task.smoke) {
+      std::string why;
+      if (!tuning::world_size_of(tuning::smoke_task(task), task.default_assignment(), builtins, why)
+          && why.rfind(prefix, 0) == 0)
+        out.push_back({pos.at("smoke", "world_size"), "smoke.world_size",
+                       why.substr(std::string{"workload.world_size "}.size())});
+    }
+  }
   check_list(w.srun_args, "srun_args");
   check_list(w.torchrun_args, "torchrun_args");
   if (w.launcher == tuning::launcher_kind::torchrun)
@@ -238,6 +259,9 @@ std::vector<preflight_problem> preflight(const tuning::task_spec& task,
       return;
     std::string why;
     auto program = tuning::render_template(prog_list[0], vars, why);
+    if (program && program->empty())
+      out.push_back({prog_where, prog_key,
+                     "the program is empty: " + in_quotes(prog_list[0]) + " renders to \"\""});
     if (program && !program->empty()) {
       if (program->find('/') != std::string::npos) {
         fs::path p{*program};

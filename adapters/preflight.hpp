@@ -42,15 +42,17 @@ struct preflight_options {
 /// all of them (not only the first), templates first, then the working directory, the program,
 /// the patches and the store:
 ///  - every `{name}` in workload.argv, workload.env, workload.world_size, workload.srun_args,
-///    workload.torchrun_args and workload.torchrun_program names a knob, a constant or a
+///    workload.torchrun_args, workload.torchrun_program, smoke.argv and smoke.world_size names a
+///    knob, a constant or a
 ///    built-in (trial_id, attempt, trial_dir, memory_cap_bytes, world_size; rank with the ranks
 ///    launcher), and braces balance (tuning::render_template's rule); an unknown name gets the
 ///    nearest known one (edit distance <= 2) as a suggestion;
+///  - workload.world_size and smoke.world_size render to an integer in 1..4096 for the defaults;
 ///  - workload.workdir is a directory;
 ///  - the program (argv[0]; torchrun_program[0] with the torchrun launcher), rendered with the
 ///    knobs' defaults, resolves as the launcher resolves it (with a '/': relative to
 ///    workload.workdir; without: on PATH, workload.env's PATH when it sets one) to a regular file
-///    this user may execute;
+///    this user may execute (an empty program is a problem); smoke.argv[0] likewise;
 ///  - every patch applies alone to the unpatched workload (`git apply --check`, git's message
 ///    quoted) when options.check_patches;
 ///  - options.store_dir can be written;

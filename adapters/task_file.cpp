@@ -696,12 +696,12 @@ void parse_smoke(const reader& r, const toml::table& root, tuning::task_spec& ta
   if (smoke.argv.empty())
     r.fail(s.get("argv"), "smoke.argv", "expected at least the program to run, got []");
   if (const auto* ws = s.get("world_size")) {
-    if (ws->is_integer() && *ws->value<std::int64_t>() >= 1)
+    if (ws->is_integer() && *ws->value<std::int64_t>() >= 1 && *ws->value<std::int64_t>() <= 4096)
       smoke.world_size = std::to_string(*ws->value<std::int64_t>());
     else if (ws->is_string())
       smoke.world_size = *ws->value<std::string>();
     else
-      r.expected(*ws, "smoke.world_size", "a positive integer or a template such as \"1\"");
+      r.expected(*ws, "smoke.world_size", "an integer from 1 to 4096 or a template such as \"1\"");
   }
   // The full job's contract, less what only holds for the full job.
   auto& c = smoke.contract;
@@ -735,21 +735,8 @@ void parse_smoke(const reader& r, const toml::table& root, tuning::task_spec& ta
     c.loss_atol = *v;
   if (auto v = r.number(s, "timeout_s", "smoke", 0.001))
     smoke.timeout_s = *v;
-  // Its templates must render for the baseline (an unknown placeholder is a task-file error, not
-  // a failed trial).
-  std::map<std::string, std::string> builtins{{"trial_id", "0"},
-                                              {"attempt", "0"},
-                                              {"trial_dir", "/tmp"},
-                                              {"memory_cap_bytes", "0"}};
-  auto vars = tuning::template_vars(task, task.default_assignment(), builtins);
-  vars.emplace("world_size", "1");
-  vars.emplace("rank", "0");
-  std::string why;
-  if (!tuning::render_template(smoke.world_size, vars, why))
-    r.fail(s.get("world_size"), "smoke.world_size", why);
-  for (std::size_t i = 0; i < smoke.argv.size(); ++i)
-    if (!tuning::render_template(smoke.argv[i], vars, why))
-      r.fail(s.get("argv"), "smoke.argv[" + std::to_string(i) + "]", why);
+  // Its templates (placeholders, world size) are the pre-flight's to check, as workload.argv's
+  // (adapters::preflight: each element's position, the nearest known name).
   task.smoke = std::move(smoke);
 }
 
@@ -826,12 +813,12 @@ tuning::task_spec parse_task(const reader& r, const toml::table& root) {
   if (task.workload.argv.empty())
     r.fail(w.get("argv"), "workload.argv", "expected at least the program to run, got []");
   if (const auto* ws = w.get("world_size")) {
-    if (ws->is_integer() && *ws->value<std::int64_t>() >= 1)
+    if (ws->is_integer() && *ws->value<std::int64_t>() >= 1 && *ws->value<std::int64_t>() <= 4096)
       task.workload.world_size = std::to_string(*ws->value<std::int64_t>());
     else if (ws->is_string())
       task.workload.world_size = *ws->value<std::string>();
     else
-      r.expected(*ws, "workload.world_size", "a positive integer or a template such as "
+      r.expected(*ws, "workload.world_size", "an integer from 1 to 4096 or a template such as "
                                              "\"{world_size}\"");
   }
   const auto& env = r.table(w, "env", "workload", false);

@@ -190,28 +190,29 @@ removed_copies
 remove_trial_copies(const std::string& trials_dir,
                     const std::vector<std::pair<std::uint64_t, std::uint32_t>>& attempts) {
   removed_copies out;
-  for (const auto& [id, attempt] : attempts) {
-    auto dir = fs::path{trials_dir} / trial_dir_name(id, attempt) / "workdir";
-    std::error_code ec;
-    if (!fs::is_directory(fs::symlink_status(dir, ec)))
-      continue;
-    std::uint64_t own = 0;
-    for (auto it = fs::recursive_directory_iterator{dir, ec};
-         !ec && it != fs::recursive_directory_iterator{}; it.increment(ec)) {
-      struct stat st {};
-      if (::lstat(it->path().c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1)
-        own += static_cast<std::uint64_t>(st.st_size);
+  for (const auto& [id, attempt] : attempts)
+    for (const char* sub : {"workdir", "smoke-unpatched/workdir", "smoke-patched/workdir"}) {
+      auto dir = fs::path{trials_dir} / trial_dir_name(id, attempt) / sub;
+      std::error_code ec;
+      if (!fs::is_directory(fs::symlink_status(dir, ec)))
+        continue;
+      std::uint64_t own = 0;
+      for (auto it = fs::recursive_directory_iterator{dir, ec};
+           !ec && it != fs::recursive_directory_iterator{}; it.increment(ec)) {
+        struct stat st {};
+        if (::lstat(it->path().c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1)
+          own += static_cast<std::uint64_t>(st.st_size);
+      }
+      ec.clear();
+      fs::remove_all(dir, ec);
+      if (ec) {
+        if (out.error.empty())
+          out.error = trial_dir_name(id, attempt) + "/" + sub + ": " + ec.message();
+        continue;
+      }
+      ++out.copies;
+      out.bytes += own;
     }
-    ec.clear();
-    fs::remove_all(dir, ec);
-    if (ec) {
-      if (out.error.empty())
-        out.error = trial_dir_name(id, attempt) + "/workdir: " + ec.message();
-      continue;
-    }
-    ++out.copies;
-    out.bytes += own;
-  }
   return out;
 }
 

@@ -95,8 +95,9 @@ struct removed_copies {
   std::string error;
 };
 
-/// Removes the copy of the workload (`trials_dir`/trial-<id>-<attempt>/workdir) of each attempt;
-/// the attempt's logs and result beside it stay. An absent copy is skipped. Never throws; a
+/// Removes the copies of the workload of each attempt (`trials_dir`/trial-<id>-<attempt>/workdir,
+/// and the smoke probe's smoke-unpatched/workdir and smoke-patched/workdir, left there when the
+/// attempt was interrupted during its probe); the attempt's logs and result beside them stay. An absent copy is skipped. Never throws; a
 /// failure is reported in `error` and the rest are still tried.
 removed_copies
 remove_trial_copies(const std::string& trials_dir,

@@ -612,7 +612,8 @@ struct supervisor {
       }
       if (!stopping && now_s() > timeout_s) {
         add_cause(trial_cause::kind_t::timeout, -1, 0,
-                  "wall-clock limit of " + std::to_string(timeout_s) + " s passed");
+                  "wall-clock limit of " + tuning::to_string(tuning::knob_value{timeout_s})
+                    + " s passed");
         begin_stop();
       }
       if (!stopping && oom_stop_at_s >= 0 && now_s() >= oom_stop_at_s)
@@ -931,6 +932,9 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
 
   // Device-seconds of the smoke probe's launches (below), charged to the trial.
   double smoke_device_s = 0;
+  // Set when the probe could not judge because of its reference run (a [smoke] problem): every
+  // result of the full launch then says so (tuning::smoke_inconclusive_detail).
+  std::string smoke_note;
   auto finish = [&](const trial_verdict& verdict) {
     // A trial that ended before any rank started (a patch that does not apply, no Slurm
     // allocation, a constraint): its directory still says why.
@@ -944,9 +948,11 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
       peak = std::max(peak, r.peak_rss);
     report.result = make_result(req, verdict, sup.parser, sup.observed_at, peak, wall,
                                 report.world_size);
-    if (smoke_device_s > 0) {
+    if (smoke_device_s > 0 || !smoke_note.empty()) {
       auto r = report.result.unpack();
       r->device_seconds += smoke_device_s;
+      if (!smoke_note.empty())
+        r->detail += (r->detail.empty() ? "" : "; ") + smoke_note;
       report.result = messages::trial_result_msg::pack(*r);
     }
     return report;
@@ -966,6 +972,7 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
   if (!req.smoke_patches.empty() && task.smoke && !req.patches.empty()) {
     const auto small = tuning::smoke_task(task);
     std::array<tuning::trial_record, 2> runs;
+    std::optional<std::string> reference_problem;
     double smoke_wall_s = 0;
     std::string names;
     for (const auto& p : req.smoke_patches)
@@ -983,26 +990,33 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
       sreq.trial_dir = trial_dir + (i == 0 ? "/smoke-unpatched" : "/smoke-patched");
       sreq.timeout_s = task.smoke->timeout_s > 0 ? task.smoke->timeout_s : task.limits.timeout_s;
       auto r = run_trial(sreq);
-      if (!r)
-        return std::move(r.error());
-      store::apply_result(runs[i], *r->result);
+      if (r) {
+        store::apply_result(runs[i], *r->result);
+      } else { // the smoke launch cannot be started here (a template that does not render)
+        runs[i].finished = true;
+        runs[i].outcome = tuning::trial_outcome::launch_error;
+        runs[i].detail = describe(r.error());
+      }
       smoke_wall_s += runs[i].wall_time_s;
       smoke_device_s += runs[i].device_seconds;
       if (req.stop != nullptr && req.stop->load())
         return finish({wire::Outcome::Preempted, 0, "stopped during the smoke probe"});
+      // An unusable reference ends the probe: the patched launch could not be judged.
+      if (i == 0 && (reference_problem = tuning::smoke_reference_problem(small.contract, runs[0])))
+        break;
     }
     auto violation = tuning::smoke_violation(small.contract, runs[0], runs[1]);
     std::string verdict =
       violation ? "violation: " + *violation
-      : runs[0].outcome != tuning::trial_outcome::ok
-        ? std::string{"inconclusive: the unpatched smoke run ended "} + tuning::to_string(runs[0].outcome)
-            + (runs[0].detail.empty() ? "" : " (" + runs[0].detail + ")")
+      : reference_problem ? "inconclusive: " + *reference_problem
       : runs[1].outcome != tuning::trial_outcome::ok
         ? std::string{"inconclusive: the patched smoke run ended "} + tuning::to_string(runs[1].outcome)
             + (runs[1].detail.empty() ? "" : " (" + runs[1].detail + ")")
         : "passed";
     std::ofstream{trial_dir + "/smoke.txt"} << "smoke probe of " << names << ": " << verdict
-                                            << " (2 launches, " << smoke_device_s
+                                            << " (" << (reference_problem ? 1 : 2)
+                                            << (reference_problem ? " launch, " : " launches, ")
+                                            << smoke_device_s
                                             << " device-seconds)\n";
     // The probe's workload copies are done with (their logs stay).
     for (const char* d : {"/smoke-unpatched/workdir", "/smoke-patched/workdir"}) {
@@ -1025,6 +1039,8 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
             report.log_files.push_back(trial_dir + d + f);
       return report;
     }
+    if (reference_problem)
+      smoke_note = tuning::smoke_inconclusive_detail(*reference_problem);
     // The full launch's own clock (its wall time, timeout and harness-clock checks) starts now:
     // the probe is charged in device-seconds only.
     sup.start = decltype(sup.start)::clock::now();

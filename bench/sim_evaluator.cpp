@@ -330,7 +330,10 @@ tuning::trial_record sim_evaluator::measure(const tuning::configuration& config,
   double smoke_device_s = 0;
   if (!smoke_patches.empty() && smoke_task_ && !config.patches.empty()) {
     auto unpatched = smoke_run(config, false, trial_id, attempt);
-    auto patched = smoke_run(config, true, trial_id, attempt);
+    // An unusable reference ends the probe before the patched launch (as the launcher).
+    auto patched = tuning::smoke_reference_problem(smoke_task_->contract, unpatched)
+                     ? tuning::trial_record{}
+                     : smoke_run(config, true, trial_id, attempt);
     smoke_device_s = unpatched.device_seconds + patched.device_seconds;
     if (auto v = tuning::smoke_violation(smoke_task_->contract, unpatched, patched)) {
       rec.outcome = tuning::trial_outcome::contract_violation;

@@ -359,7 +359,7 @@ int check_smoke_launch(const tuning::task_spec& task, const std::string& dir, st
         << "); every smoke probe would be inconclusive\n";
     return exit_failure;
   }
-  if (auto v = tuning::smoke_violation(small.contract, run, run)) {
+  if (auto v = tuning::smoke_own_violation(small.contract, run)) {
     err << "infrarsi check --smoke: " << task.source << ": [smoke]: the smoke launch breaks its "
         << "own contract: " << *v << " (logs: " << dir << ")\n";
     return exit_failure;

@@ -700,7 +700,7 @@ std::vector<std::string> check_contract(const contract_spec& contract, const los
 std::optional<std::string> smoke_violation(const contract_spec& contract,
                                            const trial_record& unpatched,
                                            const trial_record& patched) {
-  if (unpatched.outcome != trial_outcome::ok || patched.outcome != trial_outcome::ok)
+  if (patched.outcome != trial_outcome::ok || smoke_reference_problem(contract, unpatched))
     return std::nullopt;
   auto judged = contract;
   judged.simulated_time = true; // no wall-time or harness-clock check
@@ -711,6 +711,42 @@ std::optional<std::string> smoke_violation(const contract_spec& contract,
       return std::move(v);
   }
   return std::nullopt;
+}
+
+std::optional<std::string> smoke_own_violation(const contract_spec& contract,
+                                               const trial_record& run) {
+  auto judged = contract;
+  judged.simulated_time = true;
+  // Judged against itself: no loss can drift, so what is left are its own work checks.
+  auto self_ref = make_loss_reference(judged, {run});
+  for (auto& v : check_contract(judged, self_ref, run)) {
+    auto code = violation_code(v);
+    if (code != "timed_window" && code != "step_times")
+      return std::move(v);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> smoke_reference_problem(const contract_spec& contract,
+                                                   const trial_record& unpatched) {
+  if (unpatched.outcome != trial_outcome::ok)
+    return "the unpatched smoke run ended " + std::string{to_string(unpatched.outcome)}
+           + (unpatched.detail.empty() ? std::string{} : " (" + unpatched.detail + ")");
+  if (auto v = smoke_own_violation(contract, unpatched))
+    return "the unpatched smoke run breaks [smoke]: " + *v;
+  return std::nullopt;
+}
+
+namespace {
+constexpr const char* smoke_inconclusive_marker = "smoke probe inconclusive: ";
+} // namespace
+
+std::string smoke_inconclusive_detail(const std::string& reason) {
+  return smoke_inconclusive_marker + reason + " (fix [smoke]: infrarsi check --smoke)";
+}
+
+bool is_smoke_inconclusive(const std::string& detail) {
+  return detail.find(smoke_inconclusive_marker) != std::string::npos;
 }
 
 std::optional<std::string> early_violation(const contract_spec& contract,

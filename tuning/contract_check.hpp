@@ -218,6 +218,29 @@ std::optional<std::string> smoke_violation(const contract_spec& contract,
                                            const trial_record& unpatched,
                                            const trial_record& patched);
 
+/// The first of the work checks of check_contract (steps, tokens, declared work, finite loss) a
+/// smoke launch's `run` fails against its own `contract` (smoke_spec::contract), e.g. "steps:
+/// reported 3 steps, the contract says 5"; nullopt when it keeps them. Used by `infrarsi check
+/// --smoke` and smoke_reference_problem.
+std::optional<std::string> smoke_own_violation(const contract_spec& contract,
+                                               const trial_record& run);
+
+/// Why the `unpatched` smoke run cannot be the probe's reference, or nullopt when it can: it did
+/// not end ok ("the unpatched smoke run ended timeout (...)"), or it breaks the work checks of its
+/// own `contract` (smoke_spec::contract; e.g. "the unpatched smoke run breaks [smoke]: steps:
+/// reported 3 steps, the contract says 5"): a wrong [smoke] declaration, not any patch's fault.
+/// smoke_violation is nullopt whenever this is set; the launcher then skips the patched launch.
+std::optional<std::string> smoke_reference_problem(const contract_spec& contract,
+                                                   const trial_record& unpatched);
+
+/// The note an ok trial's detail carries when its smoke probe was inconclusive because of the
+/// reference (smoke_reference_problem): "smoke probe inconclusive: REASON (fix [smoke]: infrarsi
+/// check --smoke)".
+std::string smoke_inconclusive_detail(const std::string& reason);
+
+/// Whether `detail` carries a smoke_inconclusive_detail.
+bool is_smoke_inconclusive(const std::string& detail);
+
 /// The detail of a trial ended by its smoke probe: "VIOLATION; smoke probe of P1, P2 (the full
 /// launch did not start)". Its violation code is the violation's (violation_code).
 std::string smoke_probe_detail(const std::string& violation,

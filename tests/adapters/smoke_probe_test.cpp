@@ -162,6 +162,52 @@ TEST_F(SmokeProbeTest, NoProbeWithoutSmokePatchesOrWithoutPatches) {
   EXPECT_FALSE(fs::exists(dir.sub("plain/smoke.txt")));
 }
 
+// A [smoke] declaration its own launch breaks (here: 3 steps declared, 2 run) is no patch's
+// fault: the probe is inconclusive after the unpatched launch alone, the patched one never runs,
+// the full launch judges the patch, and its result says why the probe could not.
+TEST_F(SmokeProbeTest, ASmokeLaunchThatBreaksItsOwnContractJudgesNoPatch) {
+  task.smoke->contract.steps = 3;
+  task.smoke->contract.timed_last = 2;
+  auto r = run({"notes"}, {"notes"}, "wrong-smoke");
+  const auto* res = r.result.get();
+  ASSERT_EQ(res->outcome(), wire::Outcome::Ok) << res->detail()->str();
+  ASSERT_NE(res->steps(), nullptr);
+  EXPECT_EQ(res->steps()->size(), 6u); // the full launch ran
+  const auto detail = res->detail()->str();
+  EXPECT_TRUE(tuning::is_smoke_inconclusive(detail)) << detail;
+  EXPECT_NE(detail.find("the unpatched smoke run breaks [smoke]: steps: reported 2 steps, the "
+                        "contract says 3"),
+            std::string::npos)
+    << detail;
+  const auto note = read(dir.sub("wrong-smoke/smoke.txt"));
+  EXPECT_EQ(note.rfind("smoke probe of notes: inconclusive: the unpatched smoke run breaks [smoke]: "
+                       "steps: reported 2 steps",
+                       0),
+            0u)
+    << note;
+  EXPECT_NE(note.find("(1 launch, "), std::string::npos) << note;
+  EXPECT_TRUE(fs::exists(dir.sub("wrong-smoke/smoke-unpatched/rank-0.stdout")));
+  EXPECT_FALSE(fs::exists(dir.sub("wrong-smoke/smoke-patched")));
+  // The drifting patch is not caught by it either: its full launch runs (and the full contract's
+  // loss check, with a calibrated reference, is what rejects it later).
+  auto drift = run({"drift"}, {"drift"}, "wrong-smoke-drift");
+  EXPECT_EQ(drift.result->outcome(), wire::Outcome::Ok) << drift.result->detail()->str();
+  EXPECT_TRUE(fs::exists(dir.sub("wrong-smoke-drift/rank-0.stdout")));
+  // A smoke launch that cannot even start (a world size that does not render: a task the
+  // pre-flight did not see) fails no trial either.
+  task.smoke->world_size = "abc";
+  auto unstartable = run({"notes"}, {"notes"}, "unstartable-smoke");
+  ASSERT_EQ(unstartable.result->outcome(), wire::Outcome::Ok)
+    << unstartable.result->detail()->str();
+  const auto why = read(dir.sub("unstartable-smoke/smoke.txt"));
+  EXPECT_EQ(why.rfind("smoke probe of notes: inconclusive: the unpatched smoke run ended "
+                      "launch_error (",
+                      0),
+            0u)
+    << why;
+  EXPECT_NE(why.find("renders to 'abc'"), std::string::npos) << why;
+}
+
 TEST(SmokeTaskFile, BadSmokeSectionsNameTheKey) {
   test::temp_dir dir;
   auto load = [&](const std::string& smoke) {
@@ -180,11 +226,13 @@ TEST(SmokeTaskFile, BadSmokeSectionsNameTheKey) {
   EXPECT_NE(no_argv.find("smoke.argv"), std::string::npos) << no_argv;
   auto unknown = load("[smoke]\nargv = [\"true\"]\nsteps = 2\nstep = 3\n");
   EXPECT_NE(unknown.find("smoke.step: unknown key"), std::string::npos) << unknown;
-  auto placeholder = load("[smoke]\nargv = [\"true\", \"{nope}\"]\nsteps = 2\n");
-  EXPECT_NE(placeholder.find("smoke.argv[1]"), std::string::npos) << placeholder;
-  EXPECT_NE(placeholder.find("nope"), std::string::npos) << placeholder;
+  // Placeholders are the pre-flight's (Preflight.SmokeTemplates...): the file loads.
+  EXPECT_EQ(load("[smoke]\nargv = [\"true\", \"{nope}\"]\nsteps = 2\n"), "");
   auto ws = load("[smoke]\nargv = [\"true\"]\nsteps = 2\nworld_size = 0\n");
   EXPECT_NE(ws.find("smoke.world_size"), std::string::npos) << ws;
+  auto huge = load("[smoke]\nargv = [\"true\"]\nsteps = 2\nworld_size = 4097\n");
+  EXPECT_NE(huge.find("smoke.world_size: expected an integer from 1 to 4096"), std::string::npos)
+    << huge;
 }
 
 } // namespace

@@ -186,6 +186,26 @@ TEST_F(TrialCopyTest, RemovingOldCopiesKeepsTheLogs) {
   EXPECT_EQ(stat_of(work + "/data/tokens.bin").st_size, static_cast<off_t>(tokens_bytes));
 }
 
+// An attempt interrupted during its smoke probe left the probe's copies: they go with it.
+TEST_F(TrialCopyTest, RemovingACopyAlsoRemovesTheSmokeProbesCopies) {
+  auto trials = dir.sub("trials");
+  auto t = trials + "/" + trial_dir_name(4, 1);
+  copy_rules rules;
+  rules.reflink = false;
+  for (const char* sub : {"/smoke-unpatched", "/smoke-patched"}) {
+    write(t + sub + "/rank-0.stdout", "step 0\n");
+    ASSERT_TRUE(copy_workload(work, t + sub + "/workdir", rules));
+  }
+  auto removed = remove_trial_copies(trials, {{4, 1}});
+  EXPECT_EQ(removed.error, "");
+  EXPECT_EQ(removed.copies, 2u);
+  for (const char* sub : {"/smoke-unpatched", "/smoke-patched"}) {
+    EXPECT_FALSE(fs::exists(t + sub + "/workdir")) << sub;
+    EXPECT_EQ(text_of(t + sub + "/rank-0.stdout"), "step 0\n") << sub;
+  }
+  EXPECT_EQ(text_of(work + "/lib/model.py"), "layers = 2\n");
+}
+
 /// Through the launcher: a patched file is a separate copy with the patch applied, the original
 /// workload is unchanged, and the unpatched files are links.
 TEST_F(TrialCopyTest, APatchedFileIsACopyAndTheOriginalIsUnchanged) {

@@ -820,6 +820,77 @@ TEST(Preflight, SmokeAlsoRunsTheTasksSmokeLaunchOnceAndChecksItsWork) {
     << r.output;
 }
 
+// The [smoke] launch's templates and world size are checked as workload.argv's: each element's
+// FILE:LINE, the nearest known name, {rank} only with the ranks launcher; a world size that does
+// not render to 1..4096 and an empty program are problems of `check`, never failed trials.
+TEST(Preflight, SmokeTemplatesWorldSizesAndEmptyProgramsAreNamedWithTheirLine) {
+  preflight_dir d;
+  struct broken {
+    std::string name, from, to;
+    int offset; // lines from where `to` starts to the offending key
+    std::string key, message;
+    bool command_launcher = false; // workload.launcher = "command" (no {rank})
+  };
+  const std::string smoke_head = "[smoke]\nsteps = 4\n";
+  const std::vector<broken> cases = {
+    {"smoke_placeholder_typo", "[scope]",
+     smoke_head + "argv = [\"./train.sh\",\n  \"{micro_bach}\"]\n\n[scope]", 3, "smoke.argv[1]",
+     "placeholder {micro_bach} in \"{micro_bach}\" names no knob, constant or built-in; did you "
+     "mean {micro_batch}?"},
+    {"smoke_rank_without_ranks_launcher", "[scope]",
+     smoke_head + "argv = [\"./train.sh\", \"{rank}\"]\n\n[scope]", 2, "smoke.argv[1]",
+     "placeholder {rank} in \"{rank}\" names no knob, constant or built-in", true},
+    {"smoke_world_size_placeholder_typo", "[scope]",
+     smoke_head + "argv = [\"./train.sh\"]\nworld_size = \"{micro_bach}\"\n\n[scope]", 3,
+     "smoke.world_size", "did you mean {micro_batch}?"},
+    {"smoke_world_size_junk", "[scope]",
+     smoke_head + "argv = [\"./train.sh\"]\nworld_size = \"abc\"\n\n[scope]", 3,
+     "smoke.world_size", "renders to 'abc', expected an integer in 1..4096"},
+    {"smoke_world_size_huge", "[scope]",
+     smoke_head + "argv = [\"./train.sh\"]\nworld_size = 100000000\n\n[scope]", 3,
+     "smoke.world_size", "an integer from 1 to 4096"},
+    {"smoke_empty_program", "[scope]", smoke_head + "argv = [\"\"]\n\n[scope]", 2,
+     "smoke.argv[0]", "the program is empty"},
+    {"workload_world_size_junk", "workdir = \"work\"", "workdir = \"work\"\nworld_size = \"0\"", 1,
+     "workload.world_size", "renders to '0', expected an integer in 1..4096"},
+    {"workload_empty_program", "\"./train.sh\"", "\"\"", 0, "workload.argv[0]",
+     "the program is empty"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    int line = 0;
+    auto path = d.variant(c.name, c.from, c.to, line);
+    if (c.command_launcher) { // one more line, above `to`
+      std::ifstream in{path};
+      std::string text{std::istreambuf_iterator<char>{in}, {}};
+      text.replace(text.find("[workload]\n"), 11, "[workload]\nlauncher = \"command\"\n");
+      std::ofstream{path} << text;
+      ++line;
+    }
+    auto r = run_binary({"check", path});
+    EXPECT_EQ(r.status, 1) << r.output;
+    auto where = path + ":" + std::to_string(line + c.offset) + ":";
+    auto at = r.output.find(where);
+    ASSERT_NE(at, std::string::npos) << "expected " << where << " in:\n" << r.output;
+    auto rest = r.output.substr(at);
+    auto colon = rest.find(": ", where.size());
+    ASSERT_NE(colon, std::string::npos) << rest;
+    EXPECT_EQ(rest.substr(colon + 2, c.key.size() + 2), c.key + ": ") << rest;
+    EXPECT_NE(rest.find(c.message), std::string::npos) << "expected '" << c.message << "' in:\n"
+                                                       << r.output;
+  }
+  // tune refuses one before any trial: no store.
+  int line = 0;
+  auto junk = d.variant("tune_junk", "[scope]",
+                        smoke_head + "argv = [\"./train.sh\"]\nworld_size = \"abc\"\n\n[scope]",
+                        line);
+  auto store = d.dir.sub("store-junk");
+  auto t = run_binary({"tune", junk, "--store", store});
+  EXPECT_EQ(t.status, 1) << t.output;
+  EXPECT_NE(t.output.find("smoke.world_size: renders to 'abc'"), std::string::npos) << t.output;
+  EXPECT_FALSE(std::filesystem::exists(store)) << t.output;
+}
+
 // On a terminal, tune keeps a live status line below its progress lines (redrawn with
 // "\r\033[K"); into a pipe it writes none (above).
 TEST(Progress, OnATerminalTuneKeepsALiveStatusLine) {

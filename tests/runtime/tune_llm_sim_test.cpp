@@ -315,8 +315,9 @@ TEST(TuneLlmSim, WrongPriorsAreRevisedAndEachRoundsRankCorrelationIsReported) {
 /// one knob, so a short search tries both. The first trial of each patch runs the task's [smoke]
 /// launch unpatched and patched first: the drift ends its trial there, before the full launch;
 /// the honest patch goes on to its full trial. Replay reproduces every decision.
-TEST(TuneSmokeProbe, AnUntestedPatchIsProbedSmallFirstAndOneThatDriftsNeverRunsBig) {
-  test::temp_dir dir;
+/// The sim-dense-1node task with one knob (bucket_mb) and two patches: fused_rope (honest) and
+/// bf16_optimizer_states (the planted loss drift), 5 search trials; written to DIR/smoke.toml.
+std::string smoke_probe_task(test::temp_dir& dir) {
   std::string text = test::sim_task_text(dir, "sim-dense-1node");
   const std::string workload = dir.sub("sim-workload");
   text.erase(text.find("\n[[knobs]]")); // every knob and patch, then one knob and two patches
@@ -340,6 +341,12 @@ TEST(TuneSmokeProbe, AnUntestedPatchIsProbedSmallFirstAndOneThatDriftsNeverRunsB
   fs::create_directories(dir.sub("knowledge"));
   const auto task_path = dir.sub("smoke.toml");
   std::ofstream{task_path} << text;
+  return task_path;
+}
+
+TEST(TuneSmokeProbe, AnUntestedPatchIsProbedSmallFirstAndOneThatDriftsNeverRunsBig) {
+  test::temp_dir dir;
+  const auto task_path = smoke_probe_task(dir);
   auto run = tune_sim(task_path, dir.sub("store"), dir.sub("knowledge"));
   ASSERT_EQ(run.status, 0) << run.err;
   const std::string trials = run.store + "/runs/" + run.run_id + "/trials/";
@@ -399,6 +406,51 @@ TEST(TuneSmokeProbe, AnUntestedPatchIsProbedSmallFirstAndOneThatDriftsNeverRunsB
   ASSERT_TRUE(rep);
   EXPECT_FALSE(rep->diverged) << rep->decision << "\nlogged:     " << rep->logged
                               << "\nrecomputed: " << rep->recomputed;
+}
+
+/// A [smoke] that misdescribes its own launch (steps = 4 for a launch of 3 steps) is no patch's
+/// fault: each probe stops after the unpatched launch, inconclusive, and the full launches judge
+/// the patches (the drift is then caught by the full contract, at full cost); tune warns once.
+TEST(TuneSmokeProbe, ASmokeSectionItsOwnLaunchBreaksBlamesNoPatchAndIsWarnedAboutOnce) {
+  test::temp_dir dir;
+  const auto task_path = smoke_probe_task(dir);
+  {
+    std::ifstream in{task_path};
+    std::string text{std::istreambuf_iterator<char>{in}, {}};
+    auto at = text.find("\nsteps = 3\n", text.find("[smoke]"));
+    ASSERT_NE(at, std::string::npos);
+    text.replace(at, 11, "\nsteps = 4\n");
+    std::ofstream{task_path} << text;
+  }
+  auto run = tune_sim(task_path, dir.sub("store"), dir.sub("knowledge"));
+  ASSERT_EQ(run.status, 0) << run.err;
+  const std::string warning = "warning: the [smoke] launch cannot judge any patch";
+  const auto first = run.err.find(warning);
+  ASSERT_NE(first, std::string::npos) << run.err;
+  EXPECT_EQ(run.err.find(warning, first + 1), std::string::npos) << run.err; // once
+  EXPECT_NE(run.err.find("the unpatched smoke run breaks [smoke]: steps: reported 3 steps, the "
+                         "contract says 4"),
+            std::string::npos)
+    << run.err;
+  const std::string trials = run.store + "/runs/" + run.run_id + "/trials/";
+  std::size_t probed = 0;
+  for (const auto& t : run.state.trials) {
+    const auto dir_of = trials + "trial-" + std::to_string(t.trial_id) + "-"
+                        + std::to_string(t.attempt);
+    const auto smoke = read_text(dir_of + "/smoke.txt");
+    if (smoke.empty())
+      continue;
+    ++probed;
+    EXPECT_EQ(smoke.find(": inconclusive: the unpatched smoke run breaks [smoke]"),
+              smoke.find(':'))
+      << smoke;
+    EXPECT_NE(smoke.find("(1 launch, "), std::string::npos) << smoke;
+    EXPECT_FALSE(fs::exists(dir_of + "/smoke-patched"));
+    EXPECT_TRUE(fs::exists(dir_of + "/rank-0.stdout")); // the full launch ran
+    EXPECT_FALSE(tuning::is_smoke_probe(t.detail)) << t.detail;
+    EXPECT_TRUE(tuning::is_smoke_inconclusive(t.detail)) << t.detail;
+  }
+  EXPECT_GE(probed, 2u); // each patch's first trial
 }
 
 } // namespace

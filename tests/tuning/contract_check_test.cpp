@@ -414,6 +414,33 @@ TEST(SmokeViolation, JudgesWorkAndNumericsAgainstTheUnpatchedRunOnly) {
   EXPECT_FALSE(smoke_violation(c, oom, run(0.5)));
 }
 
+TEST(SmokeViolation, AnUnpatchedRunThatBreaksItsOwnContractJudgesNothing) {
+  auto c = contract();
+  c.loss_rtol = 0.01;
+  EXPECT_FALSE(smoke_reference_problem(c, run(0.0)));
+  // [smoke] says 5 steps; the launch runs 4: the declaration is wrong, not the patch.
+  auto wrong = c;
+  wrong.steps = 5;
+  auto why = smoke_reference_problem(wrong, run(0.0));
+  ASSERT_TRUE(why);
+  EXPECT_EQ(why->rfind("the unpatched smoke run breaks [smoke]: steps: reported 4 steps, the "
+                       "contract says 5",
+                       0),
+            0u)
+    << *why;
+  EXPECT_FALSE(smoke_violation(wrong, run(0.0), run(0.5))); // a drift it cannot judge
+  auto timeout = run(0.0);
+  timeout.outcome = trial_outcome::timeout;
+  timeout.detail = "wall-clock limit of 2 s passed";
+  EXPECT_EQ(*smoke_reference_problem(c, timeout),
+            "the unpatched smoke run ended timeout (wall-clock limit of 2 s passed)");
+  auto d = smoke_inconclusive_detail(*why);
+  EXPECT_TRUE(is_smoke_inconclusive(d));
+  EXPECT_TRUE(is_smoke_inconclusive("crash: rank 0 exit 1; " + d));
+  EXPECT_FALSE(is_smoke_inconclusive(smoke_probe_detail("loss_drift: x", {"a"})));
+  EXPECT_NE(d.find("(fix [smoke]: infrarsi check --smoke)"), std::string::npos) << d;
+}
+
 TEST(SmokeViolation, ItsDetailKeepsTheViolationsCode) {
   auto d = smoke_probe_detail("loss_drift: step 0 loss 5.5 differs", {"a", "b"});
   EXPECT_EQ(d, "loss_drift: step 0 loss 5.5 differs; smoke probe of a, b (the full launch did "
