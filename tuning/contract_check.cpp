@@ -697,34 +697,36 @@ std::vector<std::string> check_contract(const contract_spec& contract, const los
   return v;
 }
 
-std::optional<std::string> smoke_violation(const contract_spec& contract,
-                                           const trial_record& unpatched,
-                                           const trial_record& patched) {
-  if (patched.outcome != trial_outcome::ok || smoke_reference_problem(contract, unpatched))
-    return std::nullopt;
+namespace {
+/// The first work or numerics violation of `run` against `reference` as the loss reference,
+/// timing not judged (smoke_violation, smoke_own_violation).
+std::optional<std::string> smoke_first_violation(const contract_spec& contract,
+                                                 const trial_record& reference,
+                                                 const trial_record& run) {
   auto judged = contract;
   judged.simulated_time = true; // no wall-time or harness-clock check
-  auto ref = make_loss_reference(judged, {unpatched});
-  for (auto& v : check_contract(judged, ref, patched)) {
+  auto ref = make_loss_reference(judged, {reference});
+  for (auto& v : check_contract(judged, ref, run)) {
     auto code = violation_code(v);
     if (code != "timed_window" && code != "step_times")
       return std::move(v);
   }
   return std::nullopt;
 }
+} // namespace
+
+std::optional<std::string> smoke_violation(const contract_spec& contract,
+                                           const trial_record& unpatched,
+                                           const trial_record& patched) {
+  if (patched.outcome != trial_outcome::ok || smoke_reference_problem(contract, unpatched))
+    return std::nullopt;
+  return smoke_first_violation(contract, unpatched, patched);
+}
 
 std::optional<std::string> smoke_own_violation(const contract_spec& contract,
                                                const trial_record& run) {
-  auto judged = contract;
-  judged.simulated_time = true;
   // Judged against itself: no loss can drift, so what is left are its own work checks.
-  auto self_ref = make_loss_reference(judged, {run});
-  for (auto& v : check_contract(judged, self_ref, run)) {
-    auto code = violation_code(v);
-    if (code != "timed_window" && code != "step_times")
-      return std::move(v);
-  }
-  return std::nullopt;
+  return smoke_first_violation(contract, run, run);
 }
 
 std::optional<std::string> smoke_reference_problem(const contract_spec& contract,

@@ -533,6 +533,20 @@ struct preflight_dir {
   }
 };
 
+/// `output` names the problem as "FILE:LINE:COLUMN: KEY: message" (`where` = "FILE:LINE:") and the
+/// message contains `message`.
+void expect_problem_at(const std::string& output, const std::string& where, const std::string& key,
+                       const std::string& message) {
+  auto at = output.find(where);
+  ASSERT_NE(at, std::string::npos) << "expected " << where << " in:\n" << output;
+  auto rest = output.substr(at);
+  auto colon = rest.find(": ", where.size());
+  ASSERT_NE(colon, std::string::npos) << rest;
+  EXPECT_EQ(rest.substr(colon + 2, key.size() + 2), key + ": ") << rest;
+  EXPECT_NE(rest.find(message), std::string::npos) << "expected '" << message << "' in:\n"
+                                                   << output;
+}
+
 TEST(Preflight, AGoodTaskPassesAndEveryBrokenOneIsNamedWithFileLineAndKeyAndCreatesNoRun) {
   preflight_dir d;
   int line = 0;
@@ -587,16 +601,8 @@ TEST(Preflight, AGoodTaskPassesAndEveryBrokenOneIsNamedWithFileLineAndKeyAndCrea
     auto path = d.variant(c.name, c.from, c.to, line);
     auto r = run_binary({"check", path});
     EXPECT_EQ(r.status, 1) << r.output;
-    // FILE:LINE:COLUMN: KEY: message naming the value.
     auto where = path + ":" + std::to_string(line) + ":";
-    auto at = r.output.find(where);
-    ASSERT_NE(at, std::string::npos) << "expected " << where << " in:\n" << r.output;
-    auto rest = r.output.substr(at);
-    auto colon = rest.find(": ", where.size());
-    ASSERT_NE(colon, std::string::npos) << rest;
-    EXPECT_EQ(rest.substr(colon + 2, c.key.size() + 2), c.key + ": ") << rest;
-    EXPECT_NE(rest.find(c.message), std::string::npos) << "expected '" << c.message << "' in:\n"
-                                                       << r.output;
+    expect_problem_at(r.output, where, c.key, c.message);
     // tune refuses it before the store exists: no run, no store directory.
     auto store = d.dir.sub("store-" + c.name);
     auto t = run_binary({"tune", path, "--store", store});
@@ -869,15 +875,8 @@ TEST(Preflight, SmokeTemplatesWorldSizesAndEmptyProgramsAreNamedWithTheirLine) {
     }
     auto r = run_binary({"check", path});
     EXPECT_EQ(r.status, 1) << r.output;
-    auto where = path + ":" + std::to_string(line + c.offset) + ":";
-    auto at = r.output.find(where);
-    ASSERT_NE(at, std::string::npos) << "expected " << where << " in:\n" << r.output;
-    auto rest = r.output.substr(at);
-    auto colon = rest.find(": ", where.size());
-    ASSERT_NE(colon, std::string::npos) << rest;
-    EXPECT_EQ(rest.substr(colon + 2, c.key.size() + 2), c.key + ": ") << rest;
-    EXPECT_NE(rest.find(c.message), std::string::npos) << "expected '" << c.message << "' in:\n"
-                                                       << r.output;
+    expect_problem_at(r.output, path + ":" + std::to_string(line + c.offset) + ":", c.key,
+                      c.message);
   }
   // tune refuses one before any trial: no store.
   int line = 0;
