@@ -715,16 +715,14 @@ void on_result(self_ptr self, std::size_t slot, const messages::trial_result_msg
                      + st.o.run_id + ")",
                    1);
   }
-  if (!st.smoke_warned && result->detail() != nullptr
-      && tuning::is_smoke_inconclusive(result->detail()->str())) {
+  if (auto reason = !st.smoke_warned && result->detail() != nullptr
+                       ? tuning::smoke_inconclusive_reason(result->detail()->str())
+                       : std::nullopt) {
     // Every probe would pay for a smoke launch that judges nothing: say so once.
     st.smoke_warned = true;
-    auto d = result->detail()->str();
-    d = d.substr(d.find("smoke probe inconclusive: ") + std::string{"smoke probe inconclusive: "}.size());
-    d = d.substr(0, d.rfind(" (fix [smoke]"));
     progress_error(self) << "warning: the [smoke] launch cannot judge any patch (trial " << id.first
                          << "'s probe was inconclusive; full launches judge the patches instead):";
-    progress_error(self) << "  " << d;
+    progress_error(self) << "  " << *reason;
     progress_error(self) << "  fix [smoke] (infrarsi check " << st.o.task->source << " --smoke)";
   }
   // Baselines get their verdicts only after the calibration: their line is printed now.

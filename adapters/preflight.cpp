@@ -223,21 +223,17 @@ std::vector<preflight_problem> preflight(const tuning::task_spec& task,
                      pos.at("smoke", "argv", static_cast<long>(i)));
     check_template(task.smoke->world_size, "smoke.world_size", pos.at("smoke", "world_size"));
   }
-  // The world sizes the defaults render (a template that renders is checked here; one that does
-  // not was reported above).
-  {
-    const std::string prefix = "workload.world_size renders";
-    if (!ws && ws_why.rfind(prefix, 0) == 0)
-      out.push_back({pos.at("workload", "world_size"), "workload.world_size",
-                     ws_why.substr(std::string{"workload.world_size "}.size())});
-    if (task.smoke) {
-      std::string why;
-      if (!tuning::world_size_of(tuning::smoke_task(task), task.default_assignment(), builtins, why)
-          && why.rfind(prefix, 0) == 0)
-        out.push_back({pos.at("smoke", "world_size"), "smoke.world_size",
-                       why.substr(std::string{"workload.world_size "}.size())});
-    }
-  }
+  // The world sizes the defaults render (a template that does not render was reported above).
+  auto check_world_size = [&](const std::string& tmpl, const std::string& key,
+                              const std::string& where) {
+    std::string why;
+    if (auto text = tuning::render_template(tmpl, vars, why))
+      if (!tuning::world_size_value(*text, why))
+        out.push_back({where, key, why});
+  };
+  check_world_size(w.world_size, "workload.world_size", pos.at("workload", "world_size"));
+  if (task.smoke)
+    check_world_size(task.smoke->world_size, "smoke.world_size", pos.at("smoke", "world_size"));
   check_list(w.srun_args, "srun_args");
   check_list(w.torchrun_args, "torchrun_args");
   if (w.launcher == tuning::launcher_kind::torchrun)

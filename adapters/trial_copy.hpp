@@ -97,8 +97,9 @@ struct removed_copies {
 
 /// Removes the copies of the workload of each attempt (`trials_dir`/trial-<id>-<attempt>/workdir,
 /// and the smoke probe's smoke-unpatched/workdir and smoke-patched/workdir, left there when the
-/// attempt was interrupted during its probe); the attempt's logs and result beside them stay. An absent copy is skipped. Never throws; a
-/// failure is reported in `error` and the rest are still tried.
+/// attempt was interrupted during its probe); the attempt's logs and result beside them stay. An
+/// absent copy is skipped. Never throws; a failure is reported in `error` and the rest are still
+/// tried.
 removed_copies
 remove_trial_copies(const std::string& trials_dir,
                     const std::vector<std::pair<std::uint64_t, std::uint32_t>>& attempts);

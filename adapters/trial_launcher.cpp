@@ -1005,7 +1005,9 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
       if (i == 0 && (reference_problem = tuning::smoke_reference_problem(small.contract, runs[0])))
         break;
     }
-    auto violation = tuning::smoke_violation(small.contract, runs[0], runs[1]);
+    auto violation = reference_problem
+                       ? std::nullopt
+                       : tuning::smoke_violation(small.contract, runs[0], runs[1]);
     std::string verdict =
       violation ? "violation: " + *violation
       : reference_problem ? "inconclusive: " + *reference_problem
@@ -1014,8 +1016,7 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
             + (runs[1].detail.empty() ? "" : " (" + runs[1].detail + ")")
         : "passed";
     std::ofstream{trial_dir + "/smoke.txt"} << "smoke probe of " << names << ": " << verdict
-                                            << " (" << (reference_problem ? 1 : 2)
-                                            << (reference_problem ? " launch, " : " launches, ")
+                                            << (reference_problem ? " (1 launch, " : " (2 launches, ")
                                             << smoke_device_s
                                             << " device-seconds)\n";
     // The probe's workload copies are done with (their logs stay).

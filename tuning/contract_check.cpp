@@ -747,8 +747,18 @@ std::string smoke_inconclusive_detail(const std::string& reason) {
   return smoke_inconclusive_marker + reason + " (fix [smoke]: infrarsi check --smoke)";
 }
 
+std::optional<std::string> smoke_inconclusive_reason(const std::string& detail) {
+  const std::string marker = smoke_inconclusive_marker;
+  const std::string fix = " (fix [smoke]: infrarsi check --smoke)";
+  auto at = detail.find(marker);
+  if (at == std::string::npos)
+    return std::nullopt;
+  auto reason = detail.substr(at + marker.size());
+  return reason.substr(0, reason.rfind(fix));
+}
+
 bool is_smoke_inconclusive(const std::string& detail) {
-  return detail.find(smoke_inconclusive_marker) != std::string::npos;
+  return smoke_inconclusive_reason(detail).has_value();
 }
 
 std::optional<std::string> early_violation(const contract_spec& contract,

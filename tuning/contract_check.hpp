@@ -238,6 +238,9 @@ std::optional<std::string> smoke_reference_problem(const contract_spec& contract
 /// check --smoke)".
 std::string smoke_inconclusive_detail(const std::string& reason);
 
+/// The REASON of the smoke_inconclusive_detail `detail` carries (anywhere in it), or nullopt.
+std::optional<std::string> smoke_inconclusive_reason(const std::string& detail);
+
 /// Whether `detail` carries a smoke_inconclusive_detail.
 bool is_smoke_inconclusive(const std::string& detail);
 

@@ -241,10 +241,17 @@ std::optional<int> world_size_of(const task_spec& task, const knob_assignment& a
     why = "workload.world_size: " + render_why;
     return std::nullopt;
   }
+  auto n = world_size_value(*text, why);
+  if (!n)
+    why = "workload.world_size " + why;
+  return n;
+}
+
+std::optional<int> world_size_value(const std::string& text, std::string& why) {
   char* end = nullptr;
-  long n = std::strtol(text->c_str(), &end, 10);
-  if (text->empty() || *end != '\0' || n < 1 || n > 4096) {
-    why = "workload.world_size renders to '" + *text + "', expected an integer in 1..4096";
+  long n = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || n < 1 || n > 4096) {
+    why = "renders to '" + text + "', expected an integer in 1..4096";
     return std::nullopt;
   }
   return static_cast<int>(n);

@@ -469,6 +469,10 @@ std::optional<int> world_size_of(const task_spec& task, const knob_assignment& a
                                  const std::map<std::string, std::string>& builtins,
                                  std::string& why);
 
+/// A rendered world size `text` as an integer in 1..4096 (world_size_of's rule); nullopt with
+/// `why` = "renders to 'TEXT', expected an integer in 1..4096" otherwise.
+std::optional<int> world_size_value(const std::string& text, std::string& why);
+
 /// Whether `knob` may take the value unset_env_value ("unset"): a choice knob that lists it.
 bool may_be_unset(const knob_spec& knob);
 
