@@ -268,7 +268,7 @@ knob_value knob_value_of(const reader& r, const toml::node& n, knob_type type,
 
 knob_spec parse_knob(const reader& r, const toml::table& t, const std::string& where) {
   r.only_keys(t, where, {"name", "type", "values", "min", "max", "default", "true_text",
-                         "false_text", "tags", "description"});
+                         "false_text", "tags", "description", "role"});
   knob_spec k;
   k.name = *r.string(t, "name", where, true);
   if (k.name.empty() || k.name.size() > limits::max_name_length
@@ -319,6 +319,28 @@ knob_spec parse_knob(const reader& r, const toml::table& t, const std::string& w
     k.false_text = *s;
   k.tags = r.strings(t, "tags", where, false);
   r.string(t, "description", where, false);
+  if (auto role = r.string(t, "role", where, false)) {
+    const auto& roles = tuning::knob_roles();
+    if (std::find(roles.begin(), roles.end(), *role) == roles.end()) {
+      std::string list;
+      for (const auto& name : roles)
+        list += (list.empty() ? "" : ", ") + ("\"" + name + "\"");
+      r.expected(*t.get("role"), where + ".role", "one of " + list);
+    }
+    bool numeric = k.type == knob_type::integer;
+    bool flag = k.type == knob_type::boolean;
+    if (*role == "recompute" ? !(flag || k.type == knob_type::choice)
+        : (*role == "sequence_parallel" || *role == "distributed_optimizer") ? !flag
+                                                                             : !numeric)
+      r.expected(*t.get("role"), where + ".role",
+                 "a role that fits the knob's type (\"" + *role + "\" needs "
+                   + (*role == "recompute" ? std::string{"a bool or choice knob"}
+                      : (*role == "sequence_parallel" || *role == "distributed_optimizer")
+                        ? std::string{"a bool knob"}
+                        : std::string{"an int knob"})
+                   + ")");
+    k.role = *role;
+  }
   return k;
 }
 
@@ -635,7 +657,8 @@ void parse_hardware(const reader& r, const toml::table& root, tuning::hardware_s
     return;
   const auto& t = r.table(root, "hardware", "", true);
   r.only_keys(t, "hardware", {"gpu", "gpu_memory_bytes", "gpus_per_node", "nodes",
-                              "interconnect", "cpu", "simulated", "software"});
+                              "interconnect", "cpu", "simulated", "software", "peak_tflops",
+                              "intra_node_gb_per_s", "inter_node_gb_per_s"});
   hw.declared = true;
   hw.gpu = *r.string(t, "gpu", "hardware", true);
   if (hw.gpu.empty() || hw.gpu.size() > 128)
@@ -647,6 +670,9 @@ void parse_hardware(const reader& r, const toml::table& root, tuning::hardware_s
   hw.interconnect = r.string(t, "interconnect", "hardware", false).value_or("");
   hw.cpu = r.string(t, "cpu", "hardware", false).value_or("");
   hw.simulated = r.boolean(t, "simulated", "hardware").value_or(false);
+  hw.peak_tflops = r.number(t, "peak_tflops", "hardware", 0.0).value_or(0.0);
+  hw.intra_node_bytes_per_s = r.number(t, "intra_node_gb_per_s", "hardware", 0.0).value_or(0.0) * 1e9;
+  hw.inter_node_bytes_per_s = r.number(t, "inter_node_gb_per_s", "hardware", 0.0).value_or(0.0) * 1e9;
   if (t.get("software") != nullptr) {
     const auto& sw = r.table(t, "software", "hardware", true);
     for (const auto& [k, v] : sw) {
@@ -838,6 +864,12 @@ tuning::task_spec parse_task(const reader& r, const toml::table& root) {
       auto spec = parse_knob(r, *k.as_table(), where);
       if (task.find_knob(spec.name) != nullptr)
         r.fail(&k, where + ".name", "duplicate knob '" + spec.name + "'");
+      if (!spec.role.empty())
+        for (const auto& other : task.knobs)
+          if (other.role == spec.role)
+            r.fail(k.as_table()->get("role"), where + ".role",
+                   "knob '" + other.name + "' already has role \"" + spec.role
+                     + "\" (at most one knob per role)");
       task.knobs.push_back(std::move(spec));
     }
   }

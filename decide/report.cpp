@@ -238,14 +238,16 @@ nlohmann::json memory_model_of(const tuning::task_spec& task, const store::run_s
   };
   const auto base = tuning::baseline_configuration(task);
   const Eigen::VectorXd xb = x_of(base);
-  const double base_peak = std::exp(m.fit.mean(xb));
+  // With the analytic layout prior the fit is the revision of its log peak (log_offset).
+  const double base_offset = m.log_offset(base);
+  const double base_peak = std::exp(m.fit.mean(xb) + base_offset);
   doc["baseline_predicted_bytes"] = base_peak;
   for (const auto& c : tuning::single_changes(task, base)) {
     auto active = fs.active(task, c);
     if (active.size() != 1)
       continue;
     Eigen::VectorXd d = x_of(c) - xb;
-    const double log_factor = d.dot(m.fit.coef);
+    const double log_factor = d.dot(m.fit.coef) + m.log_offset(c) - base_offset;
     const double sd = std::sqrt(std::max(0.0, d.dot(m.fit.coef_cov * d)));
     doc["prices"].push_back({{"feature", fs.names[static_cast<std::size_t>(active.front())]},
                              {"factor", std::exp(log_factor)},
@@ -260,7 +262,8 @@ nlohmann::json memory_model_of(const tuning::task_spec& task, const store::run_s
     if (!measured && !oom)
       continue;
     auto x = x_of(t.config);
-    const double mean = m.fit.mean(x);
+    const double offset = m.log_offset(t.config);
+    const double mean = m.fit.mean(x) + offset;
     const double sd = m.fit.sd(x);
     doc["trials"].push_back(
       {{"trial_id", t.trial_id},
@@ -271,7 +274,7 @@ nlohmann::json memory_model_of(const tuning::task_spec& task, const store::run_s
        {"predicted_bytes", std::exp(mean)},
        {"predicted_low", std::exp(mean - z95 * sd)},
        {"predicted_high", std::exp(mean + z95 * sd)},
-       {"p_oom", m.fit.p_oom(x, std::log(m.capacity_bytes))}});
+       {"p_oom", m.fit.p_oom(x, std::log(m.capacity_bytes) - offset)}});
   }
   // The OOM boundary: each numeric knob's values, around the baseline and the promotion.
   std::vector<std::pair<std::string, tuning::configuration>> around{{"baseline", base}};
@@ -307,7 +310,7 @@ nlohmann::json memory_model_of(const tuning::task_spec& task, const store::run_s
       for (const auto& [d, v] : ordered) {
         auto c = centre;
         c.knobs[knob.name] = v;
-        const double p = m.fit.p_oom(x_of(c), log_capacity);
+        const double p = m.fit.p_oom(x_of(c), log_capacity - m.log_offset(c));
         points.push_back({{"value", plain(v)}, {"p_oom", p}});
         if (p < 0.5)
           fits_up_to = plain(v);

@@ -10,6 +10,7 @@
 
 #include "tuning/bayes_policy.hpp"
 #include "tuning/failure_model.hpp"
+#include "tuning/layout_prior.hpp"
 #include "tuning/policy_parts.hpp"
 #include "tuning/stats.hpp"
 
@@ -51,6 +52,8 @@ struct scored {
   double cost = 1;   // expected cost of the trial, in units of one baseline trial (see below)
   double mean = 0;   // predicted log(t / t_baseline)
   double sd = 0;
+  double offset = 0; // the analytic layout prior's log(t / t_baseline) (0 without one)
+  double memory_offset = 0; // the analytic layout prior's log peak bytes (0 without one)
   std::string paired; // "" or the pairing explanation
   /// Predicted to fit (P(fits) >= safe_p_fit) and unlikely to fail (P(fail) <= 0.25):
   /// preferred over every unsafe candidate.
@@ -182,11 +185,39 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
       baseline_times.push_back(t.timed_step_time_s);
     }
   }
+  // The analytic prior of the layout (tuning/layout_prior.hpp), for a task whose knobs declare
+  // their layout roles: its log step time relative to the baseline's is the prior mean of the
+  // time model (the model fits the measurements less it), its log peak memory the prior mean of
+  // the memory model.
+  std::optional<layout_prior> layout;
+  if (options_.analytic_prior) {
+    std::string why_not;
+    layout = layout_prior::from_task(task, why_not);
+  }
+  layout_estimate layout_base;
+  if (layout) {
+    layout_base = layout->estimate(base_config.knobs);
+    if (!layout_base.valid)
+      layout.reset();
+  }
+  // (log step time relative to the baseline's, log peak bytes) of the prior; (0, 0) without one
+  // or for a layout the prior calls invalid.
+  auto layout_offsets = [&](const configuration& c) -> std::pair<double, double> {
+    return layout ? tuning::layout_offsets(*layout, layout_base, c.knobs)
+                  : std::pair<double, double>{0.0, 0.0};
+  };
+  // A layout the prior calls invalid (it does not divide: docs/planner.md "Analytic prior") is
+  // never proposed.
+  auto layout_valid = [&](const configuration& c) { return !layout || layout->estimate(c.knobs).valid; };
   std::vector<std::pair<sparse_features, double>> data;
+  std::vector<double> data_offset;
   for (std::size_t ti = 0; ti < in.history.size(); ++ti) {
     const auto& t = in.history[ti];
-    if (t.usable())
-      data.emplace_back(enc.point[ti], std::log(t.timed_step_time_s));
+    if (t.usable()) {
+      double off = layout_offsets(t.config).first;
+      data.emplace_back(enc.point[ti], std::log(t.timed_step_time_s) - off);
+      data_offset.push_back(off);
+    }
   }
   double baseline_log = !baseline_times.empty() ? std::log(median(baseline_times))
                         : data.empty()          ? 0.0
@@ -217,12 +248,15 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
   // 10,000 trials): the fit itself does not depend on `monotone`.
   auto fitted_options = memory_options;
   fitted_options.monotone = false;
+  // (With the analytic prior the memory model revises the prior's peak memory:
+  // run_memory_options::analytic_prior, run_memory_model::log_offset.)
+  fitted_options.analytic_prior = fitted_options.analytic_prior && options_.analytic_prior;
   auto memory = fit_run_memory(task, fs, in.history, enc.point, in.priors, in.memory_capacity_bytes,
                                fitted_options);
   const memory_fit& mem = memory.fit;
   const bool have_mem = memory.fitted;
-  auto p_oom = [&](const sparse_features& sx) {
-    return have_mem ? memory.p_oom_point(sx, M) : 0.0;
+  auto p_oom = [&](const sparse_features& sx, double memory_offset) {
+    return have_mem ? memory.p_oom_point(sx, M, memory_offset) : 0.0;
   };
 
   // Costs, relative to one baseline trial: a trial that runs costs its predicted step-time
@@ -238,8 +272,8 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
   double best = 0.0;
   {
     bool any = false;
-    for (const auto& [x, y] : data) {
-      double m = model.predict_mean(x);
+    for (std::size_t di = 0; di < data.size(); ++di) {
+      double m = model.predict_mean(data[di].first) + data_offset[di];
       if (!any || m < best)
         best = m;
       any = true;
@@ -270,6 +304,7 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
       centre_ready = true;
     }
     auto pr = near != nullptr ? model.predict_near(centre, s.x) : model.predict(s.x);
+    pr.mean += s.offset;
     s.mean = pr.mean;
     s.sd = pr.sd;
     auto ei_at = [&](double sd) {
@@ -286,7 +321,9 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
     s.config = std::move(c);
     s.x = fs.point(task, s.config, a);
     s.active = std::move(a);
-    s.p_fit = 1.0 - p_oom(s.x);
+    s.offset = layout_offsets(s.config).first;
+    s.memory_offset = memory.log_offset(s.config);
+    s.p_fit = 1.0 - p_oom(s.x, s.memory_offset);
     if (!std::isfinite(s.p_fit))
       s.p_fit = 0.5;
     s.p_ok = 1.0 - failures.p_fail(s.active);
@@ -322,7 +359,7 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
       return false;
     // (A configuration with a code is compared with the history by its code; the key text is
     // needed only for one without.)
-    if (!constraints.ok(c) || !usable_config(c, a, key.text)) {
+    if (!constraints.ok(c) || !usable_config(c, a, key.text) || !layout_valid(c)) {
       refused.insert(key);
       return false;
     }
@@ -508,6 +545,36 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
     }
     for (const auto& c : centres)
       for_each_neighbour(c, [](const scored*) {});
+    // With the analytic prior: the 32 layouts it predicts fastest among those it calls valid
+    // (every combination of the layout knobs' searched values, at most 4,096 of them, the other
+    // knobs and the patches as the baseline's).
+    if (layout) {
+      std::vector<std::size_t> role_knobs;
+      std::size_t combos = 1;
+      for (std::size_t k = 0; k < task.knobs.size(); ++k)
+        if (!task.knobs[k].role.empty()) {
+          role_knobs.push_back(k);
+          combos *= domains[k].size();
+        }
+      if (combos <= 4096) {
+        std::vector<std::pair<double, configuration>> ranked;
+        for (std::size_t idx = 0; idx < combos; ++idx) {
+          configuration c = base_config;
+          std::size_t rest = idx;
+          for (auto k : role_knobs) {
+            c.knobs[task.knobs[k].name] = domains[k][rest % domains[k].size()];
+            rest /= domains[k].size();
+          }
+          auto e = layout->estimate(c.knobs);
+          if (e.valid)
+            ranked.emplace_back(e.step_time_s, std::move(c));
+        }
+        std::stable_sort(ranked.begin(), ranked.end(),
+                         [](const auto& a, const auto& b) { return a.first < b.first; });
+        for (std::size_t i = 0; i < ranked.size() && i < 32; ++i)
+          consider(ranked[i].second);
+      }
+    }
     for (int i = 0; i < 400; ++i) {
       configuration c;
       for (std::size_t k = 0; k < task.knobs.size(); ++k)
@@ -626,7 +693,7 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
         std::size_t min_dist = cap;
         for (const auto* o : others)
           min_dist = std::min(min_dist, hamming(c.config, *o));
-        double gain = 0.0;
+        double gain = -c.offset;
         for (int i : c.active)
           gain += -fs.prior_mean[i] * (covered[static_cast<std::size_t>(i)] != 0 ? 0.25 : 1.0);
         double sc = gain + 0.05 * static_cast<double>(min_dist);
@@ -644,7 +711,8 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
       break;
     const auto& c = pool[*pick];
     chosen.insert(key_of(c.config));
-    proposal p{c.config, std::exp(-fs.encode(task, c.config).dot(fs.prior_mean)), reason, {}, {}};
+    proposal p{c.config, std::exp(-fs.encode(task, c.config).dot(fs.prior_mean) - c.offset), reason,
+               {}, {}};
     p.prior_speedup = p.predicted_speedup;
     if (have_mem)
       p.p_oom = 1.0 - c.p_fit;
@@ -709,7 +777,7 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
       Eigen::VectorXd xh = memory.features(hungry.x, M);
       for (const auto& m : single_changes(task, hungry.config)) {
         Eigen::VectorXd d = memory.features(fs.point(task, m), M) - xh;
-        double delta = d.dot(mem.coef);
+        double delta = d.dot(mem.coef) + (memory.log_offset(m) - hungry.memory_offset);
         double upper = delta + 1.645 * std::sqrt(std::max(0.0, d.dot(mem.coef_cov * d)));
         if (!(upper < 0))
           continue;
@@ -733,7 +801,7 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
       auto x = fs.point(task, t.config);
       auto pr = model.predict(x);
       model.condition(x, pr.mean);
-      best = std::min(best, pr.mean);
+      best = std::min(best, pr.mean + layout_offsets(t.config).first);
       believed = true;
     }
   if (believed)
@@ -741,9 +809,16 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
       rescore(s);
 
   // -- batch --------------------------------------------------------------------------------------
+  // With the analytic prior, a value of a layout knob has an informative prior (the model's
+  // prediction, not a neutral one): its EI is evidence enough before it is tried.
+  std::vector<char> ran(F, 0);
+  if (layout)
+    for (std::size_t i = 0; i < F; ++i)
+      ran[i] = fs.knob_of[i] >= 0
+               && !task.knobs[static_cast<std::size_t>(fs.knob_of[i])].role.empty();
   bool all_tried = true;
   for (std::size_t i = 0; i < F; ++i)
-    if (facts.passed[i] == 0 && !facts.broke[i] && !blamed[i]
+    if (facts.passed[i] == 0 && !facts.broke[i] && !blamed[i] && ran[i] == 0
         && !failures.excluded(std::vector<int>{static_cast<int>(i)}))
       all_tried = false;
   const double stop_below =
@@ -773,7 +848,7 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
     proposal p;
     p.config = b.config;
     p.predicted_speedup = std::exp(-b.mean);
-    p.prior_speedup = std::exp(-model.prior_mean(b.x));
+    p.prior_speedup = std::exp(-model.prior_mean(b.x) - b.offset);
     if (have_mem)
       p.p_oom = 1.0 - b.p_fit;
     std::string fits = !have_mem ? "P(fits) n/a (no memory model yet)"
@@ -787,13 +862,13 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
                + narrowed + end_game;
     chosen.insert(key_of(b.config));
     auto fantasy = b.x;
-    double fantasy_mean = b.mean;
+    double fantasy_mean = b.mean - b.offset; // the time model's own part
     out.proposals.push_back(std::move(p));
     pool.erase(pool.begin() + static_cast<std::ptrdiff_t>(bi));
     if (out.proposals.size() >= n)
       break;
     model.condition(fantasy, fantasy_mean);
-    best = std::min(best, fantasy_mean);
+    best = std::min(best, fantasy_mean + b.offset);
     for (auto& s : pool)
       rescore(s);
   }

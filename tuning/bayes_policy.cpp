@@ -73,7 +73,7 @@ std::vector<configuration> single_changes(const task_spec& task, const configura
 
 run_memory_options memory_options_for(const std::string& policy_name) {
   run_memory_options o;
-  o.tag_priors = o.tight_sigma = o.monotone = o.ep =
+  o.tag_priors = o.tight_sigma = o.monotone = o.ep = o.analytic_prior =
     policy_name == "bayes_ei/2" || policy_name == "bayes_ei/3" || policy_name == "bayes_ei/4"
     || policy_name == "bayes_ei/5" || policy_name == "bayes_ei/6" || policy_name == "bayes_ei/7";
   o.interactions = policy_name == "bayes_ei/4";
@@ -110,7 +110,7 @@ double run_memory_model::p_oom(const task_spec& task, const feature_space& fs,
   for (const auto& o : ooms)
     if (at_least_as_hungry(task, c, o))
       return 1.0;
-  return p_oom_point(fs.point(task, c), fs.model_size());
+  return p_oom_point(fs.point(task, c), fs.model_size(), log_offset(c));
 }
 
 run_memory_model fit_run_memory(const task_spec& task, const feature_space& fs,
@@ -135,6 +135,7 @@ namespace {
 void fit_interactions(const task_spec& task, const feature_space& fs,
                       const std::vector<memory_observation>& obs,
                       const std::vector<std::size_t>& obs_trial,
+                      const std::vector<char>& obs_fits,
                       const std::vector<sparse_features>& point,
                       std::vector<coefficient_prior> priors, const run_memory_options& options,
                       run_memory_model& out) {
@@ -158,8 +159,13 @@ void fit_interactions(const task_spec& task, const feature_space& fs,
     priors.push_back({0.0, options.interaction_sd});
   std::vector<sparse_memory_observation> sparse;
   sparse.reserve(obs.size());
-  for (std::size_t k = 0; k < obs.size(); ++k)
-    sparse.push_back({out.expand(point[obs_trial[k]], M), obs[k].bytes, obs[k].oom});
+  for (std::size_t k = 0; k < obs.size(); ++k) {
+    auto x = out.expand(point[obs_trial[k]], M);
+    if (obs_fits[k] != 0) // a "fits" trial: the censored site of the negated features
+      for (auto& e : x)
+        e.second = -e.second;
+    sparse.push_back({std::move(x), obs[k].bytes, obs[k].oom});
+  }
   auto fit = ep_posterior_sparse(sparse, priors, out.fit.sigma, options.interaction_ep);
   if (!fit.converged) {
     out.pairs.clear();
@@ -193,20 +199,41 @@ std::vector<std::pair<int, double>> run_memory_model::expand(const sparse_featur
   return x;
 }
 
-double run_memory_model::p_oom_point(const sparse_features& point, std::size_t model_size) const {
+double run_memory_model::p_oom_point(const sparse_features& point, std::size_t model_size,
+                                     double log_offset) const {
   if (!fitted)
     return 0.0;
+  const double limit = std::log(capacity_bytes) - log_offset;
   // The additive model keeps its dense evaluation (the numbers bayes_ei/2 and /3 logged).
   if (pairs.empty())
-    return fit.p_oom(features(point, model_size), std::log(capacity_bytes));
-  return fit.p_oom(expand(point, model_size), std::log(capacity_bytes));
+    return fit.p_oom(features(point, model_size), limit);
+  return fit.p_oom(expand(point, model_size), limit);
 }
 
 run_memory_model fit_run_memory(const task_spec& task, const feature_space& fs,
                                 const std::vector<trial_record>& history,
                                 const std::vector<sparse_features>& point, const prior_set* given,
-                                double capacity_bytes, run_memory_options options) {
+                                double capacity_bytes, run_memory_options options,
+                                const std::vector<double>* log_offset) {
   run_memory_model out;
+  std::vector<double> prior_offsets;
+  if (log_offset == nullptr && options.analytic_prior) {
+    std::string why_not;
+    out.layout = layout_prior::from_task(task, why_not);
+    if (out.layout) {
+      out.layout_base = out.layout->estimate(baseline_configuration(task).knobs);
+      if (!out.layout_base.valid)
+        out.layout.reset();
+    }
+    if (out.layout) {
+      prior_offsets.reserve(history.size());
+      for (const auto& t : history)
+        prior_offsets.push_back(out.log_offset(t.config));
+      log_offset = &prior_offsets;
+    }
+  }
+  out.offset = log_offset != nullptr;
+  auto offset_of = [&](std::size_t ti) { return log_offset != nullptr ? (*log_offset)[ti] : 0.0; };
   const auto F = fs.names.size();
   const auto M = fs.model_size();
   const auto base_config = baseline_configuration(task);
@@ -231,22 +258,35 @@ run_memory_model fit_run_memory(const task_spec& task, const feature_space& fs,
   if (capacity > 0) {
     std::vector<memory_observation> obs;
     std::vector<std::size_t> obs_trial; // obs[k] is history[obs_trial[k]]
+    // A trial that ran without reporting its peak (unobserved memory) still says its peak was
+    // below the capacity: a left-censored observation, P(x'b + e < c), which is the
+    // right-censored one of the negated features and bound, P(-x'b - e > -c) (e is symmetric),
+    // so the censored fit and its EP take it as an OOM site of (-x, -c).
+    std::vector<char> obs_fits;
     for (std::size_t ti = 0; ti < history.size(); ++ti) {
       const auto& t = history[ti];
       if (!t.finished)
         continue;
       bool measured = t.outcome == trial_outcome::ok && t.peak_memory_bytes > 0;
       bool oom = t.outcome == trial_outcome::oom;
-      if (!measured && !oom)
+      bool fits = t.outcome == trial_outcome::ok && t.peak_memory_bytes == 0;
+      if (!measured && !oom && !fits)
         continue;
       obs_trial.push_back(ti);
+      obs_fits.push_back(fits ? 1 : 0);
       memory_observation o;
       o.x = Eigen::VectorXd::Zero(static_cast<Eigen::Index>(M + 1));
       o.x[0] = 1.0;
       for (const auto& [i, v] : point[ti])
         o.x[1 + i] = v;
-      o.oom = oom;
-      o.bytes = oom ? std::log(capacity) : std::log(static_cast<double>(t.peak_memory_bytes));
+      o.oom = oom || fits;
+      o.bytes = (oom || fits ? std::log(capacity)
+                             : std::log(static_cast<double>(t.peak_memory_bytes)))
+                - offset_of(ti);
+      if (fits) {
+        o.x = -o.x;
+        o.bytes = -o.bytes;
+      }
       obs.push_back(std::move(o));
     }
     // Priors (log units): intercept vague; a setting changes memory by a factor e^+-1 at 1 sd,
@@ -328,13 +368,57 @@ run_memory_model fit_run_memory(const task_spec& task, const feature_space& fs,
       }
     }
     priors[0] = {std::log(capacity), 10.0};
+    if (log_offset != nullptr) {
+      // A revision of the analytic prior: the intercept is its calibration, a layout knob's
+      // value a correction of what the prior says of it.
+      // Its errors are smooth along a numeric layout knob: the knob's trend (ordinal feature)
+      // may deviate by 0.2 log units per doubling at 1 sd, each value from the trend by 0.1.
+      priors[0] = {0.0, 0.5};
+      for (std::size_t i = 0; i < M; ++i) {
+        int k = fs.model_knob(i);
+        if (k < 0 || task.knobs[static_cast<std::size_t>(k)].role.empty())
+          continue;
+        priors[1 + i] = i >= F ? coefficient_prior{0.0, 0.2 * fs.ordinal_range[i - F]}
+                               : coefficient_prior{0.0, 0.1};
+      }
+    }
+    bool any_measured = false;
+    bool any_oom = false;
+    for (std::size_t k = 0; k < obs.size(); ++k) {
+      any_measured = any_measured || !obs[k].oom;
+      any_oom = any_oom || (obs[k].oom && obs_fits[k] == 0);
+    }
+    if (!any_measured && (log_offset != nullptr || any_oom)) {
+      // No measured peak (a GPU job whose workload prints none): the prior, conditioned on the
+      // OOMs by expectation propagation. Without the analytic prior the baseline's peak is
+      // only known to be below the capacity: the intercept's prior is centred at 60 % of it
+      // (log capacity - 0.5), within a factor 1.65 at 1 sd.
+      if (log_offset == nullptr)
+        priors[0] = {std::log(capacity) - 0.5, 0.5};
+      memory_fit prior_fit;
+      prior_fit.coef = Eigen::VectorXd(static_cast<Eigen::Index>(M + 1));
+      prior_fit.coef_cov = Eigen::MatrixXd::Zero(static_cast<Eigen::Index>(M + 1),
+                                                 static_cast<Eigen::Index>(M + 1));
+      for (std::size_t i = 0; i <= M; ++i) {
+        prior_fit.coef[static_cast<Eigen::Index>(i)] = priors[i].mean;
+        prior_fit.coef_cov(static_cast<Eigen::Index>(i), static_cast<Eigen::Index>(i)) =
+          priors[i].sd * priors[i].sd;
+      }
+      prior_fit.sigma = 0.05;
+      prior_fit.converged = true;
+      out.fit = obs.empty() ? prior_fit : ep_posterior(obs, priors, prior_fit);
+      out.fitted = out.fit.coef.size() == static_cast<Eigen::Index>(M + 1)
+                   && out.fit.coef.allFinite() && out.fit.coef_cov.allFinite()
+                   && (out.fit.coef_cov.diagonal().array() >= 0).all();
+      obs.clear();
+    }
     if (!obs.empty()) {
       // Floor: 2 % of peak memory (log units), the run-to-run spread of allocators.
       out.fit = options.tight_sigma
                     ? fit_censored_memory(obs, priors, out.why, 0.02, sigma_prior{0.03, 0.3})
                     : fit_censored_memory(obs, priors, out.why, 0.02);
       if (options.interactions && out.why.empty())
-        fit_interactions(task, fs, obs, obs_trial, point, priors, options, out);
+        fit_interactions(task, fs, obs, obs_trial, obs_fits, point, priors, options, out);
       else if (options.ep && out.why.empty())
         out.fit = ep_posterior(obs, priors, out.fit);
       // A fit with a non-finite coefficient or covariance, or a negative variance (a Hessian

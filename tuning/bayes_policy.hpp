@@ -54,6 +54,7 @@
 #include <string>
 #include <vector>
 
+#include "tuning/layout_prior.hpp"
 #include "tuning/memory_model.hpp"
 #include "tuning/planner.hpp"
 #include "tuning/search_space.hpp"
@@ -168,6 +169,11 @@ public:
     /// bench/README.md, "bayes_ei/7"). Before its late phase it is bayes_ei/6, proposal for
     /// proposal.
     bool late_lean_ep = false;
+    /// The analytic layout prior (tuning/layout_prior.hpp) as the prior mean of the time and
+    /// memory models, for a task whose knobs declare their layout roles (a task without roles,
+    /// [model] or a known GPU is searched as before). Its predicted gain also ranks the initial
+    /// design, and the 32 layouts it predicts fastest join the candidates.
+    bool analytic_prior = true;
     [[nodiscard]] std::size_t late_after(std::size_t search_budget) const {
       auto share = static_cast<std::size_t>(
         std::ceil(late_after_share * static_cast<double>(search_budget)));
@@ -226,7 +232,22 @@ struct run_memory_model {
                                                            std::size_t model_size) const;
   /// P(OOM) of a configuration from its features alone (no monotone rule): the fit's, 0 when not
   /// fitted. The additive model evaluates densely, the model with pairs sparsely (O(A^2)).
-  [[nodiscard]] double p_oom_point(const sparse_features& point, std::size_t model_size) const;
+  /// `log_offset`: the configuration's prior log peak memory when the model was fitted with
+  /// offsets (fit_run_memory's `log_offset`; the analytic layout prior), else 0.
+  [[nodiscard]] double p_oom_point(const sparse_features& point, std::size_t model_size,
+                                   double log_offset = 0.0) const;
+  /// Fitted with per-trial offsets (the analytic layout prior): the coefficients model log peak
+  /// memory minus the prior's log peak.
+  bool offset = false;
+  /// The analytic layout prior the model revises (run_memory_options::analytic_prior, for a
+  /// task that has one), and its estimate of the baseline.
+  std::optional<layout_prior> layout;
+  layout_estimate layout_base;
+  /// The prior's log peak bytes of `c` (tuning::layout_offsets), 0 without a layout prior:
+  /// what p_oom_point's `log_offset` takes for `c`.
+  [[nodiscard]] double log_offset(const configuration& c) const {
+    return layout ? layout_offsets(*layout, layout_base, c.knobs).second : 0.0;
+  }
 
   /// P(OOM) of `c`: 1 when it is at least as memory-hungry by the task's tags as a configuration
   /// that ran out of memory (tuning::at_least_as_hungry; with run_memory_options::monotone), else
@@ -272,6 +293,10 @@ struct run_memory_options {
   /// How the interactions' EP iterates (tuning::ep_options): the defaults for bayes_ei/4 and
   /// bayes_ei/6; bayes_ei/7 stops at 1e-4 and applies its updates to one triangle.
   ep_options interaction_ep;
+  /// The model revises the analytic layout prior (tuning/layout_prior.hpp) when the task has
+  /// one: fit_run_memory's offsets come from it (bayes_ei/2 to /7; a task without layout roles
+  /// is fitted as before).
+  bool analytic_prior = false;
 };
 
 /// The options of the named policy at the start of a run ("bayes_ei/4": all on; "bayes_ei/2",
@@ -288,17 +313,29 @@ run_memory_options memory_options_for(const std::string& policy_name, std::size_
                                       std::size_t search_budget);
 
 /// Fits the model over the finished ok (peak > 0) and OOM trials of `history`. `priors` may be
-/// nullptr. Deterministic.
+/// nullptr. Deterministic. With OOM trials but no measured peak, the model is its prior (the
+/// intercept centred at log capacity - 0.5, sd 0.5) conditioned on the OOMs by expectation
+/// propagation at a residual sd of 0.05, so OOMs alone teach it (an OOM at micro-batch 8 makes
+/// every larger micro-batch with the same other settings likelier to run out of memory).
 run_memory_model fit_run_memory(const task_spec& task, const feature_space& fs,
                                 const std::vector<trial_record>& history,
                                 const prior_set* priors, double capacity_bytes,
                                 run_memory_options options = {});
 /// As above with each trial's feature_space::point (`point[i]` of history[i]; e.g.
 /// history_encoding::point).
+/// `log_offset` (nullptr: none): per trial of `history`, the log of the peak memory a prior
+/// model predicts for it (tuning::layout_prior, log bytes). With it the model is a revision of
+/// that prior: each trial's log peak (or log capacity, for an OOM) less its offset is regressed
+/// on the features, the intercept has prior N(0, 0.5^2) (the analytic peak within a factor 1.65
+/// at 1 sd), the trend of a numeric knob with a layout role N(0, 0.2^2) per doubling and each
+/// value of such a knob N(0, 0.1^2) around it; OOM trials alone (no
+/// measured peak: a GPU job whose workload prints none) still fit it, by expectation
+/// propagation from the prior at a residual sd of 0.05.
 run_memory_model fit_run_memory(const task_spec& task, const feature_space& fs,
                                 const std::vector<trial_record>& history,
                                 const std::vector<sparse_features>& point, const prior_set* priors,
-                                double capacity_bytes, run_memory_options options = {});
+                                double capacity_bytes, run_memory_options options = {},
+                                const std::vector<double>* log_offset = nullptr);
 
 /// Expected improvement for minimization: E[max(best - Y, 0)] for Y ~ N(mean, sd^2)
 /// (Jones et al. 1998, eq. 15); max(best - mean, 0) when sd = 0.

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "tuning/layout_prior.hpp"
 #include "tuning/planner.hpp"
 #include "tuning/stats.hpp"
 
@@ -23,6 +24,16 @@ prior_revision revise_priors(const task_spec& task, const prior_set& priors,
     return out;
   }
   const double base_log = std::log(median(baseline_times));
+  // The analytic layout prior (when the task has one): the time model's prior mean, as in the
+  // policy (tuning/bayes_policy.hpp); predictions are its offset + the model's revision.
+  std::string why_not;
+  auto layout = layout_prior::from_task(task, why_not);
+  layout_estimate layout_base;
+  if (layout)
+    layout_base = layout->estimate(base.knobs);
+  auto offset = [&](const configuration& c) {
+    return layout ? layout_offsets(*layout, layout_base, c.knobs).first : 0.0;
+  };
 
   std::vector<std::pair<sparse_features, double>> data;
   std::vector<double> measured, prior_pred, posterior_pred;
@@ -33,13 +44,14 @@ prior_revision revise_priors(const task_spec& task, const prior_set& priors,
       continue;
     auto active = fs.active(task, t.config);
     auto x = fs.point(task, t.config);
+    const double off = offset(t.config);
     double y = std::log(t.timed_step_time_s) - base_log;
     if (t.purpose == "explore") {
       time_model before{fs, options};
       before.fit(data, noise_log_sd);
       measured.push_back(std::exp(-y));
-      prior_pred.push_back(std::exp(-before.prior_mean(x)));
-      posterior_pred.push_back(std::exp(-before.predict(x).mean));
+      prior_pred.push_back(std::exp(-before.prior_mean(x) - off));
+      posterior_pred.push_back(std::exp(-before.predict(x).mean - off));
       out.points.push_back(
         {t.trial_id, t.attempt, measured.back(), prior_pred.back(), posterior_pred.back()});
     }
@@ -47,7 +59,7 @@ prior_revision revise_priors(const task_spec& task, const prior_set& priors,
       count[static_cast<std::size_t>(i)] += 1;
       seen_in[static_cast<std::size_t>(i)].push_back(data.size());
     }
-    data.emplace_back(std::move(x), y);
+    data.emplace_back(std::move(x), y - off);
   }
   out.trials = measured.size();
   out.spearman_prior = spearman(prior_pred, measured);
@@ -65,9 +77,10 @@ prior_revision revise_priors(const task_spec& task, const prior_set& priors,
     auto pr = after.predict(fs.point(task, c));
     revised_effect e;
     e.feature = fs.names[i];
-    e.has_prior = fs.has_prior[i];
-    e.prior_speedup = std::exp(-fs.prior_mean[static_cast<Eigen::Index>(i)]);
-    e.posterior_speedup = std::exp(-(pr.mean - intercept));
+    const double off = offset(c);
+    e.has_prior = fs.has_prior[i] || off != 0.0;
+    e.prior_speedup = std::exp(-fs.prior_mean[static_cast<Eigen::Index>(i)] - off);
+    e.posterior_speedup = std::exp(-(pr.mean + off - intercept));
     e.posterior_log_sd = pr.sd;
     e.prior_log_sd = options.main_sd;
     e.trials = count[i];

@@ -6,7 +6,9 @@
 ///
 /// Rank agreement is Spearman's rho (Spearman 1904) between predicted and measured speedups of
 /// the run's usable search trials, in log order:
-///  - prior: the priors alone, exp(sum of -prior log effects) (no measurement used);
+///  - prior: the priors alone, exp(sum of -prior log effects) (no measurement used), times the
+///    analytic layout prior's predicted speedup when the task has one (tuning/layout_prior.hpp:
+///    then the time model revises that prior, as in the policy);
 ///  - posterior: for each trial, the time model fitted on the usable trials logged BEFORE it
 ///    (sequential, out of sample: a trial never predicts itself), so "after revision" measures
 ///    what the revised model would have known when it chose.

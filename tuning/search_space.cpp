@@ -53,7 +53,18 @@ std::size_t hamming(const configuration& a, const configuration& b) {
 }
 
 bool has_tag(const knob_spec& k, const char* tag) {
-  return std::find(k.tags.begin(), k.tags.end(), tag) != k.tags.end();
+  if (std::find(k.tags.begin(), k.tags.end(), tag) != k.tags.end())
+    return true;
+  if (k.role.empty())
+    return false;
+  const std::string t{tag};
+  if (t == "memory-hungry")
+    return k.role == "micro_batch";
+  if (t == "memory-saver")
+    return k.role == "tp" || k.role == "pp" || k.role == "cp" || k.role == "ep"
+           || k.role == "recompute" || k.role == "sequence_parallel" || k.role == "zero_stage"
+           || k.role == "distributed_optimizer";
+  return false;
 }
 
 double numeric(const knob_value& v) {

@@ -31,7 +31,10 @@ std::vector<knob_value> search_values(const knob_spec& k);
 /// Number of knobs with different values plus patches in exactly one of the two.
 std::size_t hamming(const configuration& a, const configuration& b);
 
-/// True if the knob carries the tag (e.g. "memory-hungry", "memory-saver").
+/// True if the knob carries the tag (e.g. "memory-hungry", "memory-saver"). A knob's layout role
+/// (knob_spec::role) implies its memory tag: "micro_batch" is memory-hungry; "tp", "pp", "cp",
+/// "ep", "recompute", "sequence_parallel", "zero_stage" and "distributed_optimizer" are memory
+/// savers (each divides or drops part of the memory of one GPU: tuning/layout_prior.hpp).
 bool has_tag(const knob_spec& k, const char* tag);
 
 /// A knob value as a number (bool: 0/1; text: 0).

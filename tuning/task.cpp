@@ -30,6 +30,14 @@ task_spec smoke_task(const task_spec& task) {
   return small;
 }
 
+const std::vector<std::string>& knob_roles() {
+  static const std::vector<std::string> roles = {
+    "tp",         "pp",        "vpp",       "cp",
+    "ep",         "dp",        "micro_batch", "grad_accum",
+    "recompute",  "sequence_parallel", "zero_stage", "distributed_optimizer"};
+  return roles;
+}
+
 knob_assignment task_spec::default_assignment() const {
   knob_assignment result;
   for (const auto& k : knobs)

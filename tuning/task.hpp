@@ -44,7 +44,22 @@ struct knob_spec {
   std::string false_text = "0";
   /// Free-form tags, e.g. "memory-hungry", "memory-saver", "numerics".
   std::vector<std::string> tags;
+  /// What the knob is in the parallel layout (task key `role`), read by the analytic prior
+  /// (tuning/layout_prior.hpp): one of knob_roles(); "" (the default) for a knob the prior does
+  /// not model. At most one knob per role.
+  std::string role;
 };
+
+/// The knob roles the analytic layout prior understands, in a fixed order: "tp" (tensor-parallel
+/// size), "pp" (pipeline-parallel stages), "vpp" (virtual stages per pipeline rank:
+/// interleaving), "cp" (context-parallel size), "ep" (expert-parallel size), "dp"
+/// (data-parallel size, when it is a knob rather than GPUs / (tp x pp x cp)), "micro_batch"
+/// (sequences per micro-batch), "grad_accum" (micro-batches per step per data-parallel rank),
+/// "recompute" (activation recomputation: a boolean, or a choice among "none", "selective",
+/// "full"), "sequence_parallel" (a boolean), "zero_stage" (ZeRO / FSDP sharding stage 0..3),
+/// "distributed_optimizer" (a boolean: optimizer states sharded over data parallelism, as
+/// ZeRO stage 1).
+const std::vector<std::string>& knob_roles();
 
 /// How a trial's processes are started.
 enum class launcher_kind : std::uint8_t {
@@ -183,6 +198,14 @@ struct hardware_spec {
   std::string interconnect;
   /// CPU model; may be "".
   std::string cpu;
+  /// Dense 16-bit peak of one GPU, TFLOP/s; 0: from the GPU's name (tuning/layout_prior.hpp's
+  /// table of vendor datasheet figures), unknown names: no analytic prior.
+  double peak_tflops = 0.0;
+  /// Bandwidth of one GPU to the other GPUs of its node, and of one node (all its NICs) to the
+  /// other nodes, bytes per second (task keys `intra_node_gb_per_s`, `inter_node_gb_per_s`, in
+  /// GB/s); 0: from `interconnect` (tuning/layout_prior.hpp).
+  double intra_node_bytes_per_s = 0.0;
+  double inter_node_bytes_per_s = 0.0;
   /// The hardware is simulated (infrarsi-sim): findings are filed under it all the same.
   bool simulated = false;
   /// Software versions the workload runs with, e.g. {"torch": "2.4", "cuda": "12.4", "nccl":
