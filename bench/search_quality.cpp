@@ -19,6 +19,10 @@
 ///  4. scoring from the folded run with the evaluator's oracle (noise-free): true speedup,
 ///     fraction of the optimum, trials to 90 % of the optimum's speedup, cost of failed trials.
 /// Deterministic: the same arguments give the same JSON except the "wall_s" object.
+/// `--tables` runs the real-table benchmark instead (tables_main; bench/README.md "Real
+/// tables"): the tasks of bench/tables/tasks/, whose trials bench/table_evaluator.hpp replays
+/// from published measurements of real clusters, at several budgets, beside random search's
+/// exact expectation, the table's own tuner ranking and the analytic prior's score.
 
 #include <algorithm>
 #include <chrono>
@@ -47,10 +51,12 @@
 #include "bench/real_evaluator.hpp"
 #include "bench/run_driver.hpp"
 #include "bench/sim_evaluator.hpp"
+#include "bench/table_evaluator.hpp"
 #include "decide/experience_serving.hpp"
 #include "messages/errc.hpp"
 #include "adapters/task_file.hpp"
 #include "tuning/contract_check.hpp"
+#include "tuning/layout_prior.hpp"
 #include "tuning/planner.hpp"
 #include "tuning/priors.hpp"
 #include "tuning/stats.hpp"
@@ -106,6 +112,12 @@ struct options {
   /// The transfer experiment (issue 16; bench/README.md "Transfer"): source tasks whose runs
   /// fill the experience bank before the --tasks (targets) are tuned in three arms.
   std::string transfer_from;
+  /// The real-table benchmark (bench/README.md "Real tables"): every task of bench/tables/tasks/
+  /// (or --tasks) at each of --budgets, the default policy and --table-optuna.
+  bool tables = false;
+  std::string budgets = "3,5,10,20";
+  std::uint64_t optuna_seeds = 20;
+  std::string table_optuna = "optuna_tpe_fair/1";
   /// Offline knowledge base of priors ("" = none).
   std::string knowledge = std::string{INFRARSI_SOURCE_DIR} + "/config/knowledge";
 };
@@ -139,12 +151,16 @@ std::vector<std::string> split_list(const std::string& text) {
   return out;
 }
 
-/// A task argument: a file path, or a name under config/tasks/ ("sim-dense-1node").
+/// A task argument: a file path, or a name under config/tasks/ ("sim-dense-1node") or, when
+/// none is there, under bench/tables/tasks/ ("table-amp-gpt2-350m-16xT4").
 std::string task_path(const std::string& arg) {
   if (arg.find('/') != std::string::npos ||
       (arg.size() > 5 && arg.substr(arg.size() - 5) == ".toml"))
     return arg;
-  return std::string{INFRARSI_SOURCE_DIR} + "/config/tasks/" + arg + ".toml";
+  auto config = std::string{INFRARSI_SOURCE_DIR} + "/config/tasks/" + arg + ".toml";
+  auto table = std::string{INFRARSI_SOURCE_DIR} + "/bench/tables/tasks/" + arg + ".toml";
+  std::error_code ec;
+  return !fs::exists(config, ec) && fs::exists(table, ec) ? table : config;
 }
 
 double elapsed_s(std::chrono::steady_clock::time_point since) {
@@ -841,7 +857,9 @@ int load_tasks(const std::vector<std::string>& args, const options& o,
                 << "oracle...\n";
     std::string why;
     std::unique_ptr<evaluator> ev;
-    if (sim_evaluator::is_sim_task(*t))
+    if (table_evaluator::is_table_task(*t))
+      ev = table_evaluator::create(*t, why);
+    else if (sim_evaluator::is_sim_task(*t))
       ev = sim_evaluator::create(*t, why);
     else
       ev = real_evaluator::create(*t, real_options(o, t->name, path), why);
@@ -1095,6 +1113,498 @@ int transfer_main(const options& o, const std::vector<std::string>& names,
               << (out / "transfer.md").string() << " (" << fixed(total_wall, 1) << " s)\n";
   return any_error ? 1 : 0;
 }
+// ---- real tables (bench/table_evaluator.hpp; bench/README.md "Real tables") -----------------------
+
+/// The task files of bench/tables/tasks/, sorted.
+std::vector<std::string> table_task_files() {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e :
+       fs::directory_iterator(fs::path{INFRARSI_SOURCE_DIR} / "bench/tables/tasks", ec))
+    if (e.path().extension() == ".toml")
+      out.push_back(e.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+/// What the analytic prior (tuning::layout_prior) alone says of a table, against its rows.
+json prior_score(table_evaluator& ev) {
+  json j;
+  std::string why;
+  auto prior = tuning::layout_prior::from_task(ev.task(), why);
+  if (!prior) {
+    j["error"] = why;
+    return j;
+  }
+  const double capacity = ev.memory_capacity_bytes();
+  std::vector<double> pred, meas, log_ratio, mem_pred, mem_meas;
+  std::size_t tp = 0, fp = 0, fn = 0, tn = 0, invalid = 0;
+  double best_pred = std::numeric_limits<double>::infinity();
+  const table_entry* prior_pick = nullptr;
+  json rows = json::array();
+  for (const auto& e : ev.legal()) {
+    auto est = prior->estimate(e.config.knobs);
+    if (!est.valid) {
+      ++invalid;
+      continue;
+    }
+    const bool fits = capacity <= 0 || est.peak_memory_bytes <= capacity;
+    if (fits && est.step_time_s < best_pred) {
+      best_pred = est.step_time_s;
+      prior_pick = &e;
+    }
+    if (e.outcome == table_entry::status::absent)
+      continue;
+    const bool ok = e.outcome == table_entry::status::ok;
+    json r{{"config", e.config.key()},
+           {"outcome", ok ? "ok" : "failed"},
+           {"predicted_step_s", est.step_time_s},
+           {"predicted_peak_bytes", est.peak_memory_bytes}};
+    if (ok) {
+      r["measured_step_s"] = e.step_time_s;
+      pred.push_back(est.step_time_s);
+      meas.push_back(e.step_time_s);
+      log_ratio.push_back(std::log(e.step_time_s) - std::log(est.step_time_s));
+      if (e.peak_memory_bytes > 0) {
+        r["measured_peak_bytes"] = e.peak_memory_bytes;
+        mem_pred.push_back(est.peak_memory_bytes);
+        mem_meas.push_back(e.peak_memory_bytes);
+      }
+    }
+    rows.push_back(std::move(r));
+    if (capacity > 0) {
+      if (fits && ok)
+        ++tp;
+      else if (fits && !ok)
+        ++fp;
+      else if (!fits && ok)
+        ++fn;
+      else
+        ++tn;
+    }
+  }
+  j["ok_rows_scored"] = pred.size();
+  j["invalid_layouts"] = invalid;
+  auto rho = spearman(pred, meas);
+  j["spearman"] = rho ? json(*rho) : json(nullptr);
+  if (!log_ratio.empty()) {
+    // The least-squares scale on log time: log c = mean(log measured - log predicted).
+    double mean = 0;
+    for (double x : log_ratio)
+      mean += x;
+    mean /= static_cast<double>(log_ratio.size());
+    const double c = std::exp(mean);
+    double mape = 0, raw = 0;
+    for (std::size_t i = 0; i < pred.size(); ++i) {
+      mape += std::abs(c * pred[i] - meas[i]) / meas[i];
+      raw += std::abs(pred[i] - meas[i]) / meas[i];
+    }
+    j["calibration_scale"] = c;
+    j["mape_calibrated"] = mape / static_cast<double>(pred.size());
+    j["mape_uncalibrated"] = raw / static_cast<double>(pred.size());
+  }
+  if (!mem_pred.empty()) {
+    double m = 0;
+    for (std::size_t i = 0; i < mem_pred.size(); ++i)
+      m += std::abs(mem_pred[i] - mem_meas[i]) / mem_meas[i];
+    j["memory_rows"] = mem_pred.size();
+    j["memory_mape"] = m / static_cast<double>(mem_pred.size());
+    auto mr = spearman(mem_pred, mem_meas);
+    j["memory_spearman"] = mr ? json(*mr) : json(nullptr);
+  }
+  if (capacity > 0 && tp + fp + fn + tn > 0) {
+    auto ratio = [](std::size_t a, std::size_t b) { return b == 0 ? json(nullptr) : json(double(a) / double(b)); };
+    j["fits"] = {{"true_fits", tp}, {"false_fits", fp}, {"false_oom", fn}, {"true_oom", tn},
+                 {"precision", ratio(tp, tp + fp)}, {"recall", ratio(tp, tp + fn)}};
+    j["does_not_fit"] = {{"precision", ratio(tn, tn + fn)}, {"recall", ratio(tn, tn + fp)}};
+  }
+  // Trusting the prior alone: its fastest configuration predicted to fit, run once.
+  if (prior_pick != nullptr) {
+    j["prior_pick"] = prior_pick->config.diff_from(ev.baseline().config);
+    const double t = prior_pick->outcome == table_entry::status::ok
+                         ? std::min(prior_pick->step_time_s, ev.baseline_true_step_time())
+                         : ev.baseline_true_step_time();
+    j["prior_pick_fraction"] = ev.optimum_step_time() / t;
+    j["prior_pick_outcome"] = prior_pick->outcome == table_entry::status::ok       ? "ok"
+                              : prior_pick->outcome == table_entry::status::failed ? "failed"
+                                                                                  : "absent";
+  }
+  j["rows"] = rows;
+  return j;
+}
+
+/// The search's fraction of each legal non-baseline configuration for random_expected_best, and
+/// how many of them fail (failed or absent).
+std::pair<std::vector<double>, std::size_t> random_fractions(table_evaluator& ev) {
+  std::vector<double> f;
+  std::size_t failed = 0;
+  const double base = ev.baseline_true_step_time();
+  for (std::size_t i = 1; i < ev.legal().size(); ++i) {
+    const auto& e = ev.legal()[i];
+    const bool ok = e.outcome == table_entry::status::ok;
+    failed += ok ? 0 : 1;
+    f.push_back(ev.optimum_step_time() / (ok ? std::min(base, e.step_time_s) : base));
+  }
+  return {f, failed};
+}
+
+/// AMP's own ranking (the table's trial_order column: its cost model's order of trials): the
+/// best fraction of its first k picks (with the baseline), and how many of them failed;
+/// nullopt when the table has no such column.
+std::optional<std::pair<double, std::size_t>> ranking_best(table_evaluator& ev, std::size_t k) {
+  const auto& t = ev.table();
+  const int col = t.column("trial_order");
+  if (col < 0)
+    return std::nullopt;
+  std::map<std::size_t, const table_entry*> of_row;
+  for (const auto& e : ev.legal())
+    for (auto r : e.rows)
+      of_row[r] = &e;
+  std::vector<std::pair<double, std::size_t>> order;
+  for (auto r : ev.subset_rows()) {
+    const auto& text = t.rows[r][static_cast<std::size_t>(col)];
+    if (!text.empty())
+      order.emplace_back(std::stod(text), r);
+  }
+  std::sort(order.begin(), order.end());
+  double best = ev.baseline_true_step_time();
+  std::size_t failed = 0;
+  for (std::size_t i = 0; i < std::min(k, order.size()); ++i) {
+    const auto* e = of_row.count(order[i].second) ? of_row[order[i].second] : nullptr;
+    if (e != nullptr && e->outcome == table_entry::status::ok)
+      best = std::min(best, e->step_time_s);
+    else
+      ++failed;
+  }
+  return std::make_pair(ev.optimum_step_time() / best, failed);
+}
+
+/// One policy's runs on one table at one budget, summarised.
+struct table_cell {
+  std::string policy;
+  std::uint32_t budget = 0;
+  std::size_t runs = 0, errors = 0, promoted = 0;
+  double best_found = 0, promoted_fraction = 0, failed = 0, failed_share = 0, ooms = 0,
+         absent = 0, search_trials = 0, wall_s = 0;
+  double best_found_min = 1, promoted_min = 1;
+  json per_seed = json::array();
+};
+
+table_cell run_table_cell(table_evaluator& ev, const tuning::planner_policy& policy,
+                          const std::string& name, const std::vector<std::uint64_t>& seeds,
+                          std::uint32_t budget, const tuning::prior_set& priors,
+                          const std::string& task_text, bool quiet) {
+  table_cell c;
+  c.policy = name;
+  c.budget = budget;
+  const double opt_speedup = ev.baseline_true_step_time() / ev.optimum_step_time();
+  for (auto seed : seeds) {
+    auto r = run_one(ev, policy, name, seed, budget, priors, 1, task_text);
+    ++c.runs;
+    c.wall_s += r.wall_s;
+    if (!r.error.empty()) {
+      ++c.errors;
+      c.per_seed.push_back({{"seed", seed}, {"error", r.error}});
+      std::cerr << "infrarsi_search_quality: " << name << " on " << r.task << " seed " << seed
+                << ": " << r.error << "\n";
+      continue;
+    }
+    const double best = r.best_explored_true_speedup / opt_speedup;
+    const std::size_t failed = r.ooms + r.launch_errors + r.crashes + r.contract_violations +
+                               r.constraint_refusals;
+    c.best_found += best;
+    c.best_found_min = std::min(c.best_found_min, best);
+    c.promoted_fraction += r.fraction_of_optimum;
+    c.promoted_min = std::min(c.promoted_min, r.fraction_of_optimum);
+    c.promoted += r.promoted ? 1 : 0;
+    c.failed += static_cast<double>(failed);
+    c.failed_share += r.search_trials > 0 ? double(failed) / double(r.search_trials) : 0.0;
+    c.ooms += static_cast<double>(r.ooms);
+    c.absent += static_cast<double>(r.launch_errors);
+    c.search_trials += static_cast<double>(r.search_trials);
+    c.per_seed.push_back({{"seed", seed},
+                          {"best_found_fraction", best},
+                          {"promoted_fraction", r.fraction_of_optimum},
+                          {"promoted", r.promoted ? json(r.promoted_change) : json(nullptr)},
+                          {"search_trials", r.search_trials},
+                          {"failed", failed},
+                          {"ooms", r.ooms},
+                          {"absent", r.launch_errors},
+                          {"stop", r.stop_reason}});
+  }
+  const double n = static_cast<double>(std::max<std::size_t>(1, c.runs - c.errors));
+  for (double* x : {&c.best_found, &c.promoted_fraction, &c.failed, &c.failed_share, &c.ooms,
+                    &c.absent, &c.search_trials})
+    *x /= n;
+  if (!quiet)
+    std::cerr << "  " << name << " budget " << budget << ": best-found " << fixed(c.best_found, 3)
+              << ", promoted " << fixed(c.promoted_fraction, 3) << ", failed "
+              << fixed(c.failed, 2) << " (" << fixed(100 * c.failed_share, 1) << " %), "
+              << fixed(c.wall_s, 1) << " s for " << c.runs << " seeds\n";
+  return c;
+}
+
+json cell_to_json(const table_cell& c) {
+  return {{"policy", c.policy},
+          {"budget", c.budget},
+          {"runs", c.runs},
+          {"errors", c.errors},
+          {"best_found_fraction", c.best_found},
+          {"best_found_fraction_min", c.best_found_min},
+          {"promoted_fraction", c.promoted_fraction},
+          {"promoted_fraction_min", c.promoted_min},
+          {"promoted_runs", c.promoted},
+          {"failed_trials", c.failed},
+          {"failed_share", c.failed_share},
+          {"ooms", c.ooms},
+          {"absent", c.absent},
+          {"search_trials", c.search_trials},
+          {"wall_s", c.wall_s},
+          {"per_seed", c.per_seed}};
+}
+
+std::string opt_text(const json& v, int digits) {
+  return v.is_number() ? fixed(v.get<double>(), digits) : std::string{"-"};
+}
+
+/// --tables: the real-table benchmark (bench/README.md "Real tables"). Writes OUT/tables.json
+/// and OUT/tables.md. Returns 0, 1 (a run failed) or 2 (bad input).
+int tables_main(const options& o, const std::vector<std::uint32_t>& budgets,
+                const tuning::planner_policy* optuna, const std::string& optuna_name,
+                int argc, char** argv) {
+  auto start = std::chrono::steady_clock::now();
+  std::vector<std::string> files;
+  if (o.tasks.empty())
+    files = table_task_files();
+  else
+    for (const auto& a : split_list(o.tasks))
+      files.push_back(task_path(a));
+  if (files.empty()) {
+    std::cerr << "infrarsi_search_quality: --tables: no task under bench/tables/tasks/\n";
+    return 2;
+  }
+  const std::string default_name = tuning::default_policy_name;
+  auto default_policy = tuning::make_policy(default_name);
+  std::vector<std::uint64_t> seeds, optuna_seeds;
+  for (std::uint64_t i = 0; i < o.seeds; ++i)
+    seeds.push_back(o.first_seed + i);
+  for (std::uint64_t i = 0; i < std::min(o.seeds, o.optuna_seeds); ++i)
+    optuna_seeds.push_back(o.first_seed + i);
+  bool any_error = false;
+  json tasks = json::array();
+  std::ostringstream md, summary;
+  std::map<std::uint32_t, std::vector<double>> g_best, g_prom, g_rand, g_opt;
+  for (const auto& path : files) {
+    auto t = adapters::load_task_file(path);
+    if (!t) {
+      std::cerr << "infrarsi_search_quality: --tasks: '" << path << "': " << describe(t.error())
+                << "\n";
+      return 2;
+    }
+    std::string why;
+    auto ev = table_evaluator::create(*t, why);
+    if (!ev) {
+      std::cerr << "infrarsi_search_quality: --tables: " << why << "\n";
+      return 2;
+    }
+    std::ifstream text_file(path, std::ios::binary);
+    std::ostringstream text;
+    text << text_file.rdbuf();
+    tuning::prior_set priors;
+    if (!o.knowledge.empty()) {
+      auto p = actors::load_knowledge(ev->task(), o.knowledge);
+      if (!p) {
+        std::cerr << "search_quality: " << describe(p.error()) << '\n';
+        return 2;
+      }
+      priors = std::move(*p);
+    }
+    std::size_t ok = 0, failed_cfg = 0, absent = 0;
+    for (const auto& e : ev->legal())
+      (e.outcome == table_entry::status::ok       ? ok
+       : e.outcome == table_entry::status::failed ? failed_cfg
+                                                  : absent)++;
+    const bool searched = ev->recorded() >= 4;
+    json tj{{"name", ev->task().name},
+            {"file", display_path(path)},
+            {"table", display_path(ev->table().path)},
+            {"subset_rows", ev->subset_rows().size()},
+            {"legal_configurations", ev->legal().size()},
+            {"ok", ok},
+            {"failed", failed_cfg},
+            {"absent", absent},
+            {"baseline", ev->baseline().config.key()},
+            {"baseline_step_s", ev->baseline_true_step_time()},
+            {"optimum_step_s", ev->optimum_step_time()},
+            {"optimum", ev->optimum_description()},
+            {"baseline_fraction", ev->optimum_step_time() / ev->baseline_true_step_time()},
+            {"gpus", ev->gpus()},
+            {"searched", searched}};
+    if (!o.quiet)
+      std::cerr << "infrarsi_search_quality: " << ev->task().name << ": " << ev->legal().size()
+                << " legal configurations (" << ok << " ok, " << failed_cfg << " failed, "
+                << absent << " absent), baseline " << fixed(ev->baseline_true_step_time(), 3)
+                << " s, optimum " << fixed(ev->optimum_step_time(), 3) << " s\n";
+    auto prior = prior_score(*ev);
+    tj["prior"] = prior;
+    auto [fractions, rand_failed] = random_fractions(*ev);
+    json cells = json::array();
+    md << "\n### `" << ev->task().name << "`\n\n"
+       << display_path(ev->table().path) << ": " << ev->subset_rows().size()
+       << " rows of the subset; " << ev->legal().size() << " legal configurations: " << ok
+       << " ok, " << failed_cfg << " failed (replayed as OOM), " << absent
+       << " absent (launch error). Baseline `" << ev->baseline().config.key() << "` "
+       << fixed(ev->baseline_true_step_time(), 3) << " s (fraction "
+       << fixed(ev->optimum_step_time() / ev->baseline_true_step_time(), 3) << "), optimum "
+       << fixed(ev->optimum_step_time(), 3) << " s (" << ev->optimum_description() << ").\n\n";
+    if (!searched) {
+      md << "Not searched: " << ev->recorded()
+         << " configurations with a result (fewer than 4); scored by the prior only.\n";
+    } else {
+      md << "| budget | " << default_name << " best-found | promoted | failed trials (share) | "
+         << "random (exact) best-found | random failed share | "
+         << (optuna ? optuna_name + " best-found / promoted (" +
+                        std::to_string(optuna_seeds.size()) + " seeds)"
+                    : std::string{"optuna"})
+         << " | table's ranking (AMP) best-found |\n|---|---|---|---|---|---|---|---|\n";
+      for (auto b : budgets) {
+        auto c = run_table_cell(*ev, *default_policy, default_name, seeds, b, priors, text.str(),
+                                o.quiet);
+        any_error = any_error || c.errors > 0;
+        json cj = cell_to_json(c);
+        const double rnd = random_expected_best(fractions, b);
+        cj["random_exact_best_found"] = rnd;
+        cj["random_failed_share"] =
+          fractions.empty() ? 0.0 : double(rand_failed) / double(fractions.size());
+        std::optional<table_cell> oc;
+        if (optuna != nullptr) {
+          oc = run_table_cell(*ev, *optuna, optuna_name, optuna_seeds, b, priors, text.str(),
+                              o.quiet);
+          any_error = any_error || oc->errors > 0;
+          cj["optuna"] = cell_to_json(*oc);
+        }
+        auto rank = ranking_best(*ev, b);
+        if (rank)
+          cj["ranking"] = {{"best_found", rank->first}, {"failed", rank->second}};
+        cells.push_back(cj);
+        g_best[b].push_back(c.best_found);
+        g_prom[b].push_back(c.promoted_fraction);
+        g_rand[b].push_back(rnd);
+        if (oc)
+          g_opt[b].push_back(oc->best_found);
+        md << "| " << b << " | " << fixed(c.best_found, 3) << " | "
+           << fixed(c.promoted_fraction, 3) << " (" << c.promoted << "/" << c.runs - c.errors
+           << ") | " << fixed(c.failed, 2) << " (" << fixed(100 * c.failed_share, 1) << " %) | "
+           << fixed(rnd, 3) << " | " << fixed(100 * cj["random_failed_share"].get<double>(), 1)
+           << " % | "
+           << (oc ? fixed(oc->best_found, 3) + " / " + fixed(oc->promoted_fraction, 3) +
+                      " (failed " + fixed(100 * oc->failed_share, 1) + " %)"
+                  : std::string{"-"})
+           << " | "
+           << (rank ? fixed(rank->first, 3) + " (" + std::to_string(rank->second) + " failed)"
+                    : std::string{"-"})
+           << " |\n";
+      }
+    }
+    tj["budgets"] = cells;
+    // The prior's score.
+    md << "\nPrior alone (`tuning::layout_prior`): ";
+    if (prior.contains("error")) {
+      md << "none (" << prior["error"].get<std::string>() << ").\n";
+    } else {
+      md << "Spearman " << opt_text(prior["spearman"], 2) << " over "
+         << prior["ok_rows_scored"].get<std::size_t>() << " ok rows; MAPE "
+         << opt_text(prior.value("mape_calibrated", json()), 3) << " after calibration (scale "
+         << opt_text(prior.value("calibration_scale", json()), 2) << ", "
+         << opt_text(prior.value("mape_uncalibrated", json()), 2) << " before)";
+      if (prior.contains("fits"))
+        md << "; fits: precision " << opt_text(prior["fits"]["precision"], 2) << ", recall "
+           << opt_text(prior["fits"]["recall"], 2) << "; does not fit: precision "
+           << opt_text(prior["does_not_fit"]["precision"], 2) << ", recall "
+           << opt_text(prior["does_not_fit"]["recall"], 2);
+      if (prior.contains("memory_mape"))
+        md << "; measured peak memory (" << prior["memory_rows"].get<std::size_t>()
+           << " rows): MAPE " << opt_text(prior["memory_mape"], 2) << ", Spearman "
+           << opt_text(prior["memory_spearman"], 2);
+      if (prior.contains("prior_pick"))
+        md << "; its fastest fitting pick `" << prior["prior_pick"].get<std::string>() << "` ("
+           << prior["prior_pick_outcome"].get<std::string>() << "): fraction "
+           << opt_text(prior["prior_pick_fraction"], 3);
+      md << ".\n";
+    }
+    summary << "| `" << ev->task().name << "` | " << ev->legal().size() << " (" << ok << "/"
+            << failed_cfg << "/" << absent << ") | "
+            << fixed(ev->optimum_step_time() / ev->baseline_true_step_time(), 3) << " | "
+            << opt_text(prior.value("spearman", json()), 2) << " | "
+            << opt_text(prior.value("mape_calibrated", json()), 3) << " | "
+            << (prior.contains("fits") ? opt_text(prior["fits"]["precision"], 2) + " / " +
+                                           opt_text(prior["fits"]["recall"], 2)
+                                       : std::string{"-"})
+            << " | "
+            << (prior.contains("fits") ? opt_text(prior["does_not_fit"]["precision"], 2) +
+                                           " / " + opt_text(prior["does_not_fit"]["recall"], 2)
+                                       : std::string{"-"})
+            << " |\n";
+    tasks.push_back(std::move(tj));
+  }
+  const double total_wall = elapsed_s(start);
+  std::string command = "bench/search_quality";
+  for (int i = 1; i < argc; ++i)
+    command += std::string{" "} + argv[i];
+  json doc;
+  doc["benchmark"] = "tables/1";
+  doc["command"] = command;
+  doc["settings"] = {{"budgets", budgets},
+                     {"seeds", seeds},
+                     {"optuna_seeds", optuna_seeds},
+                     {"default_policy", default_name},
+                     {"optuna_policy", optuna ? json(optuna_name) : json(nullptr)},
+                     {"failed_launch_charge_s", table_failed_launch_s},
+                     {"promotion_rule", promotion_rule_text}};
+  doc["tasks"] = tasks;
+  doc["wall_s"] = total_wall;
+
+  std::ostringstream out;
+  out << "# Real tables: search quality on published measurements of real clusters\n\n"
+      << "Generated by `" << command << "` in " << fixed(total_wall, 1)
+      << " s; every number in `tables.json`. Method and sources: bench/README.md \"Real "
+         "tables\".\n\n"
+      << "- Policy under test: `" << default_name << "` (tuning::default_policy_name), seeds "
+      << seeds.front() << ".." << seeds.back() << " (" << seeds.size() << ").\n"
+      << "- *best-found*: mean over seeds of optimum / the best true step time the search "
+         "measured (the baseline included); *promoted*: optimum / the promoted configuration's "
+         "(the baseline's when nothing is promoted), with the runs that promoted; *failed "
+         "trials*: search trials that ended OOM or absent from the table (launch error), mean "
+         "per run and share of the search trials.\n"
+      << "- *random (exact)*: the expected best-found of k distinct configurations drawn "
+         "uniformly from the legal ones other than the baseline, failures counting as the "
+         "baseline (closed form, bench/README.md); its failed share is the failing share of "
+         "those configurations.\n"
+      << "- *table's ranking*: the AMP tuner's own cost-model order (`trial_order` column): best "
+         "of its first k picks with the baseline.\n\n"
+      << "## Geometric mean over the searched tables\n\n| budget | " << default_name
+      << " best-found | promoted | random (exact) | " << (optuna ? optuna_name : "optuna")
+      << " best-found |\n|---|---|---|---|---|\n";
+  for (auto b : budgets)
+    out << "| " << b << " | " << fixed(geomean(g_best[b]), 3) << " | "
+        << fixed(geomean(g_prom[b]), 3) << " | " << fixed(geomean(g_rand[b]), 3) << " | "
+        << (g_opt[b].empty() ? std::string{"-"} : fixed(geomean(g_opt[b]), 3)) << " |\n";
+  out << "\n## The prior alone\n\n"
+      << "| table | legal (ok/failed/absent) | baseline fraction | Spearman | MAPE (calibrated) "
+         "| fits: precision / recall | does not fit: precision / recall |\n"
+         "|---|---|---|---|---|---|---|\n"
+      << summary.str() << "\n## Per table\n" << md.str();
+  fs::path dir{o.out};
+  int rc = write_file(dir / "tables.json", doc.dump(1) + "\n");
+  rc |= write_file(dir / "tables.md", out.str());
+  if (rc != 0)
+    return 1;
+  if (!o.quiet)
+    std::cerr << "infrarsi_search_quality: wrote " << (dir / "tables.json").string() << " and "
+              << (dir / "tables.md").string() << " (" << fixed(total_wall, 1) << " s)\n";
+  return any_error ? 1 : 0;
+}
+
 int main_impl(int argc, char** argv) {
   options o;
   CLI::App app{
@@ -1142,6 +1652,20 @@ int main_impl(int argc, char** argv) {
   app.add_flag("!--no-experience-priors", experience_priors_on,
                "Transfer experiment: do not turn the served finding's learnt effects into the "
                "run's priors (decide::experience_priors), to measure what they add");
+  app.add_flag("--tables", o.tables,
+               "The real-table benchmark instead (bench/README.md \"Real tables\"): every task "
+               "of bench/tables/tasks/ (or --tasks), trials replayed from published measurements "
+               "of real clusters, the default policy and --table-optuna at each of --budgets, "
+               "random search's exact expectation, the table's own ranking (AMP) and the analytic "
+               "prior's score; writes OUT/tables.json and OUT/tables.md (default OUT: "
+               "bench/results/tables)");
+  app.add_option("--budgets", o.budgets,
+                 "--tables: comma-separated budgets of search trials (default 3,5,10,20)");
+  app.add_option("--optuna-seeds", o.optuna_seeds,
+                 "--tables: seeds of the Optuna policy (the first N of --seeds; default 20)");
+  app.add_option("--table-optuna", o.table_optuna,
+                 "--tables: the Optuna variant run beside the default policy (default "
+                 "optuna_tpe_fair/1; --no-optuna: none)");
   app.add_option("--grid", o.grid,
                  "Grid file of the real task (default bench/results/<task>_grid.json of the "
                  "source tree): read by the benchmark, written by --measure-grid");
@@ -1162,7 +1686,8 @@ int main_impl(int argc, char** argv) {
     return 2; // a bad option (bench/README.md): always 2, whatever CLI11's own code
   }
   for (const char* name :
-       {"--first-seed", "--seeds", "--budget", "--nodes", "--repeats", "--grid-limit"}) {
+       {"--first-seed", "--seeds", "--budget", "--nodes", "--repeats", "--grid-limit",
+        "--optuna-seeds"}) {
     // Unsigned options: CLI11 would wrap "-1" to 2^64 - 1.
     for (const auto& text : app.get_option(name)->results())
       if (!text.empty() && text.front() == '-') {
@@ -1178,6 +1703,61 @@ int main_impl(int argc, char** argv) {
   }
   if (o.measure_grid)
     return measure_grid_main(o, argc, argv);
+  if (!o.tables && (app.count("--budgets") > 0 || app.count("--optuna-seeds") > 0 ||
+                    app.count("--table-optuna") > 0)) {
+    std::cerr << "infrarsi_search_quality: --budgets, --optuna-seeds and --table-optuna apply "
+                 "to --tables only\n";
+    return 2;
+  }
+  if (o.tables) {
+    if (app.count("--policies") > 0 || !o.transfer_from.empty()) {
+      std::cerr << "infrarsi_search_quality: --tables runs the default policy and "
+                   "--table-optuna: --policies and --transfer-from do not apply\n";
+      return 2;
+    }
+    std::vector<std::uint32_t> budgets;
+    for (const auto& b : split_list(o.budgets)) {
+      char* end = nullptr;
+      auto v = std::strtoul(b.c_str(), &end, 10);
+      if (b.empty() || *end != '\0' || b.front() == '-' || v < 1 || v > 10000) {
+        std::cerr << "infrarsi_search_quality: --budgets '" << o.budgets << "': '" << b
+                  << "' is not a budget of 1..10000 search trials\n";
+        return 2;
+      }
+      budgets.push_back(static_cast<std::uint32_t>(v));
+    }
+    if (budgets.empty()) {
+      std::cerr << "infrarsi_search_quality: --budgets: no budget given\n";
+      return 2;
+    }
+    if (app.count("--out") == 0)
+      o.out = std::string{INFRARSI_SOURCE_DIR} + "/bench/results/tables";
+    std::error_code ec;
+    fs::create_directories(o.out, ec);
+    if (ec || !fs::is_directory(o.out)) {
+      std::cerr << "infrarsi_search_quality: --out: cannot create directory '" << o.out
+                << "': " << ec.message() << "\n";
+      return 2;
+    }
+    std::unique_ptr<tuning::planner_policy> optuna;
+#if defined(INFRARSI_BENCH_HAVE_OPTUNA)
+    if (o.optuna) {
+      const auto& n = o.table_optuna;
+      if (n != optuna_policy_name && n != optuna_fair_policy_name &&
+          n != optuna_constrained_policy_name) {
+        std::cerr << "infrarsi_search_quality: --table-optuna '" << n << "': expected "
+                  << optuna_policy_name << ", " << optuna_fair_policy_name << " or "
+                  << optuna_constrained_policy_name << "\n";
+        return 2;
+      }
+      optuna = make_optuna_policy(o.optuna_script, o.python,
+                                  n == optuna_fair_policy_name          ? optuna_failures::pruned
+                                  : n == optuna_constrained_policy_name ? optuna_failures::constraint
+                                                                        : optuna_failures::fail);
+    }
+#endif
+    return tables_main(o, budgets, optuna.get(), o.table_optuna, argc, argv);
+  }
 
 #if defined(INFRARSI_BENCH_HAVE_OPTUNA)
   constexpr bool optuna_built = true;

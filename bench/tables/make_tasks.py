@@ -498,20 +498,25 @@ def lucie_tasks():
                 "OpenLLM-France/Lucie-Training",
                 "chronicles/parallelism/all_iters_w_dp.csv, commit c3b8b3a0). Fixed-work subset: "
                 f"{n} GPUs, global batch {gbs}: 4 layouts, all ok.",
-                "Knobs TP and PP only: the authors ran each layout at the largest micro-batch "
-                "that fitted (not a free knob)",
-                "and ZeRO 1 only with TP 1 x PP 1, so micro-batch and ZeRO stage follow the "
-                "layout (no role for the prior).",
-                "Default: TP 1, PP 1 (an ok row: the natural start).",
+                "Knobs TP and PP: the authors ran each layout at the largest micro-batch "
+                "that fitted (not a free knob: no",
+                "micro-batch knob, the prior assumes 1) and ZeRO 1 only with TP 1 x PP 1: "
+                "zero_stage is a knob that the last",
+                "constraint ties to the layout (4 legal configurations), declared so that the "
+                "prior sees ZeRO 1 there.",
+                "Default: TP 1, PP 1, ZeRO 1 (an ok row: the natural start).",
             ],
             table="lucie7b_seq2k_A100-80GB.csv",
             where=[("n_gpus", n), ("gbs", gbs)],
-            match=[("tp", "{tp}"), ("pp", "{pp}")],
-            knobs={"tp": distinct(sub, "tp"), "pp": distinct(sub, "pp")},
-            default={"tp": 1, "pp": 1},
+            match=[("tp", "{tp}"), ("pp", "{pp}"), ("zero", "{zero_stage}")],
+            knobs={"tp": distinct(sub, "tp"), "pp": distinct(sub, "pp"),
+                   "zero_stage": distinct(sub, "zero")},
+            default={"tp": 1, "pp": 1, "zero_stage": 1},
             time_column="step_time_s", gpus=n,
             constants={"gpus": n, "global_batch": gbs},
-            constraints=["gpus % (tp * pp) == 0"], global_batch=gbs, seq_len=2048,
+            constraints=["gpus % (tp * pp) == 0",
+                         "(tp * pp == 1 && zero_stage == 1) || (tp * pp > 1 && zero_stage == 0)"],
+            global_batch=gbs, seq_len=2048,
             model=dict(lucie_model, seq_len=2048, global_batch=gbs), model_notes=notes,
             hardware={"gpu": "A100-SXM4-80GB", "gpu_memory_bytes": "80GiB", "gpus_per_node": 8,
                       "nodes": nodes, "interconnect": "nvlink+infiniband"},
