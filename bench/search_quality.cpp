@@ -1710,9 +1710,11 @@ int main_impl(int argc, char** argv) {
     return 2;
   }
   if (o.tables) {
-    if (app.count("--policies") > 0 || !o.transfer_from.empty()) {
+    if (app.count("--policies") > 0 || !o.transfer_from.empty() || app.count("--budget") > 0 ||
+        app.count("--nodes") > 0) {
       std::cerr << "infrarsi_search_quality: --tables runs the default policy and "
-                   "--table-optuna: --policies and --transfer-from do not apply\n";
+                   "--table-optuna at --budgets on one node slot: --policies, --transfer-from, "
+                   "--budget and --nodes do not apply\n";
       return 2;
     }
     std::vector<std::uint32_t> budgets;
