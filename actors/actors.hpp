@@ -180,6 +180,9 @@ struct supervisor_state {
   /// A trial's smoke probe was inconclusive because of the [smoke] launch itself
   /// (tuning::is_smoke_inconclusive): said once per supervisor.
   bool smoke_warned = false;
+  /// A trial's smoke probe was vacuous: the unpatched smoke loss does not fall
+  /// (tuning::is_smoke_vacuous): said once per supervisor.
+  bool smoke_vacuous_warned = false;
   /// When this supervisor started (elapsed time and ETA of the progress lines).
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   /// The task the run searches (decide::with_llm_patches: the task's patches and the accepted

@@ -725,6 +725,18 @@ void on_result(self_ptr self, std::size_t slot, const messages::trial_result_msg
     progress_error(self) << "  " << *reason;
     progress_error(self) << "  fix [smoke] (infrarsi check " << st.o.task->source << " --smoke)";
   }
+  if (auto reason = !st.smoke_vacuous_warned && result->detail() != nullptr
+                       ? tuning::smoke_vacuous_reason(result->detail()->str())
+                       : std::nullopt) {
+    // Every probe would pay for a smoke launch whose loss shows nothing: say so once.
+    st.smoke_vacuous_warned = true;
+    progress_error(self) << "warning: the [smoke] launch cannot judge any patch's numerics (trial "
+                         << id.first << "'s probe was vacuous):";
+    progress_error(self) << "  " << *reason;
+    progress_error(self) << "  full launches judge the patches instead; fix [smoke] so that its "
+                         << "loss falls (a loss at its ceiling ln(vocabulary) never does):";
+    progress_error(self) << "  infrarsi check " << st.o.task->source << " --smoke";
+  }
   // Baselines get their verdicts only after the calibration: their line is printed now.
   if (const auto* t = run(self).find(id.first, id.second);
       t != nullptr && t->kind == purpose_kind::baseline)

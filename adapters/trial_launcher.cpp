@@ -235,6 +235,8 @@ struct supervisor {
   /// The parsed steps as the contract check takes them (index-aligned with parser.steps()), kept
   /// only when req.loss_reference is set (the early stop).
   std::vector<tuning::step_point> points;
+  /// The step at which the early stop stopped the trial; nullopt: it did not.
+  std::optional<std::uint32_t> stopped_at_step;
   /// Every process of the trial, also those that left their rank's group or session.
   trial_descendants tree;
   /// The last lines of each rank's stderr, for the detail of a failure (index: rank).
@@ -394,6 +396,7 @@ struct supervisor {
       return;
     add_cause(trial_cause::kind_t::contract_violation, -1, 0,
               tuning::early_stop_detail(*violation, points.back().step, task.contract.steps));
+    stopped_at_step = points.back().step;
     begin_stop();
   }
 
@@ -809,10 +812,44 @@ caf::error copy_and_patch(const tuning::task_spec& task, const std::vector<std::
   return caf::none;
 }
 
+/// The device-seconds of a trial whose step times are simulated (contract.simulated_time): the
+/// figure its final line reports ("device_seconds", a finite number >= 0: workloads/sim's
+/// simulated start-up plus steps, times its GPUs; docs/simulator.md "Output and exit status"),
+/// or nullopt when it reports none (then wall time x world size). A trial the early stop stopped
+/// after step `stopped_at` is charged the part of it that ran, as the benchmark's simulated trial
+/// (bench/sim_evaluator.cpp): the figure x (simulated_wall_s - the step times after `stopped_at`)
+/// / simulated_wall_s, when the final line gives a positive "simulated_wall_s".
+std::optional<double> simulated_device_seconds(const tuning::task_spec& task,
+                                               const metrics_parser& parser,
+                                               std::optional<std::uint32_t> stopped_at) {
+  if (!task.contract.simulated_time || !parser.final_line())
+    return std::nullopt;
+  const auto& fin = *parser.final_line();
+  const auto it = fin.find("device_seconds");
+  if (it == fin.end() || !it->is_number())
+    return std::nullopt;
+  const double device_s = it->get<double>();
+  if (!std::isfinite(device_s) || device_s < 0)
+    return std::nullopt;
+  if (!stopped_at)
+    return device_s;
+  const auto wall = fin.find("simulated_wall_s");
+  if (wall == fin.end() || !wall->is_number() || !(wall->get<double>() > 0)
+      || !std::isfinite(wall->get<double>()))
+    return device_s;
+  const double full_s = wall->get<double>();
+  double unrun_s = 0; // simulated seconds of the steps after the stop
+  for (const auto& st : parser.steps())
+    if (st.step > *stopped_at && std::isfinite(st.step_time_s) && st.step_time_s > 0)
+      unrun_s += st.step_time_s;
+  return device_s * std::max(0.0, full_s - unrun_s) / full_s;
+}
+
 messages::trial_result_msg make_result(const trial_request& req, const trial_verdict& verdict,
                                        const metrics_parser& parser,
                                        const std::vector<double>& observed_at,
-                                       std::uint64_t peak_rss, double wall_s, int world_size) {
+                                       std::uint64_t peak_rss, double wall_s, int world_size,
+                                       std::optional<std::uint32_t> stopped_at) {
   wire::TrialResultT r;
   r.trial_id = req.trial_id;
   r.attempt = req.attempt;
@@ -849,6 +886,8 @@ messages::trial_result_msg make_result(const trial_request& req, const trial_ver
   r.peak_memory_bytes = peak;
   r.wall_time_s = wall_s;
   r.device_seconds = wall_s * world_size;
+  if (auto simulated = simulated_device_seconds(*req.task, parser, stopped_at))
+    r.device_seconds = *simulated;
   r.exit_code = verdict.exit_code;
   r.detail = verdict.detail;
   if (parser.final_line()) {
@@ -933,7 +972,8 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
   // Device-seconds of the smoke probe's launches (below), charged to the trial.
   double smoke_device_s = 0;
   // Set when the probe could not judge because of its reference run (a [smoke] problem): every
-  // result of the full launch then says so (tuning::smoke_inconclusive_detail).
+  // result of the full launch then says so (tuning::smoke_inconclusive_detail, or
+  // tuning::smoke_vacuous_detail when its loss does not fall).
   std::string smoke_note;
   auto finish = [&](const trial_verdict& verdict) {
     // A trial that ended before any rank started (a patch that does not apply, no Slurm
@@ -947,7 +987,7 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
     for (const auto& r : sup.ranks)
       peak = std::max(peak, r.peak_rss);
     report.result = make_result(req, verdict, sup.parser, sup.observed_at, peak, wall,
-                                report.world_size);
+                                report.world_size, sup.stopped_at_step);
     if (smoke_device_s > 0 || !smoke_note.empty()) {
       auto r = report.result.unpack();
       r->device_seconds += smoke_device_s;
@@ -973,6 +1013,7 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
     const auto small = tuning::smoke_task(task);
     std::array<tuning::trial_record, 2> runs;
     std::optional<std::string> reference_problem;
+    std::optional<std::string> vacuous; // a usable reference whose loss does not fall
     double smoke_wall_s = 0;
     std::string names;
     for (const auto& p : req.smoke_patches)
@@ -1001,22 +1042,26 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
       smoke_device_s += runs[i].device_seconds;
       if (req.stop != nullptr && req.stop->load())
         return finish({wire::Outcome::Preempted, 0, "stopped during the smoke probe"});
-      // An unusable reference ends the probe: the patched launch could not be judged.
+      // An unusable reference ends the probe: the patched launch could not be judged. Nor could
+      // its numerics when the unpatched loss does not fall (a vacuous probe).
       if (i == 0 && (reference_problem = tuning::smoke_reference_problem(small.contract, runs[0])))
         break;
+      if (i == 0 && (vacuous = tuning::smoke_vacuous(small.contract, runs[0])))
+        break;
     }
-    auto violation = reference_problem
-                       ? std::nullopt
-                       : tuning::smoke_violation(small.contract, runs[0], runs[1]);
+    const bool one_launch = reference_problem || vacuous;
+    auto violation = one_launch ? std::nullopt
+                                : tuning::smoke_violation(small.contract, runs[0], runs[1]);
     std::string verdict =
       violation ? "violation: " + *violation
       : reference_problem ? "inconclusive: " + *reference_problem
+      : vacuous ? "vacuous: " + *vacuous
       : runs[1].outcome != tuning::trial_outcome::ok
         ? std::string{"inconclusive: the patched smoke run ended "} + tuning::to_string(runs[1].outcome)
             + (runs[1].detail.empty() ? "" : " (" + runs[1].detail + ")")
         : "passed";
     std::ofstream{trial_dir + "/smoke.txt"} << "smoke probe of " << names << ": " << verdict
-                                            << (reference_problem ? " (1 launch, " : " (2 launches, ")
+                                            << (one_launch ? " (1 launch, " : " (2 launches, ")
                                             << smoke_device_s
                                             << " device-seconds)\n";
     // The probe's workload copies are done with (their logs stay).
@@ -1042,6 +1087,8 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
     }
     if (reference_problem)
       smoke_note = tuning::smoke_inconclusive_detail(*reference_problem);
+    else if (vacuous)
+      smoke_note = tuning::smoke_vacuous_detail(*vacuous);
     // The full launch's own clock (its wall time, timeout and harness-clock checks) starts now:
     // the probe is charged in device-seconds only.
     sup.start = decltype(sup.start)::clock::now();

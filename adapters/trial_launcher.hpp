@@ -66,6 +66,10 @@ struct trial_request {
   /// breaks the contract against the unpatched one (tuning::smoke_violation) ends the trial as
   /// contract_violation (detail tuning::smoke_probe_detail) with the two launches' wall time and
   /// device-seconds only; otherwise the full launch follows and its result carries both costs too.
+  /// An unpatched run that is no reference (tuning::smoke_reference_problem: inconclusive) or
+  /// whose loss does not fall (tuning::smoke_vacuous: vacuous) ends the probe after one launch,
+  /// and the full launch's detail carries tuning::smoke_inconclusive_detail or
+  /// tuning::smoke_vacuous_detail.
   std::vector<std::string> smoke_patches;
   /// Called for every metrics step as it is read (progress display); may be empty.
   std::function<void(const step_sample&)> on_step;

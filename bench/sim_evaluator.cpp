@@ -330,8 +330,10 @@ tuning::trial_record sim_evaluator::measure(const tuning::configuration& config,
   double smoke_device_s = 0;
   if (!smoke_patches.empty() && smoke_task_ && !config.patches.empty()) {
     auto unpatched = smoke_run(config, false, trial_id, attempt);
-    // An unusable reference ends the probe before the patched launch (as the launcher).
+    // An unusable reference, or one whose loss does not fall (a vacuous probe), ends the probe
+    // before the patched launch (as the launcher); the full launch then judges the patches.
     auto patched = tuning::smoke_reference_problem(smoke_task_->contract, unpatched)
+                       || tuning::smoke_vacuous(smoke_task_->contract, unpatched)
                      ? tuning::trial_record{}
                      : smoke_run(config, true, trial_id, attempt);
     smoke_device_s = unpatched.device_seconds + patched.device_seconds;

@@ -334,8 +334,11 @@ struct check_options {
 
 /// --smoke, when the task has [smoke]: the smoke launch once, unpatched, to its end (it is what
 /// the smoke probe runs twice before an untested patch's trial: docs/node-runner.md "Smoke
-/// probe"). 0 when it ends ok and keeps its own work checks (tuning::smoke_violation of the run
-/// against itself: steps, tokens, declared work, a finite loss), 1 otherwise.
+/// probe"). 0 when it ends ok and keeps its own work checks (tuning::smoke_own_violation: steps,
+/// tokens, declared work, a finite loss), 1 otherwise. A launch whose loss does not fall
+/// (tuning::smoke_vacuous) is a warning, not an error: "smoke: vacuous: REASON" instead of the
+/// ok line, still 0 (every probe would be vacuous and the full launches judge the patches; the
+/// task runs).
 int check_smoke_launch(const tuning::task_spec& task, const std::string& dir, std::ostream& out,
                        std::ostream& err) {
   const auto small = tuning::smoke_task(task);
@@ -363,6 +366,12 @@ int check_smoke_launch(const tuning::task_spec& task, const std::string& dir, st
     err << "infrarsi check --smoke: " << task.source << ": [smoke]: the smoke launch breaks its "
         << "own contract: " << *v << " (logs: " << dir << ")\n";
     return exit_failure;
+  }
+  if (auto why = tuning::smoke_vacuous(small.contract, run)) {
+    out << "smoke: vacuous: " << *why << " (logs: " << dir << "); every smoke probe would be "
+        << "vacuous: one launch each that judges no patch's numerics, the full launches judge "
+        << "them; fix [smoke] so that its loss falls over its steps\n";
+    return exit_ok;
   }
   out << "smoke: the [smoke] launch ran " << run.steps.size() << " step(s) and keeps its work "
       << "checks (" << tuning::to_string(run.outcome) << ")\n";

@@ -718,7 +718,8 @@ std::optional<std::string> smoke_first_violation(const contract_spec& contract,
 std::optional<std::string> smoke_violation(const contract_spec& contract,
                                            const trial_record& unpatched,
                                            const trial_record& patched) {
-  if (patched.outcome != trial_outcome::ok || smoke_reference_problem(contract, unpatched))
+  if (patched.outcome != trial_outcome::ok || smoke_reference_problem(contract, unpatched)
+      || smoke_vacuous(contract, unpatched))
     return std::nullopt;
   return smoke_first_violation(contract, unpatched, patched);
 }
@@ -739,22 +740,72 @@ std::optional<std::string> smoke_reference_problem(const contract_spec& contract
   return std::nullopt;
 }
 
-namespace {
-constexpr const char* smoke_inconclusive_marker = "smoke probe inconclusive: ";
-} // namespace
-
-std::string smoke_inconclusive_detail(const std::string& reason) {
-  return smoke_inconclusive_marker + reason + " (fix [smoke]: infrarsi check --smoke)";
+double smoke_min_loss_fall(const contract_spec& contract, double first) {
+  const double a = std::abs(first);
+  return std::max({contract.loss_atol, contract.loss_rtol * a, smoke_min_loss_fall_rel * a});
 }
 
-std::optional<std::string> smoke_inconclusive_reason(const std::string& detail) {
-  const std::string marker = smoke_inconclusive_marker;
-  const std::string fix = " (fix [smoke]: infrarsi check --smoke)";
+std::optional<std::string> smoke_vacuous(const contract_spec& contract,
+                                         const trial_record& unpatched) {
+  if (unpatched.steps.size() < 2)
+    return std::nullopt; // one step shows no fall nor its absence
+  const auto by_step = [](const step_point& a, const step_point& b) { return a.step < b.step; };
+  const auto first = *std::min_element(unpatched.steps.begin(), unpatched.steps.end(), by_step);
+  const auto last = *std::max_element(unpatched.steps.begin(), unpatched.steps.end(), by_step);
+  if (!std::isfinite(first.loss) || !std::isfinite(last.loss))
+    return std::nullopt; // smoke_reference_problem's (loss_non_finite)
+  const double fall = first.loss - last.loss;
+  const double needed = smoke_min_loss_fall(contract, first.loss);
+  if (fall > needed)
+    return std::nullopt;
+  const double a = std::abs(first.loss);
+  return "the unpatched smoke loss went " + num(first.loss) + " -> " + num(last.loss) + " over "
+         + std::to_string(unpatched.steps.size()) + " steps ("
+         + (fall >= 0 ? "fell by " + num(fall) : "rose by " + num(-fall)) + ", not more than "
+         + num(needed) + " = max(loss_atol " + num(contract.loss_atol) + ", loss_rtol "
+         + num(contract.loss_rtol) + " x " + num(a) + ", " + num(smoke_min_loss_fall_rel) + " x "
+         + num(a) + ")); a probe whose loss does not fall cannot tell a numerics change";
+}
+
+namespace {
+/// What a smoke note (smoke_vacuous_detail, smoke_inconclusive_detail) ends with.
+constexpr const char* smoke_fix_note = " (fix [smoke]: infrarsi check --smoke)";
+
+/// REASON of "MARKER REASON (fix [smoke]: infrarsi check --smoke)" anywhere in `detail`.
+std::optional<std::string> smoke_note_reason(const std::string& detail, const std::string& marker) {
+  const std::string fix = smoke_fix_note;
   auto at = detail.find(marker);
   if (at == std::string::npos)
     return std::nullopt;
   auto reason = detail.substr(at + marker.size());
   return reason.substr(0, reason.rfind(fix));
+}
+
+constexpr const char* smoke_vacuous_marker = "smoke probe vacuous: ";
+} // namespace
+
+std::string smoke_vacuous_detail(const std::string& reason) {
+  return smoke_vacuous_marker + reason + smoke_fix_note;
+}
+
+std::optional<std::string> smoke_vacuous_reason(const std::string& detail) {
+  return smoke_note_reason(detail, smoke_vacuous_marker);
+}
+
+bool is_smoke_vacuous(const std::string& detail) {
+  return smoke_vacuous_reason(detail).has_value();
+}
+
+namespace {
+constexpr const char* smoke_inconclusive_marker = "smoke probe inconclusive: ";
+} // namespace
+
+std::string smoke_inconclusive_detail(const std::string& reason) {
+  return smoke_inconclusive_marker + reason + smoke_fix_note;
+}
+
+std::optional<std::string> smoke_inconclusive_reason(const std::string& detail) {
+  return smoke_note_reason(detail, smoke_inconclusive_marker);
 }
 
 bool is_smoke_inconclusive(const std::string& detail) {

@@ -211,9 +211,11 @@ std::optional<std::string> early_violation(const contract_spec& contract,
 /// numerics checks of check_contract (steps, tokens, declared work, finite loss, the loss at every
 /// checkpoint within loss_tolerance) of the `patched` smoke run against the `unpatched` one as the
 /// reference (`contract`: smoke_spec::contract). Timing is not judged (a smoke run's times say
-/// nothing about the full job). nullopt when the patched run keeps the contract, or when either
-/// run did not end ok (an inconclusive probe: the full trial then judges the patch); otherwise the
-/// first violation, e.g. "loss_drift: step 0 loss 2.95 vs reference 2.90 ...".
+/// nothing about the full job). nullopt when the patched run keeps the contract, when either
+/// run did not end ok or the unpatched one is no reference (smoke_reference_problem: an
+/// inconclusive probe), or when the unpatched loss does not fall (smoke_vacuous: a vacuous probe);
+/// the full trial then judges the patch. Otherwise the first violation, e.g. "loss_drift: step 0
+/// loss 2.95 vs reference 2.90 ...".
 std::optional<std::string> smoke_violation(const contract_spec& contract,
                                            const trial_record& unpatched,
                                            const trial_record& patched);
@@ -232,6 +234,45 @@ std::optional<std::string> smoke_own_violation(const contract_spec& contract,
 /// smoke_violation is nullopt whenever this is set; the launcher then skips the patched launch.
 std::optional<std::string> smoke_reference_problem(const contract_spec& contract,
                                                    const trial_record& unpatched);
+
+/// The smallest fall of the unpatched smoke loss that smoke_vacuous counts as a fall, as a fraction
+/// of the first step's |loss| (dimensionless), whatever the contract's tolerances: without it a
+/// contract with loss_atol = loss_rtol = 0 would count a rounding-size wobble as learning. A
+/// choice of this harness, not a published figure: 0.1 % is about three times the reduction-order
+/// noise of the simulator's loss (docs/simulator.md "Loss").
+inline constexpr double smoke_min_loss_fall_rel = 1e-3;
+
+/// The fall the unpatched smoke loss must exceed (loss units) for the probe to judge numerics:
+///   max(contract.loss_atol, contract.loss_rtol x |first|, smoke_min_loss_fall_rel x |first|)
+/// with `first` the loss of its first step: the probe's own tolerance at that step (the band a
+/// patched loss may leave it by; loss_tolerance with no spread), or the relative margin.
+double smoke_min_loss_fall(const contract_spec& contract, double first);
+
+/// Why the `unpatched` smoke run cannot tell a numerics change although it is a usable reference
+/// (smoke_reference_problem is nullopt), or nullopt when it can: its loss does not fall over its
+/// steps. With `first` and `last` the losses of its first and last reported steps (by step
+/// number), the loss falls when first - last > smoke_min_loss_fall(contract, first). A loss that
+/// training does not move by more than the probe's tolerance does not show what a patch does to
+/// the training either (a data loader that skips samples, a skipped or drifting update): e.g. a
+/// small model whose loss sits at its ceiling ln(vocabulary), 10.37 for 32,000 tokens, for all its
+/// steps. Such a probe is "vacuous" (docs/node-runner.md "Smoke probe"): the patched launch is not
+/// worth running, and the full launch judges the patch. The reason reads e.g. "the unpatched smoke
+/// loss went 10.3735 -> 10.3647 over 3 steps (fell by 0.0088, not more than 0.103735 =
+/// max(loss_atol 0, loss_rtol 0.01 x 10.3735, 0.001 x 10.3735)); a probe whose loss does not fall
+/// cannot tell a numerics change". nullopt too when the rule cannot be applied: fewer than two
+/// steps, or a loss that is not finite (smoke_reference_problem's).
+std::optional<std::string> smoke_vacuous(const contract_spec& contract,
+                                         const trial_record& unpatched);
+
+/// The note an ok trial's detail carries when its smoke probe was vacuous (smoke_vacuous):
+/// "smoke probe vacuous: REASON (fix [smoke]: infrarsi check --smoke)".
+std::string smoke_vacuous_detail(const std::string& reason);
+
+/// The REASON of the smoke_vacuous_detail `detail` carries (anywhere in it), or nullopt.
+std::optional<std::string> smoke_vacuous_reason(const std::string& detail);
+
+/// Whether `detail` carries a smoke_vacuous_detail.
+bool is_smoke_vacuous(const std::string& detail);
 
 /// The note an ok trial's detail carries when its smoke probe was inconclusive because of the
 /// reference (smoke_reference_problem): "smoke probe inconclusive: REASON (fix [smoke]: infrarsi

@@ -208,6 +208,37 @@ TEST_F(SmokeProbeTest, ASmokeLaunchThatBreaksItsOwnContractJudgesNoPatch) {
   EXPECT_NE(why.find("renders to 'abc'"), std::string::npos) << why;
 }
 
+// A smoke launch whose loss does not fall (here flat at 5.0, as a model at its loss ceiling) shows
+// nothing of what a patch does to the training: the probe is vacuous after the unpatched launch
+// alone, the patched one never runs, no patch is blamed (not even the 5 % drift it would have
+// caught), the full launch judges the patch, and its result says why the probe could not.
+TEST_F(SmokeProbeTest, ASmokeLaunchWhoseLossDoesNotFallIsVacuousAndJudgesNoPatch) {
+  task.smoke->argv[2] += " --loss-fall 0";
+  auto r = run({"drift"}, {"drift"}, "flat");
+  const auto* res = r.result.get();
+  ASSERT_EQ(res->outcome(), wire::Outcome::Ok) << res->detail()->str();
+  ASSERT_NE(res->steps(), nullptr);
+  EXPECT_EQ(res->steps()->size(), 6u); // the full launch ran
+  const std::string why = "the unpatched smoke loss went 5 -> 5 over 2 steps (fell by 0, not "
+                          "more than 0.05 = max(loss_atol 1e-06, loss_rtol 0.01 x 5, 0.001 x 5)); "
+                          "a probe whose loss does not fall cannot tell a numerics change";
+  const auto detail = res->detail()->str();
+  EXPECT_TRUE(tuning::is_smoke_vacuous(detail)) << detail;
+  EXPECT_FALSE(tuning::is_smoke_inconclusive(detail)) << detail;
+  EXPECT_FALSE(tuning::is_smoke_probe(detail)) << detail;
+  EXPECT_EQ(tuning::smoke_vacuous_reason(detail), why) << detail;
+  const auto note = read(dir.sub("flat/smoke.txt"));
+  EXPECT_EQ(note.rfind("smoke probe of drift: vacuous: " + why + " (1 launch, ", 0), 0u) << note;
+  EXPECT_NE(read(dir.sub("flat/smoke-unpatched/rank-0.stdout")).find("\"loss\": 5.0"),
+            std::string::npos);
+  EXPECT_FALSE(fs::exists(dir.sub("flat/smoke-patched")));
+  EXPECT_TRUE(fs::exists(dir.sub("flat/rank-0.stdout")));
+  // Charged the one smoke launch and the full launch.
+  const double probe = std::stod(note.substr(note.find("(1 launch, ") + 11));
+  EXPECT_GT(probe, 0.0);
+  EXPECT_NEAR(res->device_seconds(), res->wall_time_s() + probe, 1e-3 * probe + 1e-9);
+}
+
 TEST(SmokeTaskFile, BadSmokeSectionsNameTheKey) {
   test::temp_dir dir;
   auto load = [&](const std::string& smoke) {

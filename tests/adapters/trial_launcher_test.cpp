@@ -406,5 +406,86 @@ TEST_F(TrialLauncherTest, ScopeLockRunsInACopyAndRefusesFrozenEdits) {
     << text;
 }
 
+
+/// A workload whose step times are simulated, as workloads/sim reports them: `cat` of five steps
+/// of 10 simulated seconds (loss 5.0 - 0.1 x step, 1,024 tokens) and a final line that prices the
+/// run at `final_tail` (e.g. 30 s of start-up plus the 50 s of steps, on 8 devices: 640), in
+/// well under a second of host time.
+struct simulated_case {
+  tuning::task_spec task;
+  trial_request req;
+  simulated_case(const test::temp_dir& dir, const std::string& name, const std::string& final_tail) {
+    const auto lines = dir.sub(name + ".txt");
+    {
+      std::ofstream out{lines};
+      for (int i = 0; i < 5; ++i)
+        out << "INFRARSI_METRICS {\"step\": " << i << ", \"loss\": " << 5.0 - 0.1 * i
+            << ", \"tokens\": 1024, \"step_time_s\": 10.0, \"warmup\": false}\n";
+      out << "INFRARSI_METRICS {\"event\": \"final\", \"status\": \"ok\", \"simulated\": true, "
+             "\"steps\": 5" << final_tail << "}\n";
+    }
+    std::ofstream{dir.sub(name + ".toml")}
+      << "name = \"simulated\"\n[workload]\nlauncher = \"command\"\nworld_size = \"8\"\n"
+         "argv = [\"cat\", \"" << lines << "\"]\n[metrics]\nformat = \"json_lines\"\n"
+         "[contract]\nsteps = 5\ntokens_per_step = 1024\ntimed_steps = [1, 4]\n"
+         "loss_rtol = 0.01\nsimulated_time = true\n"
+         "[[knobs]]\nname = \"unused\"\ntype = \"int\"\nvalues = [1]\ndefault = 1\n";
+    auto t = load_task_file(dir.sub(name + ".toml"));
+    if (!t)
+      throw std::runtime_error(describe(t.error()));
+    task = std::move(*t);
+    req.task = &task;
+    req.trial_dir = dir.sub(name);
+    req.trial_id = 9;
+  }
+  simulated_case(const simulated_case&) = delete; // req.task points into this object
+  simulated_case& operator=(const simulated_case&) = delete;
+
+  const wire::TrialResult* run(trial_report& keep) {
+    auto rep = run_trial(req);
+    if (!rep)
+      throw std::runtime_error(describe(rep.error()));
+    keep = std::move(*rep);
+    return keep.result.get();
+  }
+};
+
+TEST_F(TrialLauncherTest, ASimulatedTrialIsChargedTheDeviceSecondsItsFinalLineReports) {
+  const std::string priced = ", \"simulated_wall_s\": 80.0, \"device_seconds\": 640.0";
+  trial_report keep;
+  simulated_case c(dir, "priced", priced);
+  const auto* r = c.run(keep);
+  ASSERT_EQ(r->outcome(), wire::Outcome::Ok) << r->detail()->str();
+  EXPECT_EQ(r->steps()->size(), 5u);
+  EXPECT_DOUBLE_EQ(r->device_seconds(), 640.0); // not the host's wall time x 8
+  EXPECT_LT(r->wall_time_s(), 60.0);            // the host's (the task's timeout)
+
+  // Step times that are not simulated: wall time x world size, whatever the final line says.
+  simulated_case wall(dir, "wall", priced);
+  wall.task.contract.simulated_time = false;
+  wall.task.contract.clock_check = false;
+  r = wall.run(keep);
+  ASSERT_EQ(r->outcome(), wire::Outcome::Ok) << r->detail()->str();
+  EXPECT_DOUBLE_EQ(r->device_seconds(), 8 * r->wall_time_s());
+
+  // A final line without the figure: wall time x world size too.
+  simulated_case unpriced(dir, "unpriced", "");
+  r = unpriced.run(keep);
+  ASSERT_EQ(r->outcome(), wire::Outcome::Ok) << r->detail()->str();
+  EXPECT_DOUBLE_EQ(r->device_seconds(), 8 * r->wall_time_s());
+
+  // Stopped early at step 2 (its loss 5 % off the reference): steps 3 and 4 (20 of the 80
+  // simulated seconds) did not run, so it is charged 640 x 60 / 80 = 480.
+  simulated_case stopped(dir, "stopped", priced);
+  tuning::loss_reference ref = fake_reference(5);
+  ref.loss[2] *= 1.05;
+  stopped.req.loss_reference = ref;
+  r = stopped.run(keep);
+  ASSERT_EQ(r->outcome(), wire::Outcome::ContractViolation) << r->detail()->str();
+  EXPECT_NE(r->detail()->str().find("; stopped early at step 2 of 5"), std::string::npos)
+    << r->detail()->str();
+  EXPECT_DOUBLE_EQ(r->device_seconds(), 480.0);
+}
+
 } // namespace
 } // namespace infrarsi::adapters

@@ -787,9 +787,13 @@ TEST(Preflight, SmokeRunsTheBaselineOnceAndShowsItsFirstMetricLines) {
 
 // check --smoke with a [smoke] launch: that launch once to its end, its work checked; a smoke
 // launch whose work breaks its own contract (here: fewer steps than [smoke] says) exits 1 naming
-// [smoke]; a smoke program that does not exist is a pre-flight problem naming smoke.argv[0].
+// [smoke]; one whose loss does not fall (here: train.sh's 2.0 .. 2.3) is vacuous, a warning
+// (exit 0); a smoke program that does not exist is a pre-flight problem naming smoke.argv[0].
 TEST(Preflight, SmokeAlsoRunsTheTasksSmokeLaunchOnceAndChecksItsWork) {
   preflight_dir d;
+  std::ofstream{d.dir.sub("work/fall.sh")}
+    << "#!/bin/sh\nfor i in 0 1 2 3; do echo \"iter $i: loss 2.$((9 - i)), time 10ms\"; done\n";
+  std::filesystem::permissions(d.dir.sub("work/fall.sh"), std::filesystem::perms::owner_all);
   int line = 0;
   const std::string smoke = "[smoke]\nargv = [\"./train.sh\"]\nsteps = STEPS\n"
                             "tokens_per_step = 4096\n\n[scope]";
@@ -799,7 +803,7 @@ TEST(Preflight, SmokeAlsoRunsTheTasksSmokeLaunchOnceAndChecksItsWork) {
     text.replace(text.find("./train.sh"), 10, prog);
     return d.variant(name, "[scope]", text, line);
   };
-  auto good = with("good", "4", "./train.sh");
+  auto good = with("good", "4", "./fall.sh"); // 2.9 -> 2.6
   auto r = run_binary({"check", good, "--smoke", "--smoke-dir", d.dir.sub("s-good")});
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("smoke: the [smoke] launch once, unpatched (4 steps, timeout "),
@@ -808,7 +812,20 @@ TEST(Preflight, SmokeAlsoRunsTheTasksSmokeLaunchOnceAndChecksItsWork) {
   EXPECT_NE(r.output.find("smoke: the [smoke] launch ran 4 step(s) and keeps its work checks (ok)"),
             std::string::npos)
     << r.output;
+  EXPECT_EQ(r.output.find("smoke: vacuous"), std::string::npos) << r.output;
   EXPECT_TRUE(std::filesystem::exists(d.dir.sub("s-good/smoke-launch/rank-0.stdout")));
+
+  auto rising = with("rising", "4", "./train.sh"); // 2.0 -> 2.3
+  r = run_binary({"check", rising, "--smoke", "--smoke-dir", d.dir.sub("s-rising")});
+  EXPECT_EQ(r.status, 0) << r.output; // a warning, not an error
+  EXPECT_NE(r.output.find("smoke: vacuous: the unpatched smoke loss went 2 -> 2.3 over 4 steps "
+                          "(rose by 0.3, not more than 0.002 = max(loss_atol 1e-06, loss_rtol "
+                          "0.0001 x 2, 0.001 x 2)); a probe whose loss does not fall cannot tell "
+                          "a numerics change (logs: " + d.dir.sub("s-rising/smoke-launch")
+                          + "); every smoke probe would be vacuous"),
+            std::string::npos)
+    << r.output;
+  EXPECT_EQ(r.output.find("keeps its work checks"), std::string::npos) << r.output;
 
   auto five = with("five", "5", "./train.sh");
   r = run_binary({"check", five, "--smoke", "--smoke-dir", d.dir.sub("s-five")});

@@ -453,5 +453,65 @@ TEST(TuneSmokeProbe, ASmokeSectionItsOwnLaunchBreaksBlamesNoPatchAndIsWarnedAbou
   EXPECT_GE(probed, 2u); // each patch's first trial
 }
 
+
+/// A [smoke] launch whose loss does not fall (the thin smoke model with 32 sequences per step: its
+/// loss sits at its ceiling ln(128256) = 11.76 on all three steps) judges no patch's numerics:
+/// each probe stops after the unpatched launch, vacuous, the full launches judge the patches
+/// (the drift is caught by the full contract), and tune warns once, with its own message. Every
+/// trial is charged the simulator's device-seconds (at least its 30 simulated seconds of
+/// start-up on 8 GPUs), not the milliseconds of the host.
+TEST(TuneSmokeProbe, ASmokeLaunchWhoseLossDoesNotFallIsVacuousAndIsWarnedAboutOnce) {
+  test::temp_dir dir;
+  const auto task_path = smoke_probe_task(dir);
+  {
+    std::ifstream in{task_path};
+    std::string text{std::istreambuf_iterator<char>{in}, {}};
+    const auto smoke = text.find("[smoke]");
+    ASSERT_NE(smoke, std::string::npos);
+    const auto replace_after = [&](const std::string& from, const std::string& to) {
+      auto at = text.find(from, smoke);
+      ASSERT_NE(at, std::string::npos) << from;
+      text.replace(at, from.size(), to);
+    };
+    replace_after("\"--global-batch\", \"256\"", "\"--global-batch\", \"32\"");
+    replace_after("\ntokens_per_step = 1048576\n", "\ntokens_per_step = 131072\n");
+    replace_after("\nglobal_batch = 256\n", "\nglobal_batch = 32\n");
+    std::ofstream{task_path} << text;
+  }
+  auto run = tune_sim(task_path, dir.sub("store"), dir.sub("knowledge"));
+  ASSERT_EQ(run.status, 0) << run.err;
+  const std::string warning = "warning: the [smoke] launch cannot judge any patch's numerics";
+  const auto first = run.err.find(warning);
+  ASSERT_NE(first, std::string::npos) << run.err;
+  EXPECT_EQ(run.err.find(warning, first + 1), std::string::npos) << run.err; // once
+  EXPECT_NE(run.err.find("the unpatched smoke loss went 11.7"), std::string::npos) << run.err;
+  EXPECT_EQ(run.err.find("smoke probe was inconclusive"), std::string::npos) << run.err;
+  const std::string trials = run.store + "/runs/" + run.run_id + "/trials/";
+  std::size_t probed = 0;
+  for (const auto& t : run.state.trials) {
+    if (t.usable()) {
+      EXPECT_GT(t.device_seconds, 8 * 30.0) << t.trial_id; // the simulator's figure
+    }
+    const auto dir_of = trials + "trial-" + std::to_string(t.trial_id) + "-"
+                        + std::to_string(t.attempt);
+    const auto smoke = read_text(dir_of + "/smoke.txt");
+    if (smoke.empty())
+      continue;
+    ++probed;
+    EXPECT_EQ(smoke.find(": vacuous: the unpatched smoke loss went 11.7"), smoke.find(':'))
+      << smoke;
+    EXPECT_NE(smoke.find("(1 launch, "), std::string::npos) << smoke;
+    EXPECT_FALSE(fs::exists(dir_of + "/smoke-patched"));
+    EXPECT_TRUE(fs::exists(dir_of + "/rank-0.stdout")); // the full launch ran
+    EXPECT_FALSE(tuning::is_smoke_probe(t.detail)) << t.detail;
+    EXPECT_TRUE(tuning::is_smoke_vacuous(t.detail)) << t.detail;
+    // Charged the full launch and the one smoke launch, both at the simulator's price.
+    const double probe = std::stod(smoke.substr(smoke.find("(1 launch, ") + 11));
+    EXPECT_GT(probe, 30.0) << smoke;
+    EXPECT_GT(t.device_seconds, 8 * 30.0 + probe) << t.trial_id;
+  }
+  EXPECT_GE(probed, 2u); // each patch's first trial
+}
+
 } // namespace
 } // namespace infrarsi::runtime

@@ -441,6 +441,86 @@ TEST(SmokeViolation, AnUnpatchedRunThatBreaksItsOwnContractJudgesNothing) {
   EXPECT_NE(d.find("(fix [smoke]: infrarsi check --smoke)"), std::string::npos) << d;
 }
 
+/// A smoke launch at its loss ceiling: three steps of ln(32000) = 10.3735 with a +-0.02 wobble,
+/// as the simulator's thin smoke model of a 32,000-token vocabulary (docs/simulator.md "Loss").
+trial_record at_ceiling() {
+  trial_record r = run(0.0, 4096, 3);
+  r.steps[0].loss = 10.3735;
+  r.steps[1].loss = 10.3812;
+  r.steps[2].loss = 10.3647;
+  return r;
+}
+
+TEST(SmokeVacuous, AnUnpatchedLossThatDoesNotFallByMoreThanTheToleranceJudgesNoNumerics) {
+  auto c = contract();
+  c.steps = 3;
+  c.loss_rtol = 0.01;
+  c.loss_atol = 0;
+  // Falling 5 -> 4 over 3 steps: far more than max(0, 0.01 x 5, 0.001 x 5) = 0.05.
+  EXPECT_DOUBLE_EQ(smoke_min_loss_fall(c, 5.0), 0.05);
+  EXPECT_FALSE(smoke_vacuous(c, run(0.0, 4096, 3)));
+  // At the ceiling: 10.3735 -> 10.3647 fell by 0.0088, not more than 1 % of 10.3735.
+  EXPECT_NEAR(smoke_min_loss_fall(c, 10.3735), 0.103735, 1e-12);
+  auto why = smoke_vacuous(c, at_ceiling());
+  ASSERT_TRUE(why);
+  EXPECT_EQ(*why, "the unpatched smoke loss went 10.3735 -> 10.3647 over 3 steps (fell by 0.0088, "
+                  "not more than 0.103735 = max(loss_atol 0, loss_rtol 0.01 x 10.3735, 0.001 x "
+                  "10.3735)); a probe whose loss does not fall cannot tell a numerics change");
+  // ... and it judges no patch: a patched run 0.05 off (within the band of a flat loss) or one
+  // that drifts by 2 % is left to the full launch.
+  auto patched = at_ceiling();
+  for (auto& s : patched.steps)
+    s.loss *= 1.02;
+  EXPECT_TRUE(smoke_violation(c, run(0.0, 4096, 3), run(0.5, 4096, 3))); // a falling reference
+  EXPECT_FALSE(smoke_violation(c, at_ceiling(), patched));
+  // A rising loss does not fall either.
+  auto rising = at_ceiling();
+  rising.steps[2].loss = 10.40;
+  auto rose = smoke_vacuous(c, rising);
+  ASSERT_TRUE(rose);
+  EXPECT_NE(rose->find("10.3735 -> 10.4 over 3 steps (rose by 0.0265, "), std::string::npos)
+    << *rose;
+}
+
+TEST(SmokeVacuous, AFallOfExactlyTheThresholdIsNoFallAndTheMarginHoldsWithoutTolerances) {
+  auto c = contract();
+  c.steps = 3;
+  c.loss_rtol = 0;
+  c.loss_atol = 0.25; // max(0.25, 0, 0.001 x 2) = 0.25
+  auto r = run(0.0, 4096, 3);
+  r.steps[0].loss = 2.0;
+  r.steps[1].loss = 1.9;
+  r.steps[2].loss = 1.75; // fell by exactly 0.25
+  EXPECT_DOUBLE_EQ(smoke_min_loss_fall(c, 2.0), 0.25);
+  EXPECT_TRUE(smoke_vacuous(c, r));
+  r.steps[2].loss = 1.5; // fell by 0.5
+  EXPECT_FALSE(smoke_vacuous(c, r));
+  // An exact contract (no tolerance): the 0.1 % margin still asks for a real fall.
+  c.loss_atol = 0;
+  r.steps[0].loss = 5.0;
+  r.steps[2].loss = 4.997; // 0.003 < 0.005
+  EXPECT_DOUBLE_EQ(smoke_min_loss_fall(c, 5.0), 5.0 * smoke_min_loss_fall_rel);
+  EXPECT_TRUE(smoke_vacuous(c, r));
+  r.steps[2].loss = 4.99; // 0.01 > 0.005
+  EXPECT_FALSE(smoke_vacuous(c, r));
+  // First and last by step number, whatever the order of the record.
+  std::swap(r.steps[0], r.steps[2]);
+  EXPECT_FALSE(smoke_vacuous(c, r));
+  // One step shows no fall nor its absence: not judged by this rule.
+  EXPECT_FALSE(smoke_vacuous(c, run(0.0, 4096, 1)));
+}
+
+TEST(SmokeVacuous, ItsNoteIsFoundInADetailAndIsNotTheInconclusiveOne) {
+  const std::string why = "the unpatched smoke loss went 10.37 -> 10.37 over 3 steps (...)";
+  auto d = smoke_vacuous_detail(why);
+  EXPECT_EQ(d, "smoke probe vacuous: " + why + " (fix [smoke]: infrarsi check --smoke)");
+  EXPECT_TRUE(is_smoke_vacuous(d));
+  EXPECT_EQ(*smoke_vacuous_reason("[2 malformed]; " + d), why);
+  EXPECT_FALSE(is_smoke_inconclusive(d));
+  EXPECT_FALSE(is_smoke_vacuous(smoke_inconclusive_detail(why)));
+  EXPECT_FALSE(is_smoke_vacuous(smoke_probe_detail("loss_drift: x", {"a"})));
+}
+
 TEST(SmokeViolation, ItsDetailKeepsTheViolationsCode) {
   auto d = smoke_probe_detail("loss_drift: step 0 loss 5.5 differs", {"a", "b"});
   EXPECT_EQ(d, "loss_drift: step 0 loss 5.5 differs; smoke probe of a, b (the full launch did "

@@ -6,16 +6,22 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iostream>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <tuple>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "adapters/trial_launcher.hpp"
 #include "adapters/task_file.hpp"
+#include "store/run_projection.hpp"
 #include "test_util.hpp"
+#include "tuning/contract_check.hpp"
 #include "tuning/expr.hpp"
 #include "workloads/sim/cli.hpp"
 #include "workloads/sim/enumerate.hpp"
@@ -736,6 +742,185 @@ TEST_F(SimTrial, InvalidLayoutIsRefusedBeforeLaunchOrByTheSimulator) {
   EXPECT_EQ(rep.result->exit_code(), 2);
   auto rep2 = run(t, {{"vpp", std::int64_t{2}}}); // interleaving without a pipeline
   EXPECT_EQ(rep2.result->outcome(), wire::Outcome::LaunchError);
+}
+
+
+// -- what a simulated trial costs, and what its smoke probe can judge ---------------------------
+
+/// The simulator's price of one launch from its final line: simulated_wall_s (a start-up of
+/// 30 s + 2e-8 s per parameter on a GPU, plus the steps) and device_seconds (that x the GPUs).
+struct simulated_price {
+  double wall_s = 0;
+  double device_s = 0;
+  double steps_s = 0; // the step times the launch reported, summed
+};
+
+simulated_price price_of(const wire::TrialResult& r) {
+  simulated_price p;
+  if (r.final_report() == nullptr || r.final_report()->size() == 0)
+    throw std::runtime_error("no final line");
+  auto fin = nlohmann::json::parse(r.final_report()->str());
+  p.wall_s = fin.at("simulated_wall_s").get<double>();
+  p.device_s = fin.at("device_seconds").get<double>();
+  if (r.steps() != nullptr)
+    for (const auto* s : *r.steps())
+      p.steps_s += s->step_time_s();
+  return p;
+}
+
+TEST_F(SimTrial, ASimulatedTrialIsChargedTheSimulatorsDeviceSecondsNotTheHostsWallTime) {
+  for (const std::string name : {"sim-dense-1node", "sim-dense-multinode"}) {
+    auto t = task(name);
+    const double gpus = std::stod(t.workload.world_size);
+    auto rep = run(t);
+    const auto* r = rep.result.get();
+    ASSERT_EQ(r->outcome(), wire::Outcome::Ok) << name << ": " << r->detail()->str();
+    const auto p = price_of(*r);
+    EXPECT_DOUBLE_EQ(r->device_seconds(), p.device_s) << name;
+    EXPECT_NEAR(r->device_seconds(), gpus * p.wall_s, 1e-9 * r->device_seconds()) << name;
+    // The simulated wall time is the start-up (at least 30 s) plus the 10 steps it reported.
+    EXPECT_GE(p.wall_s - p.steps_s, 30.0 - 1e-9) << name;
+    EXPECT_LT(p.wall_s - p.steps_s, 60.0) << name;
+    // The same launch read as wall-clock time (simulated_time off) is the host's wall time x GPUs.
+    t.contract.simulated_time = false;
+    auto host = run(t);
+    ASSERT_EQ(host.result->outcome(), wire::Outcome::Ok) << host.result->detail()->str();
+    EXPECT_DOUBLE_EQ(host.result->device_seconds(), gpus * host.result->wall_time_s()) << name;
+    EXPECT_LT(host.result->device_seconds(), 0.05 * r->device_seconds()) << name;
+    std::cout << name << ": " << gpus << " GPUs; host wall " << r->wall_time_s()
+              << " s; charged " << r->device_seconds() << " device-seconds (the simulator's: "
+              << p.wall_s << " simulated s x " << gpus << "); read as wall-clock time: "
+              << host.result->device_seconds() << "\n";
+  }
+}
+
+/// Each shipped sim task's [smoke] launch falls: its unpatched run judges numerics (not vacuous),
+/// and it costs the simulator's price of one GPU.
+TEST_F(SimTrial, EveryShippedSmokeLaunchFallsAndIsChargedItsSimulatedPrice) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator{source_dir + "/config/tasks"})
+    if (e.path().filename().string().rfind("sim-", 0) == 0 && e.path().extension() == ".toml")
+      names.push_back(e.path().stem().string());
+  std::sort(names.begin(), names.end());
+  ASSERT_GE(names.size(), sim_tasks.size());
+  for (const auto& name : names) {
+    auto t = task(name);
+    ASSERT_TRUE(t.smoke) << name;
+    auto small = tuning::smoke_task(t);
+    small.workload.argv[0] = sim_binary;
+    adapters::trial_request req;
+    req.task = &small;
+    req.trial_dir = dir.sub("smoke-" + name);
+    req.trial_id = 1;
+    auto rep = adapters::run_trial(req);
+    ASSERT_TRUE(rep) << describe(rep.error());
+    tuning::trial_record rec;
+    store::apply_result(rec, *rep->result);
+    EXPECT_FALSE(tuning::smoke_reference_problem(small.contract, rec)) << name;
+    auto why = tuning::smoke_vacuous(small.contract, rec);
+    EXPECT_FALSE(why) << name << ": " << *why;
+    ASSERT_EQ(rec.steps.size(), 3u) << name;
+    EXPECT_GT(rec.steps.front().loss - rec.steps.back().loss,
+              tuning::smoke_min_loss_fall(small.contract, rec.steps.front().loss))
+      << name;
+    const auto p = price_of(*rep->result);
+    EXPECT_DOUBLE_EQ(rec.device_seconds, p.device_s) << name; // one GPU: = simulated_wall_s
+    EXPECT_DOUBLE_EQ(p.device_s, p.wall_s) << name;
+    std::cout << name << ": smoke loss " << rec.steps.front().loss << " -> "
+              << rec.steps.back().loss << " over 3 steps; " << rec.device_seconds
+              << " device-seconds\n";
+  }
+}
+
+/// A 13B shape (Llama-2-13B's dimensions and its 32,000-token vocabulary; 8 x H100, 64 sequences
+/// of 4096 tokens per step) with the shipped tasks' thin smoke model (two layers of 512 on one
+/// GPU, three steps of the same batch): the small model's loss sits at its ceiling ln(32000) =
+/// 10.37 on every step, so the data loader that skips half of every sample (fast_dataloader)
+/// cannot show in it. The probe says so (vacuous) and the full launch judges the patch; the same
+/// cheat with the shipped sim-dense-1node smoke launch (falling loss) is caught small.
+TEST_F(SimTrial, AThinSmokeModelAtItsLossCeilingIsAVacuousProbe) {
+  auto t = task("sim-dense-1node");
+  const auto set_arg = [](std::vector<std::string>& argv, const std::string& flag,
+                          const std::string& value) {
+    auto at = std::find(argv.begin(), argv.end(), flag);
+    if (at == argv.end() || at + 1 == argv.end())
+      throw std::runtime_error("no " + flag);
+    *(at + 1) = value;
+  };
+  set_arg(t.workload.argv, "--model", "llama2-7b");
+  set_arg(t.workload.argv, "--global-batch", "64");
+  for (const auto& extra : std::vector<std::string>{"--layers", "40", "--hidden", "5120",
+                                                    "--heads", "40", "--kv-heads", "40",
+                                                    "--ffn", "13824"})
+    t.workload.argv.push_back(extra);
+  t.constants["layers"] = std::int64_t{40};
+  t.constants["heads"] = std::int64_t{40};
+  t.constants["kv_heads"] = std::int64_t{40};
+  t.constants["ffn"] = std::int64_t{13824};
+  t.constants["global_batch"] = std::int64_t{64};
+  t.contract.tokens_per_step = 64 * 4096;
+  ASSERT_TRUE(t.smoke);
+  t.smoke->argv[0] = sim_binary;
+  set_arg(t.smoke->argv, "--model", "llama2-7b");
+  set_arg(t.smoke->argv, "--global-batch", "64");
+  t.smoke->contract.tokens_per_step = 64 * 4096;
+  t.smoke->contract.global_batch = 64;
+  const tuning::knob_assignment knobs = {{"tp", std::int64_t{4}}};
+
+  adapters::trial_request req;
+  req.task = &t;
+  req.knobs = knobs;
+  req.patches = {"fast_dataloader"};
+  req.smoke_patches = {"fast_dataloader"};
+  req.trial_id = 41;
+  req.trial_dir = dir.sub("ceiling");
+  auto rep = adapters::run_trial(req);
+  ASSERT_TRUE(rep) << describe(rep.error());
+  const auto* r = rep->result.get();
+  ASSERT_EQ(r->outcome(), wire::Outcome::Ok) << r->detail()->str(); // the full launch ran
+  EXPECT_EQ(r->steps()->size(), 10u);
+  const auto detail = r->detail()->str();
+  ASSERT_TRUE(tuning::is_smoke_vacuous(detail)) << detail;
+  const auto why = *tuning::smoke_vacuous_reason(detail);
+  std::cout << "13B-like shape, 32,000 tokens: " << why << "\n";
+  // The unpatched smoke losses: ln(32000) and the +-0.02 data-order wobble, on all three steps.
+  std::ifstream log{dir.sub("ceiling/smoke-unpatched/rank-0.stdout")};
+  std::vector<double> losses;
+  for (std::string line; std::getline(log, line);)
+    if (line.rfind("INFRARSI_METRICS ", 0) == 0) {
+      auto j = nlohmann::json::parse(line.substr(17));
+      if (j.contains("loss"))
+        losses.push_back(j["loss"].get<double>());
+    }
+  ASSERT_EQ(losses.size(), 3u);
+  for (double l : losses)
+    EXPECT_NEAR(l, std::log(32000.0), 0.025);
+  EXPECT_EQ(why.rfind("the unpatched smoke loss went 10.3", 0), 0u) << why;
+  EXPECT_NE(why.find(" over 3 steps ("), std::string::npos) << why;
+  EXPECT_NE(why.find("= max(loss_atol 1e-06, loss_rtol 0.01 x 10.3"), std::string::npos) << why;
+  EXPECT_FALSE(std::filesystem::exists(dir.sub("ceiling/smoke-patched")));
+  std::ifstream note_in{dir.sub("ceiling/smoke.txt")};
+  std::string note{std::istreambuf_iterator<char>{note_in}, {}};
+  EXPECT_EQ(note.rfind("smoke probe of fast_dataloader: vacuous: " + why + " (1 launch, ", 0), 0u)
+    << note;
+
+  // The shipped smoke launch of sim-dense-1node (256 sequences, 128,256 tokens: its loss falls)
+  // catches the same cheat before the full launch, at the simulator's price of two launches.
+  auto shipped = task("sim-dense-1node");
+  shipped.smoke->argv[0] = sim_binary;
+  req.task = &shipped;
+  req.knobs = {};
+  req.trial_dir = dir.sub("falling");
+  rep = adapters::run_trial(req);
+  ASSERT_TRUE(rep) << describe(rep.error());
+  r = rep->result.get();
+  ASSERT_EQ(r->outcome(), wire::Outcome::ContractViolation) << r->detail()->str();
+  EXPECT_TRUE(tuning::is_smoke_probe(r->detail()->str())) << r->detail()->str();
+  EXPECT_EQ(tuning::violation_code(r->detail()->str()), "loss_drift") << r->detail()->str();
+  EXPECT_GT(r->device_seconds(), 2 * 30.0); // two one-GPU launches of at least 30 s each
+  EXPECT_LT(r->device_seconds(), 2 * 60.0);
+  std::cout << "sim-dense-1node's own smoke: " << r->detail()->str() << "; "
+            << r->device_seconds() << " device-seconds\n";
 }
 
 } // namespace

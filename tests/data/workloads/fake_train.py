@@ -20,6 +20,8 @@ p.add_argument("--ignore-term", action="store_true", help="ignore SIGTERM (needs
 p.add_argument("--child", action="store_true", help="leave a sleeping child process behind")
 p.add_argument("--no-final", action="store_true")
 p.add_argument("--loss-scale", type=float, default=1.0)
+p.add_argument("--loss-fall", type=float, default=0.1,
+               help="the loss falls by this much per step (0: a flat loss, e.g. at its ceiling)")
 p.add_argument("--lockstep", action="store_true",
                help="ranks meet at the start of every step over MASTER_ADDR:MASTER_PORT, as in a "
                     "collective: no rank runs ahead of rank 0's printed steps, a peer gone hangs it")
@@ -89,7 +91,7 @@ for step in range(args.steps):
     time.sleep(args.step_time)
     if rank == 0:
         print("INFRARSI_METRICS " + json.dumps({
-            "step": step, "loss": (5.0 - 0.1 * step) * args.loss_scale,
+            "step": step, "loss": (5.0 - args.loss_fall * step) * args.loss_scale,
             "tokens": args.tokens * world, "step_time_s": args.step_time,
             "forward_s": args.step_time / 3, "peak_memory_bytes": len(hold) + 10_000_000,
             "warmup": step == 0}), flush=True)
