@@ -478,5 +478,65 @@ seq_len = 4096
   EXPECT_NE(e.find("model.layer: unknown key (allowed here:"), std::string::npos) << e;
 }
 
+TEST_F(TaskFileTest, KnobRolesAndHardwareFiguresLoadAndTheirMistakesAreNamed) {
+  const std::string layout = R"(name = "t"
+[workload]
+argv = ["python3", "train.py", "--tp", "{tp}", "--mb", "{micro_batch}"]
+[[knobs]]
+name = "tp"
+type = "int"
+values = [1, 2, 4]
+default = 1
+role = "tp"
+[[knobs]]
+name = "micro_batch"
+type = "int"
+values = [1, 2, 4]
+default = 1
+role = "micro_batch"
+[[knobs]]
+name = "ckpt"
+type = "choice"
+values = ["none", "selective", "full"]
+default = "none"
+role = "recompute"
+[hardware]
+gpu = "T4-16GB"
+gpus_per_node = 4
+nodes = 4
+peak_tflops = 65
+intra_node_gb_per_s = 12
+inter_node_gb_per_s = 6.25
+)";
+  auto t = adapters::load_task_file(write(layout));
+  ASSERT_TRUE(t) << describe(t.error());
+  EXPECT_EQ(t->knobs[0].role, "tp");
+  EXPECT_EQ(t->knobs[1].role, "micro_batch");
+  EXPECT_EQ(t->knobs[2].role, "recompute");
+  EXPECT_DOUBLE_EQ(t->hardware.peak_tflops, 65.0);
+  EXPECT_DOUBLE_EQ(t->hardware.intra_node_bytes_per_s, 12e9);
+  EXPECT_DOUBLE_EQ(t->hardware.inter_node_bytes_per_s, 6.25e9);
+
+  auto with = [&](const std::string& from, const std::string& to) {
+    auto text = layout;
+    text.replace(text.find(from), from.size(), to);
+    return error_of(text);
+  };
+  auto e = with("role = \"tp\"", "role = \"tensor\"");
+  EXPECT_NE(e.find("knobs[0].role: expected one of \"tp\", \"pp\""), std::string::npos) << e;
+  EXPECT_NE(e.find("got string \"tensor\""), std::string::npos) << e;
+  e = with("role = \"micro_batch\"", "role = \"tp\"");
+  EXPECT_NE(e.find("knobs[1].role: knob 'tp' already has role \"tp\" (at most one knob per role)"),
+            std::string::npos)
+    << e;
+  e = with("role = \"recompute\"", "role = \"pp\"");
+  EXPECT_NE(e.find("knobs[2].role: expected a role that fits the knob's type (\"pp\" needs an int "
+                   "knob)"),
+            std::string::npos)
+    << e;
+  e = with("peak_tflops = 65", "peak_tflops = -1");
+  EXPECT_NE(e.find("hardware.peak_tflops: expected a finite number >= 0"), std::string::npos) << e;
+}
+
 } // namespace
 } // namespace infrarsi::runtime
