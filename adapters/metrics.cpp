@@ -1,5 +1,6 @@
 #include "adapters/metrics.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace infrarsi::adapters {
@@ -89,14 +90,63 @@ void metrics_parser::feed_json(std::string_view body, std::string_view line) {
   steps_.push_back(s);
 }
 
+namespace {
+
+/// Bytes of a regex memory field's value: peak_memory_bytes as it is; peak_memory_mb in MiB and
+/// peak_memory_gib / peak_memory_gb in GiB, the binary units frameworks print under those names
+/// (Megatron-LM's "memory (MB)" and torchtitan's "GiB" divide torch's byte counters by 1024^2
+/// and 1024^3). nullopt for a field that is not a memory field.
+std::optional<std::uint64_t> memory_field_bytes(const std::string& field, double v) {
+  if (field == "peak_memory_bytes")
+    return static_cast<std::uint64_t>(v);
+  if (field == "peak_memory_mb")
+    return static_cast<std::uint64_t>(v * 1048576.0);
+  if (field == "peak_memory_gib" || field == "peak_memory_gb")
+    return static_cast<std::uint64_t>(v * 1073741824.0);
+  return std::nullopt;
+}
+
+bool is_memory_field(const std::string& field) {
+  return memory_field_bytes(field, 0.0).has_value();
+}
+
+} // namespace
+
 void metrics_parser::feed_regex(const std::string& line) {
   std::smatch m;
   if (!std::regex_search(line, m, *regex_))
     return;
+  // A line of its own for memory (Megatron-LM prints "[Rank 0] (after N iterations) memory (MB)
+  // | ... | max allocated: X | ..." after the iteration's line): a match in which the step
+  // group took no part but a memory field did gives the last step read its peak.
+  bool step_took_part = false;
+  for (std::size_t i = 0; i < spec_.regex_fields.size(); ++i)
+    step_took_part = step_took_part || (spec_.regex_fields[i] == "step" && m[i + 1].matched);
+  if (!step_took_part) {
+    for (std::size_t i = 0; i < spec_.regex_fields.size(); ++i) {
+      const auto& field = spec_.regex_fields[i];
+      if (!is_memory_field(field) || !m[i + 1].matched)
+        continue;
+      auto text = m[i + 1].str();
+      char* end = nullptr;
+      double v = std::strtod(text.c_str(), &end);
+      if (text.empty() || *end != '\0' || !(v >= 0)) {
+        malformed(line, "field " + field + " is not a number ('" + text + "')");
+        return;
+      }
+      if (steps_.empty())
+        return; // memory before any step: nothing to give it to
+      auto& peak = steps_.back().peak_memory_bytes;
+      peak = std::max(peak.value_or(0), *memory_field_bytes(field, v));
+      return;
+    }
+  }
   step_sample s;
   bool have_step = false;
   for (std::size_t i = 0; i < spec_.regex_fields.size(); ++i) {
     const auto& field = spec_.regex_fields[i];
+    if (is_memory_field(field) && !m[i + 1].matched)
+      continue; // an optional group that did not take part: no memory on this line
     auto text = m[i + 1].str();
     char* end = nullptr;
     double v = std::strtod(text.c_str(), &end);
@@ -122,12 +172,10 @@ void metrics_parser::feed_regex(const std::string& line) {
       s.step_time_s = v;
     } else if (field == "step_time_ms") {
       s.step_time_s = v / 1000.0;
-    } else if (field == "peak_memory_bytes") {
-      s.peak_memory_bytes = static_cast<std::uint64_t>(v);
     } else if (field == "eval_loss") {
       s.eval_loss = v;
-    } else if (field == "peak_memory_mb") {
-      s.peak_memory_bytes = static_cast<std::uint64_t>(v * 1048576.0);
+    } else if (auto bytes = memory_field_bytes(field, v)) {
+      s.peak_memory_bytes = *bytes;
     }
   }
   if (!have_step)

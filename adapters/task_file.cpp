@@ -919,12 +919,13 @@ tuning::task_spec parse_task(const reader& r, const toml::table& root) {
   task.metrics.regex_fields = r.strings(m, "regex_fields", "metrics", false);
   static const std::set<std::string> fields{"step", "loss", "tokens", "step_time_s",
                                             "step_time_ms", "peak_memory_bytes",
-                                            "peak_memory_mb", "eval_loss"};
+                                            "peak_memory_mb", "peak_memory_gib",
+                                            "peak_memory_gb", "eval_loss"};
   for (std::size_t i = 0; i < task.metrics.regex_fields.size(); ++i)
     if (fields.count(task.metrics.regex_fields[i]) == 0)
       r.fail(m.get("regex_fields"), "metrics.regex_fields[" + std::to_string(i) + "]",
              "expected one of step, loss, tokens, step_time_s, step_time_ms, peak_memory_bytes, "
-             "peak_memory_mb, eval_loss, got \""
+             "peak_memory_mb, peak_memory_gib, peak_memory_gb, eval_loss, got \""
                + task.metrics.regex_fields[i] + "\"");
   if (task.metrics.format == tuning::metrics_spec::format_kind::regex) {
     if (task.metrics.regex.empty())

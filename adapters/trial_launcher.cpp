@@ -17,6 +17,7 @@
 #include "adapters/classify.hpp"
 #include "adapters/cluster_launch.hpp"
 #include "adapters/descendants.hpp"
+#include "adapters/device_memory.hpp"
 #include "adapters/environment.hpp"
 #include "adapters/process.hpp"
 #include "adapters/trial_copy.hpp"
@@ -203,6 +204,119 @@ int run_helper(const std::vector<std::string>& argv, const std::map<std::string,
   return status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+/// The device memory of a trial's processes, from nvidia-smi (docs/node-runner.md "Device
+/// memory"): one query at a time, started at most every `interval_s` and read without blocking
+/// from the supervision loop, so a slow driver never delays reading the ranks' output. Off (no
+/// process, no cost) when nvidia-smi is not on PATH.
+struct device_sampler {
+  /// Absolute path of nvidia-smi; empty: sampling is off.
+  std::string program;
+  /// The environment the query runs with (the harness's own).
+  std::map<std::string, std::string> env;
+  /// Seconds between the starts of two queries.
+  static constexpr double interval_s = 1.0;
+  /// Seconds a query may take before it is killed (and counted as failed).
+  static constexpr double query_limit_s = 10.0;
+  /// The query in flight: pid and output pipes (-1: none).
+  pid_t pid = -1;
+  int out_fd = -1;
+  int err_fd = -1;
+  std::string out;
+  clock_type::time_point started{};
+  clock_type::time_point next_at{};
+  /// Largest device memory of the most loaded rank seen so far, bytes.
+  std::uint64_t peak = 0;
+  /// Queries answered and parsed, and failed (exit status, output that does not parse, killed).
+  std::size_t samples = 0;
+  std::size_t failures = 0;
+
+  bool on() const { return !program.empty(); }
+
+  /// Reads what the pipes hold; true once stdout reached its end.
+  bool read_output() {
+    char buf[4096];
+    for (int* fd : {&out_fd, &err_fd}) {
+      while (*fd >= 0) {
+        auto n = ::read(*fd, buf, sizeof buf);
+        if (n > 0) {
+          if (fd == &out_fd && out.size() < (1u << 20)) // a list of processes, never megabytes
+            out.append(buf, static_cast<std::size_t>(n));
+          continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+          break;
+        ::close(*fd); // end of output or a read error
+        *fd = -1;
+      }
+    }
+    return out_fd < 0;
+  }
+
+  /// Ends the query in flight without reading it (the trial is over, or it took too long).
+  void abandon() {
+    if (pid < 0)
+      return;
+    signal_group(pid, SIGKILL);
+    int status = 0;
+    reap_child(pid, status, 0);
+    for (int* fd : {&out_fd, &err_fd})
+      if (*fd >= 0) {
+        ::close(*fd);
+        *fd = -1;
+      }
+    pid = -1;
+    out.clear();
+  }
+
+  /// One step of the sampler at `now`: finishes a query whose output ended (its rows summed per
+  /// rank over `table` with most_loaded_rank_device_bytes) and starts the next one when due.
+  void step(clock_type::time_point now, const std::vector<process_entry>& table,
+            const std::vector<pid_t>& roots, bool ranks_are_children) {
+    if (!on())
+      return;
+    if (pid >= 0) {
+      bool ended = read_output();
+      int status = 0;
+      if (ended && reap_child(pid, status, WNOHANG) == pid) {
+        pid = -1;
+        if (err_fd >= 0) {
+          ::close(err_fd);
+          err_fd = -1;
+        }
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+          if (auto rows = parse_compute_apps(out)) {
+            ++samples;
+            peak = std::max(peak, most_loaded_rank_device_bytes(*rows, table, roots,
+                                                                ranks_are_children));
+          } else {
+            ++failures;
+          }
+        } else {
+          ++failures;
+        }
+        out.clear();
+      } else if (std::chrono::duration<double>(now - started).count() > query_limit_s) {
+        abandon();
+        ++failures;
+      }
+      return;
+    }
+    if (now < next_at)
+      return;
+    next_at = now + std::chrono::duration_cast<clock_type::duration>(
+                      std::chrono::duration<double>(interval_s));
+    auto child = spawn(spawn_request{compute_apps_query(program), env, "/"});
+    if (!child) {
+      ++failures;
+      return;
+    }
+    pid = child->pid;
+    out_fd = child->stdout_fd;
+    err_fd = child->stderr_fd;
+    started = now;
+  }
+};
+
 /// One rank (or the command's single process).
 struct rank_state {
   pid_t pid = -1;
@@ -241,6 +355,8 @@ struct supervisor {
   trial_descendants tree;
   /// The last lines of each rank's stderr, for the detail of a failure (index: rank).
   std::vector<stderr_tail> tails;
+  /// The device memory of the trial's processes (nvidia-smi), when it is on PATH.
+  device_sampler device;
 
   // Launchers that start the ranks through the cluster's engine (slurm: srun; torchrun): one
   // process whose stdout and stderr carry every rank's lines with a label.
@@ -575,6 +691,18 @@ struct supervisor {
     }
   }
 
+  /// The device sampler's step over the ranks (the ranks launcher: each rank's tree; a command
+  /// or torchrun: one process whose children are the ranks). Not for Slurm: its tasks are
+  /// slurmstepd's children, maybe on other nodes.
+  void sample_device_memory(clock_type::time_point now, const std::vector<process_entry>& table) {
+    if (!device.on() || launcher == tuning::launcher_kind::slurm)
+      return;
+    std::vector<pid_t> roots;
+    for (const auto& r : ranks)
+      roots.push_back(r.pid);
+    device.step(now, table, roots, launcher != tuning::launcher_kind::ranks);
+  }
+
   bool any_running() const {
     for (const auto& r : ranks)
       if (r.running)
@@ -610,6 +738,7 @@ struct supervisor {
         auto table = process_table(); // one walk of /proc for everything sampled
         tree.observe(table);
         sample_memory(table);
+        sample_device_memory(now, table);
         reap_adopted_zombies(table);
         last_sample = now;
       }
@@ -689,6 +818,7 @@ struct supervisor {
       ::usleep(20'000);
     }
     reap_adopted_zombies(process_table()); // the descendants just killed, adopted by us
+    device.abandon(); // a query still in flight describes processes that are gone
     // Every leader is reaped here; a group with no member left leaves the registry of live
     // trial groups (one that still has an unkillable member stays until it is gone).
     for (auto& r : ranks)
@@ -848,13 +978,14 @@ std::optional<double> simulated_device_seconds(const tuning::task_spec& task,
 messages::trial_result_msg make_result(const trial_request& req, const trial_verdict& verdict,
                                        const metrics_parser& parser,
                                        const std::vector<double>& observed_at,
-                                       std::uint64_t peak_rss, double wall_s, int world_size,
+                                       std::uint64_t peak_rss, std::uint64_t device_peak,
+                                       double wall_s, int world_size,
                                        std::optional<std::uint32_t> stopped_at) {
   wire::TrialResultT r;
   r.trial_id = req.trial_id;
   r.attempt = req.attempt;
   r.outcome = verdict.outcome;
-  std::uint64_t peak = peak_rss;
+  std::optional<std::uint64_t> workload_peak;
   for (std::size_t i = 0; i < parser.steps().size(); ++i) {
     const auto& s = parser.steps()[i];
     auto m = std::make_unique<wire::StepMetricsT>();
@@ -879,11 +1010,17 @@ messages::trial_result_msg make_result(const trial_request& req, const trial_ver
       m->eval_loss = *s.eval_loss;
     if (s.peak_memory_bytes) {
       m->peak_memory_bytes = *s.peak_memory_bytes;
-      peak = std::max(peak, *s.peak_memory_bytes);
+      workload_peak = std::max(workload_peak.value_or(0), *s.peak_memory_bytes);
     }
     r.steps.push_back(std::move(m));
   }
-  r.peak_memory_bytes = peak;
+  // Host resident memory never stands in for device memory (tuning::choose_peak_memory).
+  auto memory = tuning::choose_peak_memory(tuning::declares_device_memory(*req.task),
+                                           workload_peak, device_peak, peak_rss);
+  r.peak_memory_bytes = memory.peak_bytes;
+  r.memory_source = static_cast<wire::MemorySource>(memory.source);
+  r.host_peak_bytes = peak_rss;
+  r.device_sampled_peak_bytes = device_peak;
   r.wall_time_s = wall_s;
   r.device_seconds = wall_s * world_size;
   if (auto simulated = simulated_device_seconds(*req.task, parser, stopped_at))
@@ -986,7 +1123,8 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
     std::uint64_t peak = 0;
     for (const auto& r : sup.ranks)
       peak = std::max(peak, r.peak_rss);
-    report.result = make_result(req, verdict, sup.parser, sup.observed_at, peak, wall,
+    report.result = make_result(req, verdict, sup.parser, sup.observed_at, peak, sup.device.peak,
+                                wall,
                                 report.world_size, sup.stopped_at_step);
     if (smoke_device_s > 0 || !smoke_note.empty()) {
       auto r = report.result.unpack();
@@ -1094,6 +1232,14 @@ caf::expected<trial_report> run_trial(const trial_request& req) {
     sup.start = decltype(sup.start)::clock::now();
   }
   auto base_env = current_environment();
+  // Device memory is sampled where the driver's tool is installed (and costs nothing elsewhere).
+  if (launcher != tuning::launcher_kind::slurm) {
+    auto path = base_env.find("PATH");
+    if (auto smi = find_on_path("nvidia-smi", path != base_env.end() ? path->second : "")) {
+      sup.device.program = *smi;
+      sup.device.env = base_env;
+    }
+  }
   // A Slurm trial is a job step of the allocation infrarsi runs in; it never asks Slurm for an
   // allocation of its own (that would queue, and the queue's wait would count as its time).
   if (launcher == tuning::launcher_kind::slurm && base_env.count("SLURM_JOB_ID") == 0)

@@ -515,6 +515,7 @@ nlohmann::json make_report(const tuning::task_spec& task_in, const store::run_st
        {"wall_time_s", t.wall_time_s},
        {"device_seconds", charged},
        {"peak_memory_bytes", t.peak_memory_bytes},
+       {"memory_source", tuning::to_string(t.memory)},
        {"verdict", verdict_of(t)},
        {"tokens_per_s", t.timed_step_time_s > 0 && tokens_per_step(task, t) > 0
                           ? nlohmann::json(tokens_per_step(task, t) / t.timed_step_time_s)

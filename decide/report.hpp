@@ -14,7 +14,9 @@ namespace infrarsi::decide {
 
 /// report.json: run, task, hardware, baseline (configuration, step time, noise, phases), every
 /// trial (configuration, outcome, timed step time, speedup vs baseline, violations, evidence,
-/// wall time, device-seconds, peak memory), re-verifications, the promoted configuration with
+/// wall time, device-seconds, peak memory and its "memory_source": tuning::to_string of the
+/// trial's memory_source, "unobserved" when a task declaring device memory measured none),
+/// re-verifications, the promoted configuration with
 /// its verified speedup and 95% interval and the source paths its patches touch, device-seconds
 /// spent on failed trials by outcome, "contract_coverage" (the checks the task's output cannot
 /// decide, tuning::vacuous_checks, and what enforces the work instead, tuning::work_enforced_by),

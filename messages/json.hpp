@@ -17,7 +17,9 @@ nlohmann::json to_json(const wire::TrialSpec& spec);
 
 /// {"trial_id", "attempt", "outcome": "ok"|"oom"|..., "steps": [{"step", "loss", "tokens",
 ///  "step_time_s", optional phase times and "peak_memory_bytes"}], "peak_memory_bytes",
-///  "wall_time_s", "device_seconds", "exit_code", "detail"}
+///  "memory_source" ("unknown", "unobserved", "workload", "device_sampled", "host_rss"),
+///  "host_peak_bytes", "device_sampled_peak_bytes", "wall_time_s", "device_seconds",
+///  "exit_code", "detail"}
 nlohmann::json to_json(const wire::TrialResult& result);
 
 /// {"task", "seed", "tool_version"}

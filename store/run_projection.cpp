@@ -323,6 +323,8 @@ void apply_result(tuning::trial_record& t, const wire::TrialResult& m) {
   t.wall_time_s = m.wall_time_s();
   t.device_seconds = m.device_seconds();
   t.peak_memory_bytes = m.peak_memory_bytes();
+  t.memory = static_cast<tuning::memory_source>(m.memory_source());
+  t.host_peak_bytes = m.host_peak_bytes();
   t.detail = m.detail() != nullptr ? m.detail()->str() : "";
   if (m.final_report() != nullptr && m.final_report()->size() > 0)
     t.declared = declared_work_of(m.final_report()->str());

@@ -165,7 +165,7 @@ private:
 /// Format tag of the run_state snapshots this build writes and trusts. Any change to what the
 /// fold computes or to the JSON layout below bumps the number; snapshots of another format are
 /// ignored (the stream is folded from the start instead), never migrated or trusted.
-inline constexpr const char* run_state_format = "infrarsi-run-state/7";
+inline constexpr const char* run_state_format = "infrarsi-run-state/8";
 
 /// A run_state as canonical JSON text (compact, keys sorted, every field the fold fills).
 /// Doubles are written shortest round-trip and read back bit-exactly; non-finite doubles, which

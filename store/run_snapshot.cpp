@@ -19,7 +19,7 @@ using nlohmann::json;
 // libstdc++; other platforms skip the check.)
 #if defined(__x86_64__) && defined(__GLIBCXX__)
 static_assert(sizeof(run_state) == 880, "run_state changed: update run_snapshot.cpp");
-static_assert(sizeof(tuning::trial_record) == 392, "trial_record changed: update run_snapshot.cpp");
+static_assert(sizeof(tuning::trial_record) == 408, "trial_record changed: update run_snapshot.cpp");
 static_assert(sizeof(reverification) == 224, "reverification changed: update run_snapshot.cpp");
 static_assert(sizeof(tuning::step_point) == 64, "step_point changed: update run_snapshot.cpp");
 static_assert(sizeof(tuning::loss_reference) == 216,
@@ -180,6 +180,8 @@ json trial(const tuning::trial_record& t) {
           {"wall_time_s", num(t.wall_time_s)},
           {"device_seconds", num(t.device_seconds)},
           {"peak_memory_bytes", t.peak_memory_bytes},
+          {"memory_source", static_cast<unsigned>(t.memory)},
+          {"host_peak_bytes", t.host_peak_bytes},
           {"detail", text(t.detail)},
           {"phase_s", phases},
           {"verified", t.verified},
@@ -512,6 +514,11 @@ tuning::trial_record as_trial(const json& v, const std::string& w) {
   t.wall_time_s = as_num(f("wall_time_s"), sub(w, "wall_time_s"));
   t.device_seconds = as_num(f("device_seconds"), sub(w, "device_seconds"));
   t.peak_memory_bytes = as_u64(f("peak_memory_bytes"), sub(w, "peak_memory_bytes"));
+  auto source = as_u64(f("memory_source"), sub(w, "memory_source"));
+  if (source > static_cast<std::uint64_t>(tuning::memory_source::host_rss))
+    fail(sub(w, "memory_source"), "out of range for a memory source");
+  t.memory = static_cast<tuning::memory_source>(source);
+  t.host_peak_bytes = as_u64(f("host_peak_bytes"), sub(w, "host_peak_bytes"));
   t.detail = as_text(f("detail"), sub(w, "detail"));
   auto phw = sub(w, "phase_s");
   const auto& phases = as_array(f("phase_s"), phw);

@@ -124,6 +124,40 @@ std::string purpose_text(const trial_record& t) {
          + (t.round > 1 ? "#" + std::to_string(t.round) : "");
 }
 
+const char* to_string(memory_source s) {
+  switch (s) {
+    case memory_source::unknown: return "unknown";
+    case memory_source::unobserved: return "unobserved";
+    case memory_source::workload: return "workload";
+    case memory_source::device_sampled: return "device_sampled";
+    case memory_source::host_rss: return "host_rss";
+  }
+  return "unknown";
+}
+
+bool declares_device_memory(const task_spec& task) {
+  return task.limits.device_memory_bytes > 0 || task.hardware.gpu_memory_bytes > 0;
+}
+
+memory_reading choose_peak_memory(bool device_memory_declared,
+                                  std::optional<std::uint64_t> workload_peak_bytes,
+                                  std::uint64_t device_sampled_peak_bytes,
+                                  std::uint64_t host_rss_peak_bytes) {
+  std::uint64_t workload = workload_peak_bytes.value_or(0);
+  if (device_memory_declared) {
+    if (workload > 0)
+      return {workload, memory_source::workload};
+    if (device_sampled_peak_bytes > 0)
+      return {device_sampled_peak_bytes, memory_source::device_sampled};
+    return {0, memory_source::unobserved};
+  }
+  if (workload == 0 && host_rss_peak_bytes == 0)
+    return {0, memory_source::unobserved};
+  if (workload >= host_rss_peak_bytes)
+    return {workload, memory_source::workload};
+  return {host_rss_peak_bytes, memory_source::host_rss};
+}
+
 const char* to_string(trial_outcome o) {
   switch (o) {
     case trial_outcome::unset: return "unset";

@@ -37,6 +37,46 @@ enum class trial_outcome : std::uint8_t {
 
 const char* to_string(trial_outcome o);
 
+/// Where a trial's peak memory came from (mirrors wire::MemorySource; values equal).
+enum class memory_source : std::uint8_t {
+  /// Recorded before results named their source: the peak is used as recorded.
+  unknown = 0,
+  /// Nothing device-real was measured for a task that declares device memory: peak 0.
+  unobserved = 1,
+  /// The workload's own metrics lines.
+  workload = 2,
+  /// nvidia-smi's used_memory of the trial's processes, sampled by the node-runner.
+  device_sampled = 3,
+  /// Resident (host) memory of the rank's processes: tasks declaring no device memory only.
+  host_rss = 4,
+};
+
+/// "unknown", "unobserved", "workload", "device_sampled", "host_rss".
+const char* to_string(memory_source s);
+
+/// Whether the task declares the memory of one rank's device (limits.device_memory_bytes or
+/// [hardware] gpu_memory_bytes > 0): its memory model then reads device-real peaks only
+/// (workload-reported or sampled from the device), never host resident memory.
+bool declares_device_memory(const task_spec& task);
+
+/// A trial's peak memory per rank and where it came from.
+struct memory_reading {
+  /// Bytes of the most loaded rank; 0 when unobserved.
+  std::uint64_t peak_bytes = 0;
+  memory_source source = memory_source::unobserved;
+};
+
+/// The peak a trial's result carries, from what was measured (bytes, most loaded rank; 0 or
+/// nullopt: not measured). A task that declares device memory: the workload's own peak, else
+/// the peak nvidia-smi showed for the trial's processes, else unobserved (0) — host resident
+/// memory never stands in for device memory. A task that declares none (a CPU job): the larger
+/// of the workload's peak and the resident memory sampled (source workload when the workload's
+/// is the larger or equal, host_rss otherwise), unobserved when both are 0.
+memory_reading choose_peak_memory(bool device_memory_declared,
+                                  std::optional<std::uint64_t> workload_peak_bytes,
+                                  std::uint64_t device_sampled_peak_bytes,
+                                  std::uint64_t host_rss_peak_bytes);
+
 /// One reported step.
 struct step_point {
   std::uint32_t step = 0;
@@ -114,7 +154,13 @@ struct trial_record {
   declared_work declared;
   double wall_time_s = 0.0;
   double device_seconds = 0.0;
+  /// Peak memory per rank the memory model may read, bytes (0: not measured); its source below.
   std::uint64_t peak_memory_bytes = 0;
+  /// Where peak_memory_bytes came from (unknown: recorded before sources were logged).
+  memory_source memory = memory_source::unknown;
+  /// Peak resident (host) memory of the most loaded rank, bytes (0: not sampled or not logged);
+  /// for people, never read by the memory model of a task that declares device memory.
+  std::uint64_t host_peak_bytes = 0;
   std::string detail;
   /// Mean seconds per step of each phase the workload reported ("data", "forward", "backward",
   /// "optimizer", "communication"), over all reported steps.

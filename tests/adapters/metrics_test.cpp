@@ -3,6 +3,9 @@
 #include "adapters/metrics.hpp"
 
 #include <cmath>
+#include <fstream>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -106,6 +109,84 @@ TEST(Metrics, BadRegexIsAConfigError) {
   metrics_parser q{spec};
   EXPECT_NE(q.config_error().find("1 capture group(s) but regex_fields names 2"),
             std::string::npos);
+}
+
+/// The lines of a file of tests/data/framework_logs/ fed to a parser of `regex` and `fields`.
+metrics_parser parse_log(const std::string& file, const std::string& regex,
+                         std::vector<std::string> fields) {
+  tuning::metrics_spec spec;
+  spec.format = tuning::metrics_spec::format_kind::regex;
+  spec.regex = regex;
+  spec.regex_fields = std::move(fields);
+  spec.tokens_per_step = 4096;
+  metrics_parser p{spec};
+  EXPECT_TRUE(p.config_error().empty()) << p.config_error();
+  std::ifstream in{std::string{INFRARSI_TEST_DATA_DIR} + "/framework_logs/" + file};
+  EXPECT_TRUE(in.good()) << file;
+  for (std::string line; std::getline(in, line);)
+    p.feed(line);
+  return p;
+}
+
+// torchtitan prints the peak on the step's own line, in GiB: `memory:  9.46GiB(64.99%)`.
+TEST(Metrics, TorchtitanMemoryInGib) {
+  const std::string titan = R"(step:\s*(\d+)\s+loss:\s*([0-9.]+).*memory:\s*([0-9.]+)GiB)";
+  auto p = parse_log("torchtitan.log", titan, {"step", "loss", "peak_memory_gib"});
+  EXPECT_EQ(p.malformed_lines(), 0u);
+  ASSERT_EQ(p.steps().size(), 4u);
+  EXPECT_EQ(p.steps()[0].step, 14u);
+  EXPECT_DOUBLE_EQ(p.steps()[0].loss, 3.24405);
+  EXPECT_EQ(*p.steps()[0].peak_memory_bytes, static_cast<std::uint64_t>(9.46 * 1073741824.0));
+  EXPECT_EQ(p.steps()[3].step, 5u);
+  EXPECT_EQ(*p.steps()[3].peak_memory_bytes, static_cast<std::uint64_t>(66.91 * 1073741824.0));
+  // peak_memory_gb reads the same binary unit under the name frameworks often print.
+  auto gb = parse_log("torchtitan.log", titan, {"step", "loss", "peak_memory_gb"});
+  ASSERT_EQ(gb.steps().size(), 4u);
+  EXPECT_EQ(*gb.steps()[0].peak_memory_bytes, *p.steps()[0].peak_memory_bytes);
+}
+
+// Megatron-LM prints memory on a line of its own after the iteration's line; one regex with
+// two alternatives reads both, and the memory goes to the step just read.
+TEST(Metrics, MegatronMaxAllocatedLineGivesTheLastStepItsPeak) {
+  auto p = parse_log("megatron_lm.log",
+                     R"(iteration\s+(\d+)/\s*\d+ \|.*elapsed time per iteration \(ms\): ([0-9.]+))"
+                     R"( \|.*lm loss: ([0-9.E+-]+) \||max allocated: ([0-9.]+))",
+                     {"step", "step_time_ms", "loss", "peak_memory_mb"});
+  EXPECT_EQ(p.malformed_lines(), 0u);
+  ASSERT_EQ(p.steps().size(), 1u);
+  EXPECT_EQ(p.steps()[0].step, 20u);
+  EXPECT_DOUBLE_EQ(p.steps()[0].step_time_s, 0.744);
+  EXPECT_DOUBLE_EQ(p.steps()[0].loss, 1.020935);
+  EXPECT_EQ(p.steps()[0].tokens, 4096u);
+  EXPECT_EQ(*p.steps()[0].peak_memory_bytes, static_cast<std::uint64_t>(5670.39 * 1048576.0));
+
+  auto old = parse_log("megatron_lm_2020.log",
+                       R"(iteration\s+(\d+)/\s*\d+ \| elapsed time per iteration \(ms\): ([0-9.]+))"
+                       R"( \||max allocated: ([0-9.]+))",
+                       {"step", "step_time_ms", "peak_memory_mb"});
+  EXPECT_EQ(old.malformed_lines(), 0u);
+  ASSERT_EQ(old.steps().size(), 2u);
+  EXPECT_EQ(old.steps()[0].step, 5u);
+  EXPECT_EQ(*old.steps()[0].peak_memory_bytes,
+            static_cast<std::uint64_t>(12606.06201171875 * 1048576.0));
+  EXPECT_EQ(old.steps()[1].step, 10u);
+  EXPECT_FALSE(old.steps()[1].peak_memory_bytes.has_value()); // no report after iteration 10
+}
+
+TEST(Metrics, MemoryLineBeforeAnyStepIsNotAStep) {
+  tuning::metrics_spec spec;
+  spec.format = tuning::metrics_spec::format_kind::regex;
+  spec.regex = R"(iteration (\d+) loss ([0-9.]+)|max allocated: ([0-9.]+))";
+  spec.regex_fields = {"step", "loss", "peak_memory_mb"};
+  metrics_parser p{spec};
+  p.feed("[Rank 0] (after 0 iterations) memory (MB) | allocated: 10.0 | max allocated: 12.0");
+  p.feed("iteration 1 loss 2.5");
+  p.feed("max allocated: 100.0");
+  p.feed("max allocated: 50.0"); // a later, smaller report keeps the step's peak
+  EXPECT_EQ(p.malformed_lines(), 0u);
+  ASSERT_EQ(p.steps().size(), 1u);
+  EXPECT_EQ(p.steps()[0].step, 1u);
+  EXPECT_EQ(*p.steps()[0].peak_memory_bytes, 100u * 1048576u);
 }
 
 TEST(Metrics, OomPatterns) {
