@@ -694,7 +694,7 @@ void parse_model(const reader& r, const toml::table& root, tuning::model_spec& m
                                                    "experts_per_token", "vocab", "seq_len",
                                                    "global_batch"};
   auto allowed = shape_keys;
-  allowed.insert({"name", "architecture"});
+  allowed.insert({"name", "architecture", "attention"});
   r.only_keys(t, "model", allowed);
   m.declared = true;
   m.name = r.safe_name(t, "name", "model", *r.string(t, "name", "model", true));
@@ -702,6 +702,11 @@ void parse_model(const reader& r, const toml::table& root, tuning::model_spec& m
     if (*a != "dense" && *a != "moe")
       r.expected(*t.get("architecture"), "model.architecture", "\"dense\" or \"moe\"");
     m.architecture = *a;
+  }
+  if (auto a = r.string(t, "attention", "model", false)) {
+    if (*a != "flash" && *a != "eager")
+      r.expected(*t.get("attention"), "model.attention", "\"flash\" or \"eager\"");
+    m.attention = *a;
   }
   for (const auto& key : shape_keys)
     if (auto v = r.count(t, key, "model", 1, std::uint64_t{1} << 40))

@@ -110,12 +110,38 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
   const auto F = fs.names.size();
   const auto base_config = baseline_configuration(task);
 
+  // The analytic prior of the layout (tuning/layout_prior.hpp), for a task whose knobs declare
+  // their layout roles: its log step time relative to the baseline's is the prior mean of the
+  // time model (the model fits the measurements less it), its log peak memory the prior mean of
+  // the memory model.
+  std::optional<layout_prior> layout;
+  if (options_.analytic_prior) {
+    std::string why_not;
+    layout = layout_prior::from_task(task, why_not);
+  }
+  layout_estimate layout_base;
+  if (layout) {
+    layout_base = layout->estimate(base_config.knobs);
+    if (!layout_base.valid)
+      layout.reset();
+  }
+  // (log step time relative to the baseline's, log peak bytes) of the prior; (0, 0) without one
+  // or for a layout the prior calls invalid.
+  auto layout_offsets = [&](const configuration& c) -> std::pair<double, double> {
+    return layout ? tuning::layout_offsets(*layout, layout_base, c.knobs)
+                  : std::pair<double, double>{0.0, 0.0};
+  };
+
   // -- blame ------------------------------------------------------------------------------------
   // Contract-risky features: patches and values of knobs tagged "numerics".
   std::vector<bool> risky(F, false);
   for (std::size_t i = 0; i < F; ++i)
     risky[i] = fs.knob_of[i] < 0
                || has_tag(task.knobs[static_cast<std::size_t>(fs.knob_of[i])], "numerics");
+  auto role_feature = [&](int i) {
+    int k = fs.knob_of[static_cast<std::size_t>(i)];
+    return k >= 0 && !task.knobs[static_cast<std::size_t>(k)].role.empty();
+  };
   // Unambiguous blame: a contract violation on its only untested contract-risky feature
   // (launch settings keep the work by construction); a crash, timeout or launch error only on
   // its only untested feature of any kind. Ambiguous failures are the failure model's.
@@ -139,7 +165,10 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
         untested_risky.push_back(i);
     }
     const auto& suspects = violation ? untested_risky : untested_any;
-    if (suspects.size() == 1)
+    // With the analytic prior, a failure of a layout knob's value alone is not blamed outright:
+    // a layout fails as a combination (a framework's legality rule, a missing kernel for a
+    // shape), so the failure model's P(fail) avoids it without excluding the value elsewhere.
+    if (suspects.size() == 1 && !(layout && !violation && role_feature(suspects.front())))
       blamed[static_cast<std::size_t>(suspects.front())] = true;
   }
   failure_model failures{task, fs, in.history, enc.active, risky};
@@ -160,6 +189,17 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
     if (blamed[i] && facts.passed[i] == 0)
       out.blamed.push_back(fs.names[i] + ": excluded, the only untested setting of a failed trial");
 
+  // The failure model's convictions, but with the analytic prior never of a layout knob's value
+  // (see the blame above): those only lower P(no failure).
+  auto failure_excluded = [&](const std::vector<int>& a) {
+    if (!layout)
+      return failures.excluded(a);
+    std::vector<int> others;
+    for (int i : a)
+      if (!role_feature(i))
+        others.push_back(i);
+    return failures.excluded(others);
+  };
   auto usable_config = [&](const configuration& c, const std::vector<int>& a,
                            const std::string& key) {
     if (!admissible(in, facts, c, key))
@@ -167,7 +207,7 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
     for (int i : a)
       if (blamed[static_cast<std::size_t>(i)] && facts.passed[static_cast<std::size_t>(i)] == 0)
         return false;
-    return !facts.banned(a) && !failures.excluded(a) && !facts.dominated_by_oom(task, c);
+    return !facts.banned(a) && !failure_excluded(a) && !facts.dominated_by_oom(task, c);
   };
   auto untested_risky = [&](const std::vector<int>& a) {
     std::size_t k = 0;
@@ -185,27 +225,6 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
       baseline_times.push_back(t.timed_step_time_s);
     }
   }
-  // The analytic prior of the layout (tuning/layout_prior.hpp), for a task whose knobs declare
-  // their layout roles: its log step time relative to the baseline's is the prior mean of the
-  // time model (the model fits the measurements less it), its log peak memory the prior mean of
-  // the memory model.
-  std::optional<layout_prior> layout;
-  if (options_.analytic_prior) {
-    std::string why_not;
-    layout = layout_prior::from_task(task, why_not);
-  }
-  layout_estimate layout_base;
-  if (layout) {
-    layout_base = layout->estimate(base_config.knobs);
-    if (!layout_base.valid)
-      layout.reset();
-  }
-  // (log step time relative to the baseline's, log peak bytes) of the prior; (0, 0) without one
-  // or for a layout the prior calls invalid.
-  auto layout_offsets = [&](const configuration& c) -> std::pair<double, double> {
-    return layout ? tuning::layout_offsets(*layout, layout_base, c.knobs)
-                  : std::pair<double, double>{0.0, 0.0};
-  };
   // A layout the prior calls invalid (it does not divide: docs/planner.md "Analytic prior") is
   // never proposed.
   auto layout_valid = [&](const configuration& c) { return !layout || layout->estimate(c.knobs).valid; };
@@ -819,7 +838,7 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
   bool all_tried = true;
   for (std::size_t i = 0; i < F; ++i)
     if (facts.passed[i] == 0 && !facts.broke[i] && !blamed[i] && ran[i] == 0
-        && !failures.excluded(std::vector<int>{static_cast<int>(i)}))
+        && !failure_excluded(std::vector<int>{static_cast<int>(i)}))
       all_tried = false;
   const double stop_below =
     options_.stop_rule && in.min_detectable_speedup > 1.0 ? std::log(in.min_detectable_speedup)

@@ -175,6 +175,7 @@ std::optional<layout_prior> layout_prior::from_task(const task_spec& task, std::
   // (Shazeer 2020, "GLU Variants Improve Transformer"): a declared f under 3.5 h is taken as
   // gated.
   p.gated_ = static_cast<double>(p.ffn_) < 3.5 * static_cast<double>(p.hidden_);
+  p.flash_ = task.model.attention == "flash";
   p.gpus_per_node_ = task.hardware.gpus_per_node;
   p.gpus_ = static_cast<std::int64_t>(task.hardware.gpus_per_node) * task.hardware.nodes;
   double tflops = task.hardware.peak_tflops > 0 ? task.hardware.peak_tflops
@@ -386,9 +387,11 @@ layout_estimate layout_prior::estimate(const knob_assignment& knobs) const {
     per_layer = 2.0 * sbh / (sp ? td : 1.0);
   else if (recompute == 1)
     per_layer = sp ? 34.0 * sbh / td : sbh * (10.0 + 24.0 / td);
-  else
-    per_layer = sp ? sbh / td * (34.0 + 5.0 * a * s / h)
-                   : sbh * (10.0 + 24.0 / td + 5.0 * a * s / (h * td));
+  else {
+    // FlashAttention stores no s x s scores (Dao et al. 2022): the 5 a s / h term is gone.
+    const double scores = flash_ ? 0.0 : 5.0 * a * s / h;
+    per_layer = sp ? sbh / td * (34.0 + scores) : sbh * (10.0 + 24.0 / td + scores / td);
+  }
   per_layer /= cd;
   double in_flight_layers = 0.0;
   if (p == 1)

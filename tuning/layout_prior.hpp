@@ -46,7 +46,10 @@
 ///    over the stage's parameters / t; activations per layer and micro-batch s b h (10 + 24/t +
 ///    5 a s/(h t)) bytes, s b h/t (34 + 5 a s/h) with sequence parallelism, s b h (10 + 24/t) /
 ///    (34/t) with selective recomputation, 2 s b h (/t with sequence parallelism) with full
-///    recomputation (Korthikanti et al. 2022, table 2 and section 4.1), divided by c; the first
+///    recomputation (Korthikanti et al. 2022, table 2 and section 4.1), without the 5 a s/h
+///    term of the stored attention scores when [model] attention = "flash" (Dao et al. 2022,
+///    "FlashAttention: Fast and Memory-Efficient Exact Attention with IO-Awareness", NeurIPS:
+///    memory linear in s), divided by c; the first
 ///    stage holds min(p, m) micro-batches of its layers, x (1 + (p-1)/(p v)) with interleaving
 ///    (ibid., section 4.2.3); the logits 4 s b V / t bytes when p = 1; plus a fixed 1 GiB of
 ///    CUDA context, communication buffers and allocator slack (an assumption).
@@ -117,6 +120,7 @@ private:
   double peak_flops_ = 0.0, intra_bw_ = 0.0, inter_bw_ = 0.0;
   double params_ = 0.0, layer_params_ = 0.0, embedding_params_ = 0.0;
   bool gated_ = false;
+  bool flash_ = false;
 };
 
 /// What the planner's models take from the prior for configuration knobs `c` (one home for the

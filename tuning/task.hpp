@@ -226,6 +226,11 @@ struct model_spec {
   /// Shape: integer keys among layers, hidden, heads, kv_heads, ffn, experts, experts_per_token,
   /// vocab, seq_len, global_batch (each >= 1).
   std::map<std::string, std::int64_t> shape;
+  /// How attention is computed (task key `attention`): "flash" (FlashAttention and fused SDPA
+  /// kernels, which store no s x s score matrix) or "eager" (the default: the scores, softmax
+  /// and dropout mask are stored, as in Korthikanti et al. 2022). Read by the analytic prior's
+  /// activation memory (tuning/layout_prior.hpp).
+  std::string attention = "eager";
 };
 
 /// A candidate code patch: a unified diff applied in the trial's copy of the workload.
