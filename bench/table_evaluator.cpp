@@ -491,6 +491,7 @@ tuning::trial_record table_evaluator::measure(const tuning::configuration& raw,
     // Nothing was measured: the peak stays 0 and the memory model censors the trial at the
     // device memory.
     rec.outcome = tuning::trial_outcome::oom;
+    rec.memory = tuning::memory_source::unobserved;
     rec.detail = "the table records a failed run (out of memory or crashed) for " + config.key();
     rec.wall_time_s = table_failed_launch_s;
     rec.device_seconds = table_failed_launch_s * gpus_;
@@ -514,6 +515,8 @@ tuning::trial_record table_evaluator::measure(const tuning::configuration& raw,
         stopped = tuning::early_stop_detail(*v, s, c.steps);
   }
   rec.peak_memory_bytes = static_cast<std::uint64_t>(e->peak_memory_bytes);
+  rec.memory = rec.peak_memory_bytes > 0 ? tuning::memory_source::workload
+                                         : tuning::memory_source::unobserved;
   rec.wall_time_s = step_s * static_cast<double>(rec.steps.size());
   rec.device_seconds = rec.wall_time_s * gpus_;
   if (stopped) {

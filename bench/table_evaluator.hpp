@@ -35,9 +35,9 @@
 ///     simulator's rule: the same seed and trial id see the same noise); the steps before the
 ///     timed window are marked warm-up; one fixed falling loss trajectory for every trial (the
 ///     tables hold only configurations that train the same model on the same data); peak
-///     memory the --memory-column's value (the largest of the rows) or 0 (not measured: the
-///     table has none; a host's resident memory is not device memory); wall time steps x step
-///     time, device-seconds wall time x GPUs;
+///     memory the --memory-column's value (the largest of the rows; memory_source workload) or
+///     0 (unobserved: the table has none; a host's resident memory is not device memory); wall
+///     time steps x step time, device-seconds wall time x GPUs;
 ///  4. only failed rows: outcome oom, peak memory 0 (unobserved: the planner's memory model
 ///     censors it at the device memory), wall time table_failed_launch_s, device-seconds
 ///     table_failed_launch_s x GPUs (a launch that fails at start-up or at its first step).

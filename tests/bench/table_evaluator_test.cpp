@@ -94,6 +94,7 @@ TEST(TableEvaluator, ReplaysTheAmpTable) {
   auto oom = ev->measure(config(1, 1, 2), 2, 0, "explore");
   EXPECT_EQ(oom.outcome, tuning::trial_outcome::oom);
   EXPECT_EQ(oom.peak_memory_bytes, 0u);
+  EXPECT_EQ(oom.memory, tuning::memory_source::unobserved);
   EXPECT_DOUBLE_EQ(oom.device_seconds, table_failed_launch_s * 16);
   EXPECT_FALSE(ev->true_step_time(config(1, 1, 2)).has_value());
   // The missing row: a launch error at no cost.
@@ -115,6 +116,7 @@ TEST(TableEvaluator, MeasuredPeakMemoryAndDuplicateRows) {
   auto rec = bs->measure(c, 3, 0, "explore");
   EXPECT_EQ(rec.outcome, tuning::trial_outcome::ok);
   EXPECT_EQ(rec.peak_memory_bytes, std::uint64_t{25} << 30); // "25GB" in mem_gb
+  EXPECT_EQ(rec.memory, tuning::memory_source::workload);
   // BLOOM's (tp 4, pp 12, micro-batch 2) was measured twice: the geometric mean.
   auto bloom = load("table-bloom-prequel-384xA100");
   ASSERT_NE(bloom, nullptr);
