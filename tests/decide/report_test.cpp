@@ -173,6 +173,33 @@ TEST(ReportFigures, TheOomBoundaryAroundTheBaselineAndThePromotionFollowsTheMemo
   EXPECT_EQ(render_markdown(make_report(task, run)).find("## OOM boundary"), std::string::npos);
 }
 
+// Each trial says where its peak memory came from (docs/node-runner.md "Device memory").
+TEST(ReportTrials, EachTrialSaysWhereItsPeakMemoryCameFrom) {
+  tuning::task_spec task;
+  task.name = "gpu";
+  task.limits.device_memory_bytes = 16ull << 30;
+  auto run = finished_run();
+  auto base = tuning::baseline_configuration(task);
+  auto unobserved = finished_trial(1, base, "baseline", tuning::trial_outcome::ok, 0);
+  unobserved.memory = tuning::memory_source::unobserved;
+  unobserved.host_peak_bytes = 9'437'184; // the launcher's view of the rank: not device memory
+  auto sampled = finished_trial(2, base, "baseline", tuning::trial_outcome::ok, 3713.0 * 1048576);
+  sampled.memory = tuning::memory_source::device_sampled;
+  auto reported = finished_trial(3, base, "baseline", tuning::trial_outcome::ok, 12e9);
+  reported.memory = tuning::memory_source::workload;
+  auto logged_before = finished_trial(4, base, "baseline", tuning::trial_outcome::ok, 11e9);
+  run.trials = {unobserved, sampled, reported, logged_before};
+  auto trials = make_report(task, run)["trials"];
+  ASSERT_EQ(trials.size(), 4u) << trials.dump();
+  EXPECT_EQ(trials[0]["memory_source"], "unobserved");
+  EXPECT_EQ(trials[0]["peak_memory_bytes"], 0u);
+  EXPECT_EQ(trials[1]["memory_source"], "device_sampled");
+  EXPECT_EQ(trials[1]["peak_memory_bytes"], 3713ull * 1048576);
+  EXPECT_EQ(trials[2]["memory_source"], "workload");
+  EXPECT_EQ(trials[3]["memory_source"], "unknown");
+  EXPECT_EQ(trials[3]["peak_memory_bytes"], 11'000'000'000ull);
+}
+
 // Issue 19: the report says what each trial's loss was compared with and how far it could be.
 TEST(ReportLossInvariant, WindowModeShowsEachWindowsReferenceAndTolerance) {
   auto task = regex_task();
