@@ -51,6 +51,8 @@ def main():
     out.write("# units: step_time_s = measured iteration time 'real' (s); peak_mem_bytes = measured "
               "'max_mem' (bytes, the largest GPU of the plan); red_grads_s = Sailor's gradient "
               "reduction time field (s); every plan ran (outcome ok; the files record no failure)\n")
+    out.write("# as in the files: mit N3_D1 and N6_D2 hold identical real and max_mem; the N4_D4 "
+              "plans' red_grads equals GPT-NEO N4_D4's real\n")
     out.write("# fixed work: rows with equal (cluster, model, nodes, gbs); the largest such subsets "
               "have 3 plans (OPT-350 on 16 and 32 clariden nodes at gbs 1024; mit 4 and 6 nodes)\n")
     w = csv.writer(out, lineterminator="\n")
