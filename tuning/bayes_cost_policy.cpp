@@ -830,14 +830,10 @@ proposal_batch bayes_ei_cost::plan(const planner_input& in, std::size_t n) const
   // -- batch --------------------------------------------------------------------------------------
   // With the analytic prior, a value of a layout knob has an informative prior (the model's
   // prediction, not a neutral one): its EI is evidence enough before it is tried.
-  std::vector<char> ran(F, 0);
-  if (layout)
-    for (std::size_t i = 0; i < F; ++i)
-      ran[i] = fs.knob_of[i] >= 0
-               && !task.knobs[static_cast<std::size_t>(fs.knob_of[i])].role.empty();
   bool all_tried = true;
   for (std::size_t i = 0; i < F; ++i)
-    if (facts.passed[i] == 0 && !facts.broke[i] && !blamed[i] && ran[i] == 0
+    if (facts.passed[i] == 0 && !facts.broke[i] && !blamed[i]
+        && !(layout && role_feature(static_cast<int>(i)))
         && !failure_excluded(std::vector<int>{static_cast<int>(i)}))
       all_tried = false;
   const double stop_below =
