@@ -779,6 +779,20 @@ int write_file(const fs::path& path, const std::string& text) {
   return 0;
 }
 
+/// Writes DIR/STEM.json and DIR/STEM.md (and, unless quiet, says so with the run's wall seconds);
+/// 0, or 1 when either cannot be written (the message names it).
+int write_outputs(const fs::path& dir, const std::string& stem, const nlohmann::json& doc,
+                  const std::string& md, bool quiet, double wall_s) {
+  int rc = write_file(dir / (stem + ".json"), doc.dump(1) + "\n");
+  rc |= write_file(dir / (stem + ".md"), md);
+  if (rc != 0)
+    return 1;
+  if (!quiet)
+    std::cerr << "infrarsi_search_quality: wrote " << (dir / (stem + ".json")).string() << " and "
+              << (dir / (stem + ".md")).string() << " (" << fixed(wall_s, 1) << " s)\n";
+  return 0;
+}
+
 // ---- real-workload tasks (bench/real_evaluator.hpp) ----------------------------------------------
 
 /// The real evaluator's options for a task of the benchmark.
@@ -1103,14 +1117,8 @@ int transfer_main(const options& o, const std::vector<std::string>& names,
      << o.budget + 1 << "). Failed device-s: search trials that failed (OOM, crash, launch "
         "error, contract).\n"
      << table.str();
-  fs::path out{o.out};
-  int rc = write_file(out / "transfer.json", doc.dump(1) + "\n");
-  rc |= write_file(out / "transfer.md", md.str());
-  if (rc != 0)
+  if (write_outputs(o.out, "transfer", doc, md.str(), o.quiet, total_wall) != 0)
     return 1;
-  if (!o.quiet)
-    std::cerr << "infrarsi_search_quality: wrote " << (out / "transfer.json").string() << " and "
-              << (out / "transfer.md").string() << " (" << fixed(total_wall, 1) << " s)\n";
   return any_error ? 1 : 0;
 }
 // ---- real tables (bench/table_evaluator.hpp; bench/README.md "Real tables") -----------------------
@@ -1626,14 +1634,8 @@ int tables_main(const options& o, const std::vector<std::uint32_t>& budgets,
          "| fits: precision / recall | does not fit: precision / recall |\n"
          "|---|---|---|---|---|---|---|\n"
       << summary.str() << "\n## Per table\n" << md.str();
-  fs::path dir{o.out};
-  int rc = write_file(dir / "tables.json", doc.dump(1) + "\n");
-  rc |= write_file(dir / "tables.md", out.str());
-  if (rc != 0)
+  if (write_outputs(o.out, "tables", doc, out.str(), o.quiet, total_wall) != 0)
     return 1;
-  if (!o.quiet)
-    std::cerr << "infrarsi_search_quality: wrote " << (dir / "tables.json").string() << " and "
-              << (dir / "tables.md").string() << " (" << fixed(total_wall, 1) << " s)\n";
   return any_error ? 1 : 0;
 }
 
@@ -2021,16 +2023,13 @@ int main_impl(int argc, char** argv) {
   wall["runs"] = rw;
   doc["wall_s"] = wall;
 
-  fs::path out{o.out};
-  int rc = write_file(out / "search_quality.json", doc.dump(1) + "\n");
-  rc |= write_file(out / "search_quality.md", markdown(tasks, names, cells, policy_summary, o, seeds,
-                                                       command, total_wall, runs.size()));
-  if (rc != 0)
+  if (write_outputs(o.out, "search_quality", doc,
+                    markdown(tasks, names, cells, policy_summary, o, seeds, command, total_wall,
+                             runs.size()),
+                    o.quiet, total_wall)
+      != 0)
     return 1;
   if (!o.quiet) {
-    std::cerr << "infrarsi_search_quality: wrote " << (out / "search_quality.json").string()
-              << " and " << (out / "search_quality.md").string() << " (" << fixed(total_wall, 1)
-              << " s)\n";
     for (const auto& s : policy_summary)
       std::cerr << "  " << s["policy"].get<std::string>() << ": geometric mean true speedup "
                 << fixed(s["geomean_true_speedup"].get<double>(), 3) << "x, fraction of optimum "
